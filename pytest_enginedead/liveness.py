@@ -1,0 +1,208 @@
+"""Is a process computing, idle, or gone?  Background sampling and the ``Verdict``.
+
+A ``Sampler`` polls a fixed set of processes (status, CPU time, RSS) on a thread.
+Processes are pinned by pid *and* creation time, so a reused pid is never mistaken
+for the process we started.  ``classify`` turns one process's evidence into a
+``Verdict``: alive and computing → ``SLOW``; alive and idle → ``HUNG``; gone or
+zombie → ``DEAD``.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+#: Busy means at least this share of one core over the window (5 %).
+DEFAULT_BUSY_THRESHOLD = 0.05
+DEFAULT_INTERVAL_S = 0.1
+DEFAULT_WINDOW_S = 1.0
+
+
+class Verdict(enum.Enum):
+    """What an engine process was doing when the engine was declared dead."""
+
+    SLOW = "slow"  # alive and computing: declaring it dead is a false death
+    HUNG = "hung"  # alive, not computing
+    DEAD = "dead"  # process gone or zombie
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float  # time.monotonic()
+    alive: bool
+    status: str
+    cpu_s: float  # user + system CPU seconds so far
+    rss: int
+
+
+@dataclass(frozen=True)
+class ProcessEvidence:
+    """One process at one moment, and what it did over the window before."""
+
+    pid: int
+    title: str
+    alive: bool
+    status: str
+    #: CPU use over the window, in cores (1.0 = one core flat out)
+    cpu_cores: float
+    window_s: float
+    rss: int
+    at: float
+
+    def describe(self) -> str:
+        state = self.status if self.alive else f"gone ({self.status})"
+        return (
+            f"{self.title} (pid {self.pid}): {state}, "
+            f"{self.cpu_cores * 100:.0f} % of a core over the last {self.window_s:.1f} s, "
+            f"rss {self.rss / 2**20:.0f} MiB"
+        )
+
+
+def classify(evidence: ProcessEvidence, threshold: float = DEFAULT_BUSY_THRESHOLD) -> Verdict:
+    """SLOW if alive and computing, HUNG if alive and idle, DEAD if gone or zombie."""
+    if not evidence.alive:
+        return Verdict.DEAD
+    return Verdict.SLOW if evidence.cpu_cores >= threshold else Verdict.HUNG
+
+
+_GONE = ("gone", psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+
+
+class Watched:
+    """One process, pinned by pid and creation time, with its sample history."""
+
+    def __init__(self, pid: int, history: int) -> None:
+        self.pid = pid
+        self.title = f"pid {pid}"
+        self.samples: deque[Sample] = deque(maxlen=history)
+        try:
+            self.proc: psutil.Process | None = psutil.Process(pid)
+            self.title = title_of(self.proc)
+        except psutil.Error:
+            self.proc = None
+
+    def sample(self) -> Sample:
+        now = time.monotonic()
+        proc = self.proc
+        if proc is None or not proc.is_running():  # is_running() checks creation time
+            s = Sample(now, False, "gone", self._last_cpu(), 0)
+        else:
+            try:
+                with proc.oneshot():
+                    status = proc.status()
+                    times = proc.cpu_times()
+                    rss = proc.memory_info().rss
+                s = Sample(now, status not in _GONE, status, times.user + times.system, rss)
+            except psutil.Error:
+                s = Sample(now, False, "gone", self._last_cpu(), 0)
+        self.samples.append(s)
+        return s
+
+    def _last_cpu(self) -> float:
+        return self.samples[-1].cpu_s if self.samples else 0.0
+
+    def evidence(self, window_s: float) -> ProcessEvidence:
+        """Evidence as of the newest sample, CPU measured over ``window_s`` before it."""
+        last = self.samples[-1] if self.samples else self.sample()
+        first = last
+        for s in reversed(self.samples):
+            first = s
+            if last.t - s.t >= window_s:
+                break
+        span = last.t - first.t
+        cores = (last.cpu_s - first.cpu_s) / span if span > 0 else 0.0
+        return ProcessEvidence(
+            self.pid, self.title, last.alive, last.status, max(0.0, cores),
+            span, last.rss, last.t,
+        )
+
+
+def title_of(proc: psutil.Process) -> str:
+    """The process title (vLLM sets ``VLLM::Worker`` with setproctitle)."""
+    try:
+        cmdline = proc.cmdline()
+        if cmdline and cmdline[0]:
+            title = cmdline[0] if len(cmdline) == 1 or not cmdline[1] else " ".join(cmdline[:3])
+            return title.strip()
+        return proc.name()
+    except psutil.Error:
+        return f"pid {proc.pid}"
+
+
+class Sampler:
+    """Samples a set of processes every ``interval_s`` on a daemon thread."""
+
+    def __init__(
+        self,
+        pids: Iterable[int],
+        interval_s: float = DEFAULT_INTERVAL_S,
+        window_s: float = DEFAULT_WINDOW_S,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"sample interval must be > 0 s, got {interval_s!r}")
+        self.interval_s = interval_s
+        self.window_s = window_s
+        history = max(8, int(4 * window_s / interval_s) + 4)
+        self.watched = {pid: Watched(pid, history) for pid in dict.fromkeys(pids)}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_now(self) -> None:
+        with self._lock:
+            for w in self.watched.values():
+                w.sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample_now()
+
+    def start(self) -> Sampler:
+        self.sample_now()
+        self._thread = threading.Thread(target=self._run, name="enginedead-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self.interval_s + 1)
+
+    def __enter__(self) -> Sampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def evidence(self, fresh: bool = True) -> dict[int, ProcessEvidence]:
+        """Per process: state now (a fresh sample) and CPU use over the last window."""
+        if fresh:
+            self.sample_now()
+        with self._lock:
+            return {pid: w.evidence(self.window_s) for pid, w in self.watched.items()}
+
+
+def snapshot(pids: Iterable[int], window_s: float = 0.2) -> dict[int, ProcessEvidence]:
+    """Evidence for ``pids`` over a short window, without a background thread."""
+    sampler = Sampler(pids, interval_s=window_s, window_s=window_s)
+    sampler.sample_now()
+    time.sleep(window_s)
+    return sampler.evidence()
+
+
+def overall(verdicts: Iterable[Verdict]) -> Verdict:
+    """Several processes: a gone one is a genuine death; else any computing is SLOW."""
+    found = set(verdicts)
+    for v in (Verdict.DEAD, Verdict.SLOW):
+        if v in found:
+            return v
+    return Verdict.HUNG

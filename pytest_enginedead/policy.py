@@ -1,0 +1,252 @@
+"""Timeout policies: how long one engine step may take before vLLM declares death.
+
+``TimeoutPolicy`` is the contract: ``policy.timeout_s(backend, max_num_seqs,
+max_num_batched_tokens=None) -> float``.  Three come built in:
+
+* ``reference`` — grows with the batch, CPU far above GPU, capped, never below
+  vLLM's stock deadline, so no setup that works today dies sooner;
+* ``vllm-stock`` — vLLM's own fixed deadline (the bug, for showing it);
+* ``calibrated`` — headroom × the step time measured on this machine, clamped to a
+  floor and a cap.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import math
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Protocol, runtime_checkable
+
+from . import compat
+
+STOCK_DEADLINE_S = compat.STOCK_DEADLINE_S
+
+
+class Backend(str, enum.Enum):
+    """The backends vLLM runs on."""
+
+    CPU = "cpu"
+    GPU = "gpu"
+    XPU = "xpu"
+    TPU = "tpu"
+    HPU = "hpu"
+    NPU = "npu"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def parse(cls, value: Backend | str) -> Backend:
+        if isinstance(value, Backend):
+            return value
+        try:
+            return cls(str(value).strip().lower())
+        except ValueError:
+            valid = ", ".join(b.value for b in cls)
+            raise ValueError(f"unknown backend {value!r}; valid: {valid}") from None
+
+
+@runtime_checkable
+class PolicyLike(Protocol):
+    """Anything with a ``timeout_s`` can serve as a policy (``module:attr``)."""
+
+    def timeout_s(
+        self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None
+    ) -> float: ...
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``clamp(base + per_seq × seqs + per_token × tokens, floor, cap)`` for one backend."""
+
+    base_s: float
+    per_seq_s: float
+    per_token_s: float = 0.0
+    floor_s: float = STOCK_DEADLINE_S
+    cap_s: float = math.inf
+
+    def apply(self, max_num_seqs: int, max_num_batched_tokens: int | None) -> float:
+        raw = self.base_s + self.per_seq_s * max_num_seqs
+        if max_num_batched_tokens:
+            raw += self.per_token_s * max_num_batched_tokens
+        return min(self.cap_s, max(self.floor_s, raw))
+
+
+def _freeze(rules: Mapping[Backend | str, Rule]) -> Mapping[Backend, Rule]:
+    return MappingProxyType({Backend.parse(b): r for b, r in rules.items()})
+
+
+@dataclass(frozen=True)
+class TimeoutPolicy:
+    """A deadline per backend and batch: ``timeout_s(backend, max_num_seqs, tokens)``."""
+
+    name: str
+    rules: Mapping[Backend, Rule] = field(repr=False)
+    #: how the numbers came about, for reports
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", _freeze(self.rules))
+        missing = [b.name for b in Backend if b not in self.rules]
+        if missing:
+            raise ValueError(f"policy {self.name!r} has no rule for {', '.join(missing)}")
+
+    def timeout_s(
+        self,
+        backend: Backend | str,
+        max_num_seqs: int,
+        max_num_batched_tokens: int | None = None,
+    ) -> float:
+        """The deadline for one step of a ``max_num_seqs`` batch on ``backend``."""
+        if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int):
+            raise TypeError(f"max_num_seqs must be an int, got {max_num_seqs!r}")
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        return self.rules[Backend.parse(backend)].apply(max_num_seqs, max_num_batched_tokens)
+
+    def ceiling_s(self, backend: Backend | str) -> float:
+        """The most this policy ever allows on ``backend`` (``inf`` if unbounded)."""
+        return self.rules[Backend.parse(backend)].cap_s
+
+    # --- the built-in policies ----------------------------------------------------
+
+    @classmethod
+    def reference(cls) -> TimeoutPolicy:
+        """The reference policy: meets every invariant in DESIGN.md at every batch.
+
+        CPU: 600 s + 10 s per sequence (+ 0.02 s per batched token), capped at 2 h.
+        GPU: 300 s + 0.5 s per sequence, capped at 30 min.  Other accelerators sit
+        between.  Every rule starts above the stock 300 s, so none flattens at the
+        floor and each grows strictly until its cap.
+        """
+        accel = Rule(300.0, 1.0, 0.002, cap_s=3600.0)
+        return cls(
+            "reference",
+            {
+                Backend.CPU: Rule(600.0, 10.0, 0.02, cap_s=7200.0),
+                Backend.GPU: Rule(300.0, 0.5, 0.001, cap_s=1800.0),
+                Backend.TPU: Rule(300.0, 0.5, 0.001, cap_s=1800.0),
+                Backend.XPU: accel,
+                Backend.HPU: accel,
+                Backend.NPU: accel,
+            },
+            origin="built in",
+        )
+
+    @classmethod
+    def fixed(cls, seconds: float, name: str | None = None, origin: str = "") -> TimeoutPolicy:
+        """The same deadline for every backend and batch (vLLM's behaviour)."""
+        if not seconds > 0:
+            raise ValueError(f"a deadline must be > 0 s, got {seconds!r}")
+        rule = Rule(seconds, 0.0, 0.0, floor_s=0.0, cap_s=math.inf)
+        return cls(name or f"fixed-{seconds:g}s", dict.fromkeys(Backend, rule), origin=origin)
+
+    @classmethod
+    def vllm_stock(
+        cls, environ: Mapping[str, str] | None = None, version: str | None = None
+    ) -> TimeoutPolicy:
+        """vLLM's fixed deadline: ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS`` if set, else 300 s."""
+        seconds = compat.stock_deadline_s(environ, version)
+        return cls.fixed(seconds, name="vllm-stock", origin=f"{seconds:g} s, vLLM's own")
+
+    @classmethod
+    def calibrated(
+        cls,
+        samples: Mapping[int, float] | Iterable[tuple[int, float]],
+        headroom: float = 3.0,
+        floor_s: float = STOCK_DEADLINE_S,
+        cap_s: float = 7200.0,
+        backend: Backend | str = Backend.CPU,
+    ) -> TimeoutPolicy:
+        """``headroom × predicted step time``, clamped to ``[floor_s, cap_s]``.
+
+        ``samples`` are measured ``(batch_size, step_seconds)``; step time is fitted as
+        ``a + b × batch`` (least squares, never negative).  Other backends keep the
+        reference rule.
+        """
+        if not headroom > 0:
+            raise ValueError(f"headroom must be > 0, got {headroom!r}")
+        a, b = fit_step_time(samples)
+        backend = Backend.parse(backend)
+        rules = dict(cls.reference().rules)
+        rules[backend] = Rule(headroom * a, headroom * b, 0.0, floor_s=floor_s, cap_s=cap_s)
+        return cls(
+            "calibrated",
+            rules,
+            origin=f"{headroom:g} x ({a:.4g} s + {b:.4g} s/seq) on {backend.name}",
+        )
+
+
+def fit_step_time(samples: Mapping[int, float] | Iterable[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares ``step ≈ a + b × batch`` with ``a, b ≥ 0``."""
+    pairs = list(samples.items() if isinstance(samples, Mapping) else samples)
+    if not pairs:
+        raise ValueError("calibration needs at least one (batch_size, step_seconds) sample")
+    for n, s in pairs:
+        if n < 1 or s < 0 or not math.isfinite(s):
+            raise ValueError(f"bad calibration sample: batch {n!r}, step {s!r} s")
+    xs = [float(n) for n, _ in pairs]
+    ys = [float(s) for _, s in pairs]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    if var == 0:  # one batch size: proportional to the batch
+        return 0.0, my / mx
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+    a = my - b * mx
+    if b < 0:
+        return my, 0.0
+    if a < 0:  # through the origin instead
+        return 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+    return a, b
+
+
+class PolicyError(ValueError):
+    """A policy spec that cannot be loaded; the message says why."""
+
+
+BUILTIN = ("reference", "vllm-stock")
+
+
+def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
+    """``reference``, ``vllm-stock`` or ``module:attr`` → a policy object."""
+    spec = spec.strip()
+    if spec == "reference":
+        return TimeoutPolicy.reference()
+    if spec == "vllm-stock":
+        return TimeoutPolicy.vllm_stock(version=compat.installed_version())
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise PolicyError(f"use reference, vllm-stock or module:attr, not {spec!r}")
+    added = [p for p in search_path if p not in sys.path]
+    sys.path[:0] = added
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise PolicyError(f"no module named {exc.name!r}") from None
+        raise PolicyError(f"importing {module_name!r} failed: {exc}") from None
+    except Exception as exc:
+        raise PolicyError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        for p in added:
+            if p in sys.path:
+                sys.path.remove(p)
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise PolicyError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not callable(getattr(obj, "timeout_s", None)):
+        raise PolicyError(
+            f"{spec} is a {type(obj).__name__} with no callable timeout_s(backend, max_num_seqs)"
+        )
+    return obj
+
+
+def describe(policy: Any) -> str:
+    return str(getattr(policy, "name", None) or type(policy).__name__)
