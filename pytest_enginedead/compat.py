@@ -223,11 +223,15 @@ def llm_kwargs(
 
 def engine_environment(version: str | Version) -> dict[str, str]:
     """Variables every harness engine starts with, whatever the caller's environment."""
-    return {
+    env = {
         MULTIPROCESSING_ENV: "1",  # the deadline only exists in multiprocess mode
         "VLLM_CPU_CI_ENV": "1",  # skip the warm-up pass
         "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
     }
+    if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
+        # an explicit KV cache (GiB) instead of a share of whatever RAM is free now
+        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    return env
 
 
 def shutdown_llm(llm: Any) -> None:

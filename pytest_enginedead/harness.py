@@ -28,6 +28,7 @@ class Settings:
     batch_sizes: tuple[int, ...]
     batch_sizes_source: str
     model: str
+    model_source: str
     policy: Any
     policy_spec: str
     policy_source: str
@@ -68,10 +69,12 @@ def resolve_settings(config: pytest.Config) -> Settings:
         else:
             policy, spec, source = load_policy("reference"), "reference", "default"
     model = get["enginedead_model"].value or options.BUNDLED_MODEL
+    model_source = get["enginedead_model"].source if get["enginedead_model"].value else "bundled"
     return Settings(
         batch_sizes=get["enginedead_batch_sizes"].value,
         batch_sizes_source=get["enginedead_batch_sizes"].source,
         model=model,
+        model_source=model_source,
         policy=policy,
         policy_spec=spec,
         policy_source=source,

@@ -173,7 +173,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except markers.BadMarker as exc:
             plans.append(Plan(0, None, str(exc)))
     if any(p and p.spec for p in plans) and vllm_missing_reason() is None:
-        _check_architecture(run.settings.model)
+        _check_architecture(run.settings.model, run.settings.model_source)
     shared = iter(share([p.spec for p in plans if p and p.spec]))
     entries: list[tuple[EngineSpec | None, int]] = []
     for item, plan in zip(items, plans):
@@ -187,7 +187,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [items[i] for i in order(entries)]
 
 
-def _check_architecture(model: str) -> None:
+def _check_architecture(model: str, source: str) -> None:
     """An unknown architecture fails here, once, not in every engine start."""
     path = os.path.join(model, "config.json")
     try:
@@ -203,7 +203,7 @@ def _check_architecture(model: str) -> None:
         raise pytest.UsageError(
             f"enginedead: {path} names architecture {', '.join(unknown) or '(none)'}, "
             f"which vLLM {compat.installed_version()} does not know "
-            "(--enginedead-model); e.g. LlamaForCausalLM"
+            f"(--enginedead-model, from {source}); use one it supports, e.g. LlamaForCausalLM"
         )
 
 
@@ -270,8 +270,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     run = session.config.stash.get(run_key, None)
-    if run is not None:
+    if run is None:
+        return
+    try:
         run.pool.close()
+    finally:
+        if run.settings.report:
+            report.write(run.settings.report, report.build(run.pool, run.results, run.settings))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -1,13 +1,26 @@
-"""What the run found: the terminal summary and the JSON report."""
+"""What the run found: the terminal summary, the JSON report, junitxml properties.
+
+All three read the same ``engine_rows``/``Results`` so they cannot disagree.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psutil
 import pytest
 
-from .engine import EngineHandle, summarize
+from . import compat
+from .engine import Engine, EngineHandle, summarize
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 
 
 @dataclass
@@ -17,10 +30,11 @@ class Results:
     tests: list[dict[str, Any]] = field(default_factory=list)
 
     def observe(self, item: pytest.Item, rep: pytest.TestReport, handle: EngineHandle) -> None:
-        if rep.when == "setup" and rep.passed:
+        """Keep the call phase, and setup/teardown phases that did not pass."""
+        if rep.when != "call" and (rep.passed or rep.skipped):
             return
-        if rep.when == "teardown" and (rep.passed or rep.skipped):
-            return
+        deaths = list(handle.deaths)
+        verdict = deaths[-1]["verdict"] if deaths else None
         self.tests.append(
             {
                 "nodeid": item.nodeid,
@@ -29,25 +43,124 @@ class Results:
                 "batch_size": handle.batch_size,
                 "timeout_s": handle.timeout_s,
                 "engine": handle.spec.label(),
-                "deaths": list(handle.deaths),
+                "verdict": verdict,
+                "deaths": deaths,
             }
         )
 
 
+def death_counts(deaths: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """(false deaths, genuine deaths) among verdict records."""
+    false = genuine = 0
+    for d in deaths:
+        if d.get("verdict") == "SLOW":
+            false += 1
+        else:
+            genuine += 1
+    return false, genuine
+
+
+def engine_row(engine: Engine, tests: list[str]) -> dict[str, Any]:
+    """One engine configuration as the summary, the report and junitxml show it."""
+    stats = summarize(engine.steps())
+    deadline = float(engine.spec.deadline_env)
+    false, genuine = death_counts(engine.deaths)
+    return {
+        "label": engine.spec.label(),
+        "batch_size": engine.spec.max_num_seqs,
+        "deadline_s": deadline,
+        "deadline_source": engine.spec.timeout_source,
+        "injection": engine.spec.injection.describe(),
+        "model": engine.spec.model,
+        "start_s": None if engine.start_s is None else round(engine.start_s, 2),
+        "steps": stats["steps"],
+        "step_p50_s": _r(stats["p50_s"]),
+        "step_max_s": _r(stats["max_s"]),
+        "headroom": _r(deadline / stats["max_s"]) if stats["max_s"] else None,
+        "false_deaths": false,
+        "genuine_deaths": genuine,
+        "tests": list(tests),
+        "pids": [{"pid": r.pid, "create_time": r.create_time} for r in engine.procs],
+        "shm": sorted(engine.shm),
+    }
+
+
+def _r(x: float | None, nd: int = 4) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _fmt_s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}s"
+
+
 def terminal_summary(tr: Any, pool: Any, results: Results, settings: Any) -> None:
+    """Only when engines ran: a line per engine configuration, then the count."""
     if not pool.started:
         return
-    tr.write_sep("=", "enginedead")
-    for rec in pool.records:
-        eng = rec.engine
-        stats = summarize(eng.steps())
-        false = sum(1 for d in eng.deaths if d["verdict"] == "SLOW")
-        genuine = len(eng.deaths) - false
-        p50 = "-" if stats["p50_s"] is None else f"{stats['p50_s']:.3f}s"
-        mx = "-" if stats["max_s"] is None else f"{stats['max_s']:.3f}s"
-        start = "-" if eng.start_s is None else f"{eng.start_s:.1f}s"
+    rows = [engine_row(r.engine, r.tests) for r in pool.records]
+    false = sum(r["false_deaths"] for r in rows)
+    genuine = sum(r["genuine_deaths"] for r in rows)
+    if tr.config.getoption("verbose") < 0:
         tr.write_line(
-            f"{rec.spec.label()}: steps {stats['steps']}, p50 {p50}, max {mx}, "
-            f"start {start}, false deaths {false}, genuine deaths {genuine}"
+            f"enginedead: {len(rows)} engine(s) started, {false} false death(s), "
+            f"{genuine} genuine death(s)"
         )
-    tr.write_line(f"engines started: {pool.started}")
+        return
+    tr.write_sep("=", "enginedead")
+    head = f"{'batch':>5}  {'deadline':>9}  {'steps':>5}  {'p50':>8}  {'max':>8}  {'headroom':>8}  {'start':>6}  {'false':>5}  {'genuine':>7}  deadline from / faults"
+    tr.write_line(head)
+    for r in rows:
+        room = "-" if r["headroom"] is None else f"{r['headroom']:.1f}x"
+        start = "-" if r["start_s"] is None else f"{r['start_s']:.1f}s"
+        tr.write_line(
+            f"{r['batch_size']:>5}  {r['deadline_s']:>8g}s  {r['steps']:>5}  "
+            f"{_fmt_s(r['step_p50_s']):>8}  {_fmt_s(r['step_max_s']):>8}  {room:>8}  "
+            f"{start:>6}  {r['false_deaths']:>5}  {r['genuine_deaths']:>7}  "
+            f"{r['deadline_source']}; faults: {r['injection']}"
+        )
+    tr.write_line(
+        f"engines started: {len(rows)}; false deaths: {false}; genuine deaths: {genuine}; "
+        f"policy: {settings.policy_name}"
+    )
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": model or platform.processor(),
+        "memory_bytes": psutil.virtual_memory().total,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def build(pool: Any, results: Results, settings: Any) -> dict[str, Any]:
+    """The JSON report (schema: report.schema.json, ``schema_version`` 1)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "vllm": {"version": settings.vllm_version, "deadline_env": compat.DEADLINE_ENV},
+        "machine": machine(),
+        "policy": {"name": settings.policy_name, "source": settings.policy_source},
+        "batch_sizes": list(settings.batch_sizes),
+        "engines_started": pool.started,
+        "engines": [engine_row(r.engine, r.tests) for r in pool.records],
+        "tests": results.tests,
+    }
+
+
+def write(path: str, data: dict[str, Any]) -> None:
+    """Write atomically, so a reader never sees half a report."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.write("\n")
+    os.replace(tmp, path)

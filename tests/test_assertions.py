@@ -1,0 +1,324 @@
+"""``assert_no_false_death`` on real processes: the bug's control flow, no vLLM, no mocks.
+
+The "API side" waits for a worker subprocess's reply with a fixed 2 s deadline and
+raises a stand-in engine-death error when it passes, as vLLM's engine core does.
+Whether that death is false depends only on what the worker was doing.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import run
+
+import procs
+from pytest_enginedead import Verdict, assert_no_false_death, compat
+from pytest_enginedead.engine import StepTime
+
+PROCS_SOURCE = Path(procs.__file__).read_text()
+
+REPRO = """
+from pathlib import Path
+
+import procs
+from pytest_enginedead import assert_no_false_death
+
+
+def test_engine_step():
+    with procs.worker({mode!r}, {seconds}) as proc:
+        Path("worker.pid").write_text(str(proc.pid))
+        engine = procs.FakeEngine([proc.pid])
+        raised = []
+        try:
+            with assert_no_false_death(engine, errors=procs.StandInError):
+                procs.call_worker(proc, deadline_s=2.0, raised=raised)
+        except procs.StandInError as exc:
+            same = bool(raised) and exc is raised[0] and type(exc) is procs.StandInError
+            Path("same-object").write_text(str(same))
+            raise
+        finally:
+            Path("verdicts").write_text(",".join(d["verdict"] for d in engine.deaths))
+"""
+
+
+@dataclass
+class Repro:
+    result: pytest.RunResult
+    pid: int
+    wall_s: float
+    text: str
+    same_object: str | None
+    verdicts: str
+
+
+def repro(downstream: pytest.Pytester, mode: str, seconds: float, *args: str) -> Repro:
+    """Run the 2 s-deadline call against a worker in ``mode`` as a downstream test."""
+    downstream.makepyfile(procs=PROCS_SOURCE, test_repro=REPRO.format(mode=mode, seconds=seconds))
+    t0 = time.monotonic()
+    result = run(downstream, *args)
+    wall = time.monotonic() - t0
+    same = downstream.path / "same-object"
+    return Repro(
+        result,
+        int((downstream.path / "worker.pid").read_text()),
+        wall,
+        result.stdout.str() + result.stderr.str(),
+        same.read_text() if same.exists() else None,
+        (downstream.path / "verdicts").read_text(),
+    )
+
+
+# --- the bug's control flow, as a downstream repo would see it --------------------------
+
+
+def test_busy_worker_past_the_deadline_is_a_false_death(downstream: pytest.Pytester) -> None:
+    """A worker computing for 5 s when the 2 s deadline fires: the test fails, naming it."""
+    r = repro(downstream, "busy", 5.0)
+    r.result.assert_outcomes(failed=1)
+    assert r.verdicts == "SLOW"
+    assert "false engine death" in r.text
+    assert "StandInError" in r.text  # which error was raised
+    assert f"(pid {r.pid})" in r.text  # which process was still computing
+    assert re.search(rf"procs.py busy \(pid {r.pid}\): running, \d+ % of a core", r.text)
+    assert "while its worker was still computing" in r.text
+    assert re.search(r"\(2\.\d s after the call began\)", r.text)
+    assert r.same_object is None  # the stand-in error did not reach the test's except
+    assert r.wall_s < 8
+
+
+def test_false_death_report_is_not_chained_to_the_engine_error(busy_pid: int) -> None:
+    """The failure shows the evidence, not 'During handling of the above exception'."""
+    with pytest.raises(pytest.fail.Exception) as info:
+        with assert_no_false_death(procs.FakeEngine([busy_pid]), errors=procs.StandInError):
+            time.sleep(0.4)
+            raise procs.StandInError("RPC call to execute_model timed out.")
+    failed = info.value
+    assert failed.__context__ is None or failed.__suppress_context__
+    assert "During handling" not in str(info.getrepr(style="value", chain=True))
+
+
+def test_idle_worker_is_hung_and_the_error_propagates(downstream: pytest.Pytester) -> None:
+    """A sleeping worker is HUNG: a genuine death, the very same error object goes through."""
+    r = repro(downstream, "idle", 30.0)
+    r.result.assert_outcomes(failed=1)
+    assert r.verdicts == "HUNG"
+    assert r.same_object == "True"
+    assert "StandInError: RPC call to execute_model timed out after 2 s." in r.text
+    assert "false engine death" not in r.text
+    assert r.wall_s < 8
+
+
+def test_exited_worker_is_dead_and_the_error_propagates(downstream: pytest.Pytester) -> None:
+    """A worker that exited at once is DEAD: the error goes through unchanged."""
+    r = repro(downstream, "exit", 0.0)
+    r.result.assert_outcomes(failed=1)
+    assert r.verdicts == "DEAD"
+    assert r.same_object == "True"
+    assert "StandInError: RPC call to execute_model timed out after 2 s." in r.text
+    assert "false engine death" not in r.text
+    assert r.wall_s < 8
+
+
+def test_busy_threshold_option_reaches_the_assertion(downstream: pytest.Pytester) -> None:
+    """--enginedead-busy-threshold above what one process can use: busy no longer counts."""
+    r = repro(downstream, "busy", 5.0, "--enginedead-busy-threshold=6400%")
+    r.result.assert_outcomes(failed=1)
+    assert r.verdicts == "HUNG"
+    assert r.same_object == "True"
+    assert "false engine death" not in r.text
+    assert "StandInError: RPC call to execute_model timed out" in r.text
+
+
+# --- which exceptions count as an engine death ---------------------------------------------
+
+
+@pytest.fixture
+def busy_pid() -> Iterator[int]:
+    """A worker that computes for 30 s (killed after the test), once it is computing."""
+    with procs.worker("busy", 30.0) as proc:
+        procs.wait_for_cpu(proc.pid)
+        yield proc.pid
+
+
+def fake_class(module: str, name: str, base: type[BaseException] = RuntimeError) -> type[BaseException]:
+    """An exception class that claims to live in ``module``, without importing it."""
+    return type(name, (base,), {"__module__": module})
+
+
+def test_other_exceptions_pass_through_untouched(busy_pid: int) -> None:
+    """A non-death exception, even while the worker computes, is neither judged nor wrapped."""
+    engine = procs.FakeEngine([busy_pid])
+    err = KeyError("not an engine death")
+    with pytest.raises(KeyError) as info:
+        with assert_no_false_death(engine):
+            time.sleep(0.3)
+            raise err
+    assert info.value is err
+    other = ValueError("also not")
+    with pytest.raises(ValueError) as info2:
+        with assert_no_false_death(engine, errors=procs.StandInError):
+            raise other
+    assert info2.value is other
+    assert engine.deaths == []  # never judged
+
+
+def test_vllm_engine_dead_error_recognised_without_vllm(
+    busy_pid: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vllm.v1.engine.exceptions.EngineDeadError`` is matched by name; vLLM is not imported."""
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # any import of vLLM would now fail
+    dead = fake_class("vllm.v1.engine.exceptions", "EngineDeadError")
+    with pytest.raises(pytest.fail.Exception, match="false engine death: vLLM raised EngineDeadError"):
+        with assert_no_false_death(procs.FakeEngine([busy_pid])):
+            time.sleep(0.5)
+            raise dead("EngineCore encountered an issue.")
+    assert sys.modules["vllm"] is None
+
+
+def test_same_name_elsewhere_is_not_an_engine_death(busy_pid: int) -> None:
+    """Only vLLM's modules count: a look-alike class name from another module passes through."""
+    lookalike = fake_class("myapp.errors", "EngineDeadError")
+    err = lookalike("mine")
+    with pytest.raises(lookalike) as info:
+        with assert_no_false_death(procs.FakeEngine([busy_pid])):
+            time.sleep(0.3)
+            raise err
+    assert info.value is err
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "expected"),
+    [
+        ("vllm.v1.engine.exceptions", "EngineDeadError", True),
+        ("vllm.engine.async_llm_engine", "AsyncEngineDeadError", True),
+        ("vllm.engine.multiprocessing", "MQEngineDeadError", True),
+        ("vllm.v1.engine.exceptions", "EngineGenerateError", False),
+        ("vllm.engine.exceptions", "EngineDeadError", False),
+        ("builtins", "TimeoutError", False),
+    ],
+)
+def test_is_engine_death_by_module_and_name(module: str, name: str, expected: bool) -> None:
+    """Every release's death classes, by module and name; nothing else."""
+    assert compat.is_engine_death(fake_class(module, name)()) is expected
+
+
+def test_subclass_of_engine_death_is_recognised() -> None:
+    """Matching walks the MRO, so a subclass of EngineDeadError is a death too."""
+    base = fake_class("vllm.v1.engine.exceptions", "EngineDeadError")
+    sub = type("MyDeadError", (base,), {"__module__": "myapp"})
+    assert compat.is_engine_death(sub())
+    assert not compat.is_engine_death(RuntimeError("EngineDeadError"))
+
+
+def test_threshold_argument_decides_busy(busy_pid: int) -> None:
+    """``threshold=`` above one core: the computing worker no longer counts as SLOW."""
+    err = procs.StandInError("timed out")
+    with pytest.raises(procs.StandInError) as info:
+        with assert_no_false_death(procs.FakeEngine([busy_pid]), errors=procs.StandInError, threshold=64.0):
+            time.sleep(0.4)
+            raise err
+    assert info.value is err
+
+
+def test_no_exception_no_failure_and_sampler_stops(busy_pid: int) -> None:
+    """A block that returns normally passes, and the background sampler is stopped."""
+    with assert_no_false_death(procs.FakeEngine([busy_pid]), errors=(procs.StandInError,)):
+        time.sleep(0.2)
+    assert not [t for t in threading.enumerate() if t.name == "enginedead-sampler" and t.is_alive()]
+
+
+# --- evidence from an engine that knows more than its pids ----------------------------------
+
+STACK_DUMP = """main-thread 0x00007f00000000aa
+Thread 0x00007f00000000bb (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+  File "/usr/lib/python3.11/threading.py", line 622 in wait
+Current thread 0x00007f00000000aa (most recent call first):
+  File "/site/pytest_enginedead/worker.py", line 82 in burn
+  File "/site/pytest_enginedead/worker.py", line 111 in run_step
+  File "/site/vllm/v1/worker/worker_base.py", line 300 in execute_model
+"""
+
+
+@dataclass
+class RichEngine:
+    """Duck-types the parts of ``EngineHandle`` the assertion uses for its evidence."""
+
+    pids: list[int]
+    worker_pids: list[int]
+    step: StepTime | None
+    batch_size: int = 64
+    timeout_s: float = 2.0
+    timeout_source: str = "the enginedead_timeout marker"
+    policy_name: str = "reference"
+    policy_timeout_s: float = 1240.0
+    deaths: list[dict[str, Any]] = field(default_factory=list)
+    stacks_for: list[int] = field(default_factory=list)
+
+    def has_record(self, pid: int) -> bool:
+        return pid in self.worker_pids
+
+    def running_step(self, pid: int) -> StepTime | None:
+        return self.step
+
+    def step_times(self) -> list[StepTime]:
+        done = StepTime(1, 8, time.monotonic() - 10, 0.25, self.worker_pids[0])
+        return [done] + ([self.step] if self.step else [])
+
+    def capture_stack(self, pid: int) -> str:
+        self.stacks_for.append(pid)
+        return STACK_DUMP
+
+    def note_death(self, finding: dict[str, Any]) -> None:
+        self.deaths.append(finding)
+
+
+def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
+    """Step record, deadline, policy, step times and the worker's main-thread stack."""
+    with procs.worker("idle", 30.0) as core:
+        step = StepTime(3, 64, time.monotonic() - 1.5, None, busy_pid)
+        engine = RichEngine([core.pid, busy_pid], [busy_pid], step)
+        with pytest.raises(pytest.fail.Exception) as info:
+            with assert_no_false_death(engine, errors=procs.StandInError):
+                time.sleep(0.5)
+                raise procs.StandInError("timed out")
+    text = str(info.value)
+    assert text.startswith("false engine death: vLLM raised StandInError")
+    assert f"(pid {busy_pid})" in text
+    assert f"(pid {core.pid})" not in text  # only the worker is judged when it is known
+    assert re.search(r"step 3, batch 64, had run \d+\.\d s and was still running", text)
+    assert "deadline:   2 s (the enginedead_timeout marker)" in text
+    assert "policy:     reference allows 1240 s at batch 64 on CPU" in text
+    assert "steps:      1 finished so far, p50 0.250 s, max 0.250 s at batch 8" in text
+    assert 'File "/site/pytest_enginedead/worker.py", line 82 in burn' in text
+    assert "threading.py" not in text  # the main thread's frames, not another thread's
+    assert compat.DEADLINE_ENV in text  # what to change
+    assert engine.stacks_for == [busy_pid]
+    [death] = engine.deaths
+    assert death["verdict"] == "SLOW"
+    assert [p["pid"] for p in death["processes"]] == [busy_pid]
+    assert death["processes"][0]["step"] == {"step": 3, "batch_size": 64}
+
+
+def test_busy_outside_a_model_step_is_not_a_false_death(busy_pid: int) -> None:
+    """Computing with a step record but no step running: HUNG, the error propagates."""
+    engine = RichEngine([busy_pid], [busy_pid], step=None)
+    err = procs.StandInError("timed out")
+    with pytest.raises(procs.StandInError) as info:
+        with assert_no_false_death(engine, errors=procs.StandInError):
+            time.sleep(0.4)
+            raise err
+    assert info.value is err
+    [death] = engine.deaths
+    assert death["verdict"] == Verdict.HUNG.name
+    assert engine.stacks_for == []  # no stack taken for a genuine death
