@@ -245,6 +245,19 @@ def shutdown_llm(llm: Any) -> None:
             return
 
 
+def quiet_repr(llm: Any) -> None:
+    """Make ``repr(llm)`` local.
+
+    ``LLM.__repr__`` (0.27 on) asks the workers for a model summary over RPC.  When
+    pytest formats a traceback that passes through ``LLM.generate`` (Ctrl-C, a
+    pytest-timeout cut) it reprs ``self``, and that RPC waits forever on an engine
+    whose worker is busy or gone.  vLLM caches the text in ``_cached_repr``.
+    """
+    if hasattr(llm, "_cached_repr"):
+        model = getattr(getattr(llm, "model_config", None), "model", "?")
+        llm._cached_repr = f"LLM(model={model!r})"
+
+
 def known_architectures() -> set[str]:
     """Model architectures the installed vLLM can build."""
     registry = importlib.import_module("vllm.model_executor.models.registry")

@@ -156,6 +156,7 @@ class Engine:
         try:
             with _environ(env), ticker:
                 self.llm = LLM(**kwargs)
+            compat.quiet_repr(self.llm)
         except BaseException as exc:
             if progress:
                 progress(f"engine failed to start after {time.monotonic() - t0:.1f} s", done=True)

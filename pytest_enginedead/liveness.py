@@ -132,7 +132,8 @@ def title_of(proc: psutil.Process) -> str:
         cmdline = proc.cmdline()
         if cmdline and cmdline[0]:
             title = cmdline[0] if len(cmdline) == 1 or not cmdline[1] else " ".join(cmdline[:3])
-            return title.strip()
+            title = title.strip().splitlines()[0] if title.strip() else proc.name()
+            return title if len(title) <= 120 else title[:117] + "..."
         return proc.name()
     except psutil.Error:
         return f"pid {proc.pid}"

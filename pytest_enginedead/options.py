@@ -176,7 +176,11 @@ def addoptions(parser: pytest.Parser) -> None:
     group = parser.getgroup("enginedead", "false EngineDeadError detection (pytest-enginedead)")
     for opt in OPTIONS:
         help_text = f"{opt.help} Env: {opt.env}."
-        group.addoption(opt.flag, dest=opt.name, metavar=opt.metavar, default=None, help=help_text)
+        # argparse %-formats help text; the ini help is printed as is
+        group.addoption(
+            opt.flag, dest=opt.name, metavar=opt.metavar, default=None,
+            help=help_text.replace("%", "%%"),
+        )
         parser.addini(opt.name, help=help_text, default=None)
 
 

@@ -81,11 +81,6 @@ def test_markers_lists_all_four(downstream: pytest.Pytester) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="options.py passes a bare '%' ('5%') in --enginedead-busy-threshold's help to "
-    "argparse, which %-formats it: pytest --help crashes; see /tmp/helperA-requests.md",
-)
 def test_help_documents_every_option(downstream: pytest.Pytester) -> None:
     """``pytest --help`` works and documents every --enginedead-* flag and ini key."""
     result = run(downstream, "--help")
