@@ -124,7 +124,8 @@ class Downstream:
             self.log.close()
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return (self.path / "pytest.log").read_text()
 
     def assert_nothing_left(self, decoy: psutil.Process, within_s: float = 15) -> None:
@@ -141,7 +142,10 @@ class Downstream:
 
     def kill_everything(self) -> None:
         """Test hygiene only: whatever the run left (if the test failed), by pid."""
-        for ref in self.seen | {ProcRef.of(psutil.Process(self.proc.pid))} if self.proc.poll() is None else self.seen:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for ref in self.seen:
             proc = ref.process(zombie=True)
             if proc is not None:
                 proc.kill()
