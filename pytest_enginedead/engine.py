@@ -314,6 +314,7 @@ class EngineHandle:
         self.policy_timeout_s = policy_timeout_s
         #: verdicts on engine deaths seen through this handle (assert_no_false_death)
         self.deaths: list[dict[str, Any]] = []
+        self._since = time.monotonic()
 
     def __repr__(self) -> str:
         return f"<EngineHandle bs{self.batch_size} {self._engine.spec.label()}>"
@@ -352,6 +353,10 @@ class EngineHandle:
     def step_times(self) -> list[StepTime]:
         """Per-step wall time and batch size, as the worker recorded them."""
         return self._engine.steps()
+
+    def step_times_since_start(self) -> list[StepTime]:
+        """The steps this handle's test ran (the engine may be shared)."""
+        return [s for s in self._engine.steps() if s.started >= self._since]
 
     def running_step(self, pid: int) -> StepTime | None:
         return self._engine.running_step(pid)

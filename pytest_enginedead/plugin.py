@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import compat, hooks, invariants, markers, options, report
+from . import compat, distributed, hooks, invariants, markers, options, report
 from .assertions import pop_settings, push_settings
 from .engine import EngineHandle, EngineSpec, EngineStartError, Progress, budget_s
 from .harness import (
@@ -76,8 +76,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     settings = resolve_settings(config)
     pool = EnginePool(max_alive=1, progress=_progress_writer(config))
-    config.stash[run_key] = Run(settings, pool, report.Results())
+    config.stash[run_key] = Run(settings, pool, report.Results(), distributed.cpu_bind(config))
     push_settings(settings.liveness)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(distributed.ControllerHooks(config), "enginedead-xdist")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -97,6 +99,9 @@ def pytest_report_header(config: pytest.Config) -> str:
     )
     if s.model != options.BUNDLED_MODEL:
         text += f", model={s.model}"
+    note = distributed.dist_note(config)
+    if note:
+        text += f"\nenginedead: {note}"
     if os.environ.get(compat.MULTIPROCESSING_ENV, "1").strip() == "0":
         text += (
             f"\nenginedead: {compat.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
@@ -181,6 +186,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             plan = Plan(plan.batch_size, next(shared))
             if item.get_closest_marker("timeout") is None and config.pluginmanager.hasplugin("timeout"):
                 item.add_marker(pytest.mark.timeout(budget_s(plan.spec)))
+            if item.get_closest_marker("xdist_group") is None:
+                # --dist loadgroup keeps the tests sharing an engine on one worker
+                item.add_marker(pytest.mark.xdist_group(distributed.group_name(plan.spec)))
         if plan is not None:
             item.stash[plan_key] = plan
         entries.append((plan.spec if plan else None, plan.batch_size if plan else 0))
@@ -264,25 +272,35 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     rep = yield
     handle = item.stash.get(handle_key, None)
     if handle is not None:
-        _run(item.config).results.observe(item, rep, handle)
+        results = _run(item.config).results
+        before = len(results.tests)
+        results.observe(item, rep, handle)
+        if rep.when == "call" and len(results.tests) > before:
+            # junitxml reads properties from the teardown report, made after this
+            item.user_properties.extend(report.junit_properties(results.tests[-1]))
     return rep
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    run = session.config.stash.get(run_key, None)
+    config = session.config
+    run = config.stash.get(run_key, None)
     if run is None:
         return
     try:
         run.pool.close()
     finally:
-        if run.settings.report:
-            report.write(run.settings.report, report.build(run.pool, run.results, run.settings))
+        run.results.close_engines(run.pool)
+        run.pool.records.clear()
+        if distributed.is_worker(config):
+            distributed.send(config, run.results.to_wire())
+        elif run.settings.report:
+            report.write(run.settings.report, report.build(run.results, run.settings))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     run = config.stash.get(run_key, None)
     if run is not None:
-        report.terminal_summary(terminalreporter, run.pool, run.results, run.settings)
+        report.terminal_summary(terminalreporter, run.results, run.settings)
 
 
 # --- fixtures ------------------------------------------------------------------------

@@ -25,16 +25,22 @@ SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 
 @dataclass
 class Results:
-    """Per-test outcomes of engine tests, with the verdicts on any engine death."""
+    """What engine tests found: per-test outcomes and per-engine rows.
+
+    Filled locally from the pool, or, under xdist, merged on the controller from
+    what each worker sent (``to_wire``/``absorb``), so there is one table, one file.
+    """
 
     tests: list[dict[str, Any]] = field(default_factory=list)
+    engines: list[dict[str, Any]] = field(default_factory=list)
+    lost_workers: list[str] = field(default_factory=list)
 
     def observe(self, item: pytest.Item, rep: pytest.TestReport, handle: EngineHandle) -> None:
         """Keep the call phase, and setup/teardown phases that did not pass."""
         if rep.when != "call" and (rep.passed or rep.skipped):
             return
+        stats = summarize(handle.step_times_since_start())
         deaths = list(handle.deaths)
-        verdict = deaths[-1]["verdict"] if deaths else None
         self.tests.append(
             {
                 "nodeid": item.nodeid,
@@ -42,11 +48,48 @@ class Results:
                 "outcome": rep.outcome,
                 "batch_size": handle.batch_size,
                 "timeout_s": handle.timeout_s,
+                "deadline_source": handle.spec.timeout_source,
                 "engine": handle.spec.label(),
-                "verdict": verdict,
+                "steps": stats["steps"],
+                "step_p50_s": _r(stats["p50_s"]),
+                "step_max_s": _r(stats["max_s"]),
+                "verdict": deaths[-1]["verdict"] if deaths else None,
                 "deaths": deaths,
             }
         )
+
+    def close_engines(self, pool: Any) -> None:
+        """After the pool closed: one row per engine this process started."""
+        self.engines.extend(engine_row(r.engine, r.tests) for r in pool.records)
+
+    def to_wire(self) -> str:
+        return json.dumps({"tests": self.tests, "engines": self.engines}, default=str)
+
+    def absorb(self, wire: str | None, worker: str) -> None:
+        if not wire:
+            self.lost_workers.append(worker)
+            return
+        data = json.loads(wire)
+        self.tests.extend(data.get("tests", []))
+        self.engines.extend(dict(e, worker=worker) for e in data.get("engines", []))
+
+
+def junit_properties(test: dict[str, Any]) -> list[tuple[str, object]]:
+    """The per-test numbers CI dashboards show (junitxml ``<property>``)."""
+    return [
+        ("enginedead_batch_size", test["batch_size"]),
+        ("enginedead_deadline_s", test["timeout_s"]),
+        ("enginedead_step_p50_s", test["step_p50_s"]),
+        ("enginedead_step_max_s", test["step_max_s"]),
+        ("enginedead_verdict", verdict_word(test["verdict"])),
+    ]
+
+
+def verdict_word(verdict: str | None) -> str:
+    """ok / false death / genuine death, as the tables say it."""
+    if verdict is None:
+        return "ok"
+    return "false death" if verdict == "SLOW" else "genuine death"
 
 
 def death_counts(deaths: Iterable[dict[str, Any]]) -> tuple[int, int]:
@@ -93,11 +136,11 @@ def _fmt_s(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}s"
 
 
-def terminal_summary(tr: Any, pool: Any, results: Results, settings: Any) -> None:
+def terminal_summary(tr: Any, results: Results, settings: Any) -> None:
     """Only when engines ran: a line per engine configuration, then the count."""
-    if not pool.started:
+    rows = results.engines
+    if not rows:
         return
-    rows = [engine_row(r.engine, r.tests) for r in pool.records]
     false = sum(r["false_deaths"] for r in rows)
     genuine = sum(r["genuine_deaths"] for r in rows)
     if tr.config.getoption("verbose") < 0:
@@ -107,8 +150,10 @@ def terminal_summary(tr: Any, pool: Any, results: Results, settings: Any) -> Non
         )
         return
     tr.write_sep("=", "enginedead")
-    head = f"{'batch':>5}  {'deadline':>9}  {'steps':>5}  {'p50':>8}  {'max':>8}  {'headroom':>8}  {'start':>6}  {'false':>5}  {'genuine':>7}  deadline from / faults"
-    tr.write_line(head)
+    tr.write_line(
+        f"{'batch':>5}  {'deadline':>9}  {'steps':>5}  {'p50':>8}  {'max':>8}  "
+        f"{'headroom':>8}  {'start':>6}  {'false':>5}  {'genuine':>7}  deadline from; faults"
+    )
     for r in rows:
         room = "-" if r["headroom"] is None else f"{r['headroom']:.1f}x"
         start = "-" if r["start_s"] is None else f"{r['start_s']:.1f}s"
@@ -122,6 +167,8 @@ def terminal_summary(tr: Any, pool: Any, results: Results, settings: Any) -> Non
         f"engines started: {len(rows)}; false deaths: {false}; genuine deaths: {genuine}; "
         f"policy: {settings.policy_name}"
     )
+    for worker in results.lost_workers:
+        tr.write_line(f"enginedead: no results from xdist worker {worker} (it crashed)", red=True)
 
 
 def machine() -> dict[str, Any]:
@@ -140,7 +187,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def build(pool: Any, results: Results, settings: Any) -> dict[str, Any]:
+def build(results: Results, settings: Any) -> dict[str, Any]:
     """The JSON report (schema: report.schema.json, ``schema_version`` 1)."""
     return {
         "schema_version": SCHEMA_VERSION,
@@ -149,9 +196,10 @@ def build(pool: Any, results: Results, settings: Any) -> dict[str, Any]:
         "machine": machine(),
         "policy": {"name": settings.policy_name, "source": settings.policy_source},
         "batch_sizes": list(settings.batch_sizes),
-        "engines_started": pool.started,
-        "engines": [engine_row(r.engine, r.tests) for r in pool.records],
+        "engines_started": len(results.engines),
+        "engines": results.engines,
         "tests": results.tests,
+        "lost_workers": results.lost_workers,
     }
 
 

@@ -103,6 +103,7 @@ def test_reference_policy(vllm_engine):
 """
 
 
+@pytest.mark.smoke
 def test_stock_deadline_false_death_caught_and_policy_survives(
     pytester: pytest.Pytester, decoy: psutil.Process
 ) -> None:
@@ -177,6 +178,7 @@ def test_hang(vllm_engine):
 """
 
 
+@pytest.mark.smoke
 def test_genuine_deaths_propagate(pytester: pytest.Pytester, decoy: psutil.Process) -> None:
     """A crashed worker (DEAD) and a hung one (HUNG) are not false deaths: the original
     EngineDeadError reaches the test unchanged."""
