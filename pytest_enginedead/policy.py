@@ -165,12 +165,15 @@ class TimeoutPolicy:
         """``headroom × predicted step time``, clamped to ``[floor_s, cap_s]``.
 
         ``samples`` are measured ``(batch_size, step_seconds)``; step time is fitted as
-        ``a + b × batch`` (least squares, never negative).  Other backends keep the
-        reference rule.
+        ``a + b × batch`` (least squares, never negative), lifted so that it predicts
+        no less than any sample.  Other backends keep the reference rule.
         """
         if not headroom > 0:
             raise ValueError(f"headroom must be > 0, got {headroom!r}")
         a, b = fit_step_time(samples)
+        # lift the line over every sample: a deadline must cover each measured step
+        pairs = list(samples.items() if isinstance(samples, Mapping) else samples)
+        a += max(0.0, max(s - (a + b * n) for n, s in pairs))
         backend = Backend.parse(backend)
         rules = dict(cls.reference().rules)
         rules[backend] = Rule(headroom * a, headroom * b, 0.0, floor_s=floor_s, cap_s=cap_s)

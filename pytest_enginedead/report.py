@@ -39,7 +39,7 @@ class Results:
         """Keep the call phase, and setup/teardown phases that did not pass."""
         if rep.when != "call" and (rep.passed or rep.skipped):
             return
-        stats = summarize(handle.step_times_since_start())
+        stats = summarize(handle.step_times_since_start(), now=time.monotonic())
         deaths = list(handle.deaths)
         self.tests.append(
             {
@@ -53,6 +53,7 @@ class Results:
                 "steps": stats["steps"],
                 "step_p50_s": _r(stats["p50_s"]),
                 "step_max_s": _r(stats["max_s"]),
+                "step_max_running": stats["max_running"],
                 "verdict": deaths[-1]["verdict"] if deaths else None,
                 "deaths": deaths,
             }
