@@ -185,20 +185,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if any(p and p.spec for p in plans) and vllm_missing_reason() is None:
         _check_architecture(run.settings.model, run.settings.model_source)
     shared = iter(share([p.spec for p in plans if p and p.spec]))
-    xdist = config.pluginmanager.hasplugin("xdist")
     entries: list[tuple[EngineSpec | None, int]] = []
     for item, plan in zip(items, plans):
         if plan is not None and plan.spec is not None:
             plan = Plan(plan.batch_size, next(shared))
             if item.get_closest_marker("timeout") is None and config.pluginmanager.hasplugin("timeout"):
                 item.add_marker(pytest.mark.timeout(budget_s(plan.spec)))
-            if xdist and item.get_closest_marker("xdist_group") is None:
-                # --dist loadgroup keeps the tests sharing an engine on one worker
-                item.add_marker(pytest.mark.xdist_group(distributed.group_name(plan.spec)))
         if plan is not None:
             item.stash[plan_key] = plan
         entries.append((plan.spec if plan else None, plan.batch_size if plan else 0))
     items[:] = [items[i] for i in order(entries)]
+    if distributed.is_worker(config):
+        distributed.publish_groups(
+            config,
+            ((it.nodeid, distributed.item_group(it, _plan_spec(it))) for it in items),
+        )
+
+
+def _plan_spec(item: pytest.Item) -> EngineSpec | None:
+    plan = item.stash.get(plan_key, None)
+    return plan.spec if plan is not None else None
 
 
 def _check_architecture(model: str, source: str) -> None:
