@@ -184,7 +184,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             plans.append(Plan(0, None, str(exc)))
     if any(p and p.spec for p in plans) and vllm_missing_reason() is None:
         _check_architecture(run.settings.model, run.settings.model_source)
-    shared = iter(share([p.spec for p in plans if p and p.spec]))
+    specs = share([p.spec for p in plans if p and p.spec])
+    run.results.configurations = len(set(specs))
+    shared = iter(specs)
     entries: list[tuple[EngineSpec | None, int]] = []
     for item, plan in zip(items, plans):
         if plan is not None and plan.spec is not None:

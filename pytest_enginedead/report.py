@@ -34,6 +34,8 @@ class Results:
     tests: list[dict[str, Any]] = field(default_factory=list)
     engines: list[dict[str, Any]] = field(default_factory=list)
     lost_workers: list[str] = field(default_factory=list)
+    #: distinct engine configurations the collected tests need
+    configurations: int = 0
 
     def observe(self, item: pytest.Item, rep: pytest.TestReport, handle: EngineHandle) -> None:
         """Keep the call phase, and setup/teardown phases that did not pass."""
@@ -64,7 +66,10 @@ class Results:
         self.engines.extend(engine_row(r.engine, r.tests) for r in pool.records)
 
     def to_wire(self) -> str:
-        return json.dumps({"tests": self.tests, "engines": self.engines}, default=str)
+        return json.dumps(
+            {"tests": self.tests, "engines": self.engines, "configurations": self.configurations},
+            default=str,
+        )
 
     def absorb(self, wire: str | None, worker: str) -> None:
         if not wire:
@@ -72,6 +77,7 @@ class Results:
             return
         data = json.loads(wire)
         self.tests.extend(data.get("tests", []))
+        self.configurations = max(self.configurations, int(data.get("configurations", 0)))
         self.engines.extend(dict(e, worker=worker) for e in data.get("engines", []))
 
 
@@ -198,6 +204,7 @@ def build(results: Results, settings: Any) -> dict[str, Any]:
         "policy": {"name": settings.policy_name, "source": settings.policy_source},
         "batch_sizes": list(settings.batch_sizes),
         "engines_started": len(results.engines),
+        "configurations": results.configurations,
         "engines": results.engines,
         "tests": results.tests,
         "lost_workers": results.lost_workers,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
+from xml.etree import ElementTree
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,9 @@ import psutil
 import pytest
 
 from pytest_enginedead import compat
+from pytest_enginedead.report import SCHEMA_PATH
+
+jsonschema = pytest.importorskip("jsonschema")
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -52,6 +57,9 @@ def run_engines(
         timeout=timeout,
     )
     data = json.loads(report.read_text())
+    jsonschema.validate(data, json.loads(Path(SCHEMA_PATH).read_text()))
+    # one engine per distinct configuration: sharing worked, no death forced a restart
+    assert data["engines_started"] == data["configurations"], data["engines"]
     return result, data
 
 
@@ -109,7 +117,8 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
 ) -> None:
     """Stock 2 s deadline, busy 0.05 s/seq: batch 2 passes, batch 64 is a false death;
     the reference policy survives batch 64 with a non-empty step record."""
-    result, data = run_engines(pytester, STOCK_VS_POLICY)
+    junit = pytester.path / "junit.xml"
+    result, data = run_engines(pytester, STOCK_VS_POLICY, f"--junitxml={junit}")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -124,7 +133,7 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
         "false engine death: vLLM raised EngineDeadError while its worker was still computing",
         "VLLM::Worker (pid ",
         "% of a core over the last",
-        "batch 64, had run",
+        ", had run ",
         "deadline:   2 s (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=2, set from the enginedead_timeout marker)",
         "policy:     reference allows 1240 s at batch 64 on CPU",
         "worker stack (innermost first):",
@@ -132,6 +141,7 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
         "what to change:",
     ):
         assert needle in out, needle
+    assert re.search(r"step:       step \d+, batch \d+, had run [2-9]\.\d s and was still running", out)
     assert "During handling of the above exception" not in out
     # one engine for both stock-deadline batches (same deadline), one for the policy
     assert data["engines_started"] == 2
@@ -147,6 +157,23 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
     }
     slow = next(t for t in data["tests"] if t["verdict"] == "SLOW")["deaths"][0]
     assert slow["verdict_s"] < 0.5, "the verdict must come fast"
+    # the JSON report, junitxml properties and the terminal summary tell one story
+    props = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in ElementTree.parse(junit).getroot().iter("testcase")
+    }
+    for test in (t for t in data["tests"] if t["when"] == "call"):
+        mine = props[test["nodeid"].split("::")[-1]]
+        assert mine["enginedead_batch_size"] == str(test["batch_size"])
+        assert float(mine["enginedead_deadline_s"]) == test["timeout_s"]
+        assert mine["enginedead_verdict"] == ("false death" if test["verdict"] == "SLOW" else "ok")
+        assert mine["enginedead_step_max_s"] == str(test["step_max_s"])
+    for engine in data["engines"]:
+        summary = [ln for ln in out.splitlines() if ln.lstrip().startswith(f"{engine['batch_size']} ")
+                   and f"{engine['deadline_s']:g}s" in ln]
+        assert summary, engine["label"]
+        assert summary[0].split()[4] == f"{engine['step_max_s']:.3f}s"
+        assert f"engines started: {data['engines_started']};" in out
     assert_nothing_left(data, decoy)
 
 

@@ -89,7 +89,7 @@ def test_two_workers_one_report(pytester: pytest.Pytester) -> None:
     assert out.count("engines started: 3;") == 1, out[-3000:]
     assert "--dist" not in out.split("collected")[0]  # no loadgroup warning in the header
     data = json.loads(report.read_text())
-    assert data["engines_started"] == 3
+    assert data["engines_started"] == 3 == data["configurations"]
     assert {e["worker"] for e in data["engines"]} == {"gw0", "gw1"}
     assert sum(e["false_deaths"] for e in data["engines"]) == 1
     assert sum(e["genuine_deaths"] for e in data["engines"]) == 1
