@@ -1,0 +1,257 @@
+"""Benchmarks: what the harness costs and how fast it answers, measured side by side.
+
+    python bench/run.py [start] [step] [verdict] [suite] [xdist]     (default: all)
+
+Each benchmark runs its variants alternately in one run (this machine is shared
+and noisy) and prints ratios of medians.  Results go to bench/results.json.
+
+start    engine start through the harness vs a bare ``LLM(...)`` with the same
+         arguments, each in a fresh process (import excluded)           ratio <= 1.05
+step     decode step time with the worker's step record and the liveness
+         sampler on vs off (same engine arguments, 64 sequences)        ratio <= 1.02
+verdict  time from EngineDeadError reaching the test to the verdict      <= 0.5 s
+suite    engines started vs distinct engine configurations for the
+         downstream suites the project's tests run; cold time to
+         reproduce the false death (fresh pytest, engine start included)
+xdist    the same downstream suite with -n 0 and -n 2 --dist loadgroup:
+         wall time and engines started
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+PY = sys.executable
+RESULTS = HERE / "results.json"
+
+# --- start: harness vs bare ----------------------------------------------------------
+
+START_ONE = textwrap.dedent(
+    """
+    import json, os, sys, time
+    if __name__ == "__main__":
+        mode = sys.argv[1]
+        from vllm import LLM  # import is not what we measure
+        from pytest_enginedead import compat
+        from pytest_enginedead.engine import Engine, EngineSpec
+        from pytest_enginedead.options import BUNDLED_MODEL
+        spec = EngineSpec(BUNDLED_MODEL, 8, 300.0, "bench")
+        if mode == "harness":
+            engine = Engine(spec)
+            t0 = time.monotonic(); engine.start(); dt = time.monotonic() - t0
+            engine.stop()
+        else:
+            os.environ.update(compat.engine_environment(None))
+            os.environ[compat.DEADLINE_ENV] = "300"
+            kwargs = compat.llm_kwargs(None, BUNDLED_MODEL, 8)
+            t0 = time.monotonic(); llm = LLM(**kwargs); dt = time.monotonic() - t0
+            compat.shutdown_llm(llm)
+        print(json.dumps({"mode": mode, "start_s": dt}))
+    """
+)
+
+
+def bench_start(rounds: int = 3) -> dict[str, Any]:
+    script = Path(tempfile.mkdtemp()) / "start_one.py"
+    script.write_text(START_ONE)
+    times: dict[str, list[float]] = {"harness": [], "bare": []}
+    for i in range(rounds):
+        order = ("harness", "bare") if i % 2 == 0 else ("bare", "harness")
+        for mode in order:
+            out = subprocess.run([PY, str(script), mode], capture_output=True, text=True, timeout=600)
+            line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+            if not line:
+                raise RuntimeError(f"{mode} start failed:\n{out.stderr[-3000:]}")
+            times[mode].append(json.loads(line[-1])["start_s"])
+            print(f"  start {mode:8s} {times[mode][-1]:.2f} s", flush=True)
+    h, b = statistics.median(times["harness"]), statistics.median(times["bare"])
+    return {"harness_s": times["harness"], "bare_s": times["bare"], "median_harness_s": h,
+            "median_bare_s": b, "ratio": h / b, "target": "<= 1.05"}
+
+
+# --- step: record + sampler on vs off ------------------------------------------------
+
+STEP = textwrap.dedent(
+    """
+    import json, os, statistics, sys, time
+    if __name__ == "__main__":
+        rounds, n, tokens = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+        from pytest_enginedead import assert_no_false_death, worker
+        from pytest_enginedead.engine import Engine, EngineSpec
+        from pytest_enginedead.options import BUNDLED_MODEL
+
+        class Bare(Engine):
+            # the same engine with the vllm.general_plugins entry left inert
+            def start(self, progress=None):
+                saved = worker.ENV_DIR
+                worker.ENV_DIR = "ENGINEDEAD_BENCH_OFF"  # the harness sets a name the plugin ignores
+                try:
+                    return super().start(progress)
+                finally:
+                    worker.ENV_DIR = saved
+
+        on = Engine(EngineSpec(BUNDLED_MODEL, n, 300.0, "bench on")).start()
+        off = Bare(EngineSpec(BUNDLED_MODEL, n, 300.0, "bench off")).start()
+        assert on.steps() == [] and on.worker_pids, "record must be on"
+        times = {"on": [], "off": []}
+        try:
+            for engine in (on, off):
+                engine.generate(n, max_tokens=4)  # warm-up
+            for i in range(rounds):
+                for mode in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                    engine = on if mode == "on" else off
+                    t0 = time.monotonic()
+                    if mode == "on":
+                        with assert_no_false_death(engine):  # the sampler runs meanwhile
+                            engine.generate(n, max_tokens=tokens)
+                    else:
+                        engine.generate(n, max_tokens=tokens)
+                    times[mode].append((time.monotonic() - t0) / tokens)
+            recorded = len(on.steps())
+            off_recorded = len(off.steps())
+        finally:
+            on.stop(); off.stop()
+        print(json.dumps({"times": times, "recorded": recorded, "off_recorded": off_recorded}))
+    """
+)
+
+
+def bench_step(rounds: int = 12, n: int = 64, tokens: int = 192) -> dict[str, Any]:
+    script = Path(tempfile.mkdtemp()) / "step.py"
+    script.write_text(STEP)
+    out = subprocess.run([PY, str(script), str(rounds), str(n), str(tokens)],
+                         capture_output=True, text=True, timeout=1200)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if not line:
+        raise RuntimeError(f"step bench failed:\n{out.stderr[-3000:]}")
+    data = json.loads(line[-1])
+    on, off = statistics.median(data["times"]["on"]), statistics.median(data["times"]["off"])
+    print(f"  step on {on * 1000:.2f} ms, off {off * 1000:.2f} ms per decode step", flush=True)
+    return {"batch": n, "per_step_on_s": data["times"]["on"], "per_step_off_s": data["times"]["off"],
+            "median_on_s": on, "median_off_s": off, "ratio": on / off, "steps_recorded_on": data["recorded"],
+            "steps_recorded_off": data["off_recorded"], "target": "<= 1.02"}
+
+
+# --- downstream suites ------------------------------------------------------------------
+
+FALSE_DEATH = textwrap.dedent(
+    """
+    import pytest
+    from pytest_enginedead import assert_no_false_death
+
+    @pytest.mark.enginedead_batch_sizes(64)
+    @pytest.mark.enginedead_timeout(2)
+    @pytest.mark.enginedead_inject(slow_s_per_seq=0.05)
+    def test_false_death(vllm_engine):
+        with assert_no_false_death(vllm_engine):
+            vllm_engine.generate(max_tokens=4)
+    """
+)
+
+
+def downstream(source: str, *args: str) -> tuple[float, dict[str, Any], int]:
+    """Run ``source`` under ``pytest -p enginedead`` in a fresh process: wall, report, code."""
+    work = Path(tempfile.mkdtemp(prefix="enginedead-bench-"))
+    (work / "test_downstream.py").write_text(source)
+    report = work / "report.json"
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    t0 = time.monotonic()
+    done = subprocess.run(
+        [PY, "-m", "pytest", "-p", "enginedead", "-p", "timeout", "-p", "xdist", "-p", "no:cacheprovider",
+         "-q", f"--enginedead-report={report}", *args],
+        cwd=work, env=env, capture_output=True, text=True, timeout=1800,
+    )
+    wall = time.monotonic() - t0
+    if not report.exists():
+        raise RuntimeError(f"no report:\n{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+    return wall, json.loads(report.read_text()), done.returncode
+
+
+def bench_verdict(rounds: int = 3) -> dict[str, Any]:
+    """Real false deaths: verdict time from each death record; cold time from the first."""
+    walls, verdicts = [], []
+    for _ in range(rounds):
+        wall, data, _ = downstream(FALSE_DEATH)
+        death = next(t for t in data["tests"] if t["verdict"] == "SLOW")["deaths"][0]
+        walls.append(wall)
+        verdicts.append(death["verdict_s"])
+        print(f"  verdict {death['verdict_s'] * 1000:.0f} ms; cold reproduction {wall:.1f} s", flush=True)
+    return {"verdict_s": verdicts, "max_verdict_s": max(verdicts), "target": "<= 0.5 s",
+            "cold_reproduction_s": walls, "median_cold_reproduction_s": statistics.median(walls)}
+
+
+def _tests_sources() -> dict[str, str]:
+    """The downstream suites the project's own engine tests run (taken from them)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import test_engine  # noqa: E402
+    import test_xdist  # noqa: E402
+
+    return {
+        "stock_vs_policy": test_engine.STOCK_VS_POLICY,
+        "genuine_deaths": test_engine.GENUINE_DEATHS,
+        "xdist_suite": test_xdist.SUITE,
+    }
+
+
+def bench_suite() -> dict[str, Any]:
+    out = {}
+    for name, source in _tests_sources().items():
+        wall, data, _ = downstream(source)
+        out[name] = {"engines_started": data["engines_started"], "configurations": data["configurations"],
+                     "wall_s": wall}
+        print(f"  {name}: {data['engines_started']} engines for {data['configurations']} configurations"
+              f" ({wall:.0f} s)", flush=True)
+    return out
+
+
+def bench_xdist(rounds: int = 1) -> dict[str, Any]:
+    source = _tests_sources()["xdist_suite"]
+    runs: dict[str, list[dict[str, Any]]] = {"n0": [], "n2": []}
+    for i in range(rounds):
+        for mode in (("n0", "n2") if i % 2 == 0 else ("n2", "n0")):
+            args = ("-n", "0") if mode == "n0" else ("-n", "2", "--dist", "loadgroup")
+            wall, data, code = downstream(source, *args)
+            outcomes = sorted((t["nodeid"], t["outcome"]) for t in data["tests"] if t["when"] == "call")
+            runs[mode].append({"wall_s": wall, "engines_started": data["engines_started"],
+                               "configurations": data["configurations"], "outcomes": outcomes, "exit": code})
+            print(f"  {mode}: {wall:.1f} s, {data['engines_started']} engines", flush=True)
+    n0 = statistics.median(r["wall_s"] for r in runs["n0"])
+    n2 = statistics.median(r["wall_s"] for r in runs["n2"])
+    same = all(r["outcomes"] == runs["n0"][0]["outcomes"] for r in runs["n0"] + runs["n2"])
+    return {"runs": runs, "median_n0_s": n0, "median_n2_s": n2, "speedup": n0 / n2, "same_outcomes": same}
+
+
+BENCHES = {"start": bench_start, "step": bench_step, "verdict": bench_verdict,
+           "suite": bench_suite, "xdist": bench_xdist}
+
+
+def main(argv: list[str]) -> int:
+    chosen = argv or list(BENCHES)
+    unknown = [c for c in chosen if c not in BENCHES]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; choose from {list(BENCHES)}", file=sys.stderr)
+        return 2
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for name in chosen:
+        print(f"{name}:", flush=True)
+        results[name] = BENCHES[name]()
+        results[name]["measured"] = time.strftime("%Y-%m-%d %H:%M")
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps({k: {kk: vv for kk, vv in v.items() if not isinstance(vv, (list, dict))}
+                      for k, v in results.items()}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
