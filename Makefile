@@ -25,11 +25,15 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/enginedead check
 
+# The whole suite under xdist on the newest vLLM (.venv), then the smoke set (the
+# false-death reproduction and the genuine deaths) on the oldest installable vLLM.
+OLDEST ?= vllm0271
 test: setup
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadgroup
+	$(MAKE) tox TOXARGS="-e $(OLDEST) -- -m smoke"
 
 test-fast: setup
-	$(PY) -m pytest -m "not engine"
+	$(PY) -m pytest -m "not engine" -n 2
 
 bench: setup
 	$(PY) bench/run.py

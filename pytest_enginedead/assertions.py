@@ -118,10 +118,14 @@ class Finding:
         if self.stack:
             lines.append("  worker stack (innermost first):")
             lines.extend("    " + ln for ln in _innermost(self.stack))
+        allowed = f.get("policy_timeout_s")
+        setting = (
+            f"`export {compat.DEADLINE_ENV}={compat.deadline_env_value(allowed)}`"
+            if allowed is not None else f"a larger {compat.DEADLINE_ENV}"
+        )
         lines.append(
-            "  what to change: the deadline is shorter than one step of this batch. Raise "
-            f"{compat.DEADLINE_ENV} before the engine starts (the policy's value above), "
-            "or size it with `enginedead calibrate`."
+            "  what to change: the deadline is shorter than one step of this batch. Set "
+            f"{setting} before the engine starts, or size it with `enginedead calibrate`."
         )
         return "\n".join(lines)
 

@@ -19,3 +19,17 @@ def downstream(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> py
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """In-process pytest with the plugin, as ``pytest -p enginedead ARGS``."""
     return pytester.runpytest("-p", "enginedead", *args)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _inner_runs_share_our_cores(pytestconfig: pytest.Config) -> None:
+    """Under xdist, the downstream runs our tests start use this worker's cores only.
+
+    The inner runs are not xdist workers themselves, so they would not split the
+    machine; give them the worker's share the way the plugin gives its own engines.
+    """
+    from pytest_enginedead.distributed import cpu_bind
+
+    cores = cpu_bind(pytestconfig)
+    if cores is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
