@@ -44,34 +44,25 @@ def _arg(parse: Any) -> Any:
     return convert
 
 
-def _headroom(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number; use e.g. --headroom 3") from None
-    if not value > 0 or not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{raw!r} must be above 0 (a multiple of the step time, e.g. 3)")
-    return value
+def _number(parse: Any, minimum: float, what: str, hint: str) -> Any:
+    """A numeric argument type: parsed with ``parse``, at least ``minimum``."""
+
+    def convert(raw: str) -> Any:
+        try:
+            value = parse(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not {what}{hint}") from None
+        if not (value >= minimum and math.isfinite(value)) or (minimum == 0 and value == 0):
+            bound = "above 0" if minimum == 0 else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{raw!r} must be {bound}{hint}")
+        return value
+
+    return convert
 
 
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} must be at least 1")
-    return value
-
-
-def _seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds") from None
-    if not value >= 1:
-        raise argparse.ArgumentTypeError(f"{raw!r}: vLLM's deadline is a whole number of seconds, at least 1")
-    return value
+_headroom = _number(float, 0, "a number", " (a multiple of the step time, e.g. 3)")
+_positive_int = _number(int, 1, "a whole number", "")
+_seconds = _number(float, 1, "a number of seconds", " (vLLM's deadline is whole seconds, at least 1)")
 
 
 def _policy(raw: str) -> str:

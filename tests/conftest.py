@@ -33,3 +33,14 @@ def _inner_runs_share_our_cores(pytestconfig: pytest.Config) -> None:
     cores = cpu_bind(pytestconfig)
     if cores is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
+
+
+@pytest.fixture(scope="session")
+def decoy() -> Iterator[psutil.Process]:
+    """A process titled like a vLLM worker that no harness started: it must survive."""
+    proc = subprocess.Popen(["bash", "-c", "exec -a VLLM::Worker sleep 3600"])
+    try:
+        yield psutil.Process(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()

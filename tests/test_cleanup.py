@@ -54,16 +54,6 @@ def test_hangs_until_cut(vllm_engine):
 """
 
 
-@pytest.fixture(scope="module")
-def decoy() -> Iterator[psutil.Process]:
-    proc = subprocess.Popen(["bash", "-c", "exec -a VLLM::Worker sleep 900"])
-    try:
-        yield psutil.Process(proc.pid)
-    finally:
-        proc.kill()
-        proc.wait()
-
-
 class Downstream:
     """``pytest -p enginedead`` in a directory of its own, in a session of its own."""
 

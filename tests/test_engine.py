@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-from collections.abc import Iterator
 from xml.etree import ElementTree
 from pathlib import Path
 from typing import Any
@@ -33,17 +31,6 @@ pytestmark = [
     pytest.mark.engine,
     pytest.mark.skipif(compat.installed_version() is None, reason="vLLM is not installed"),
 ]
-
-
-@pytest.fixture(scope="module")
-def decoy() -> Iterator[psutil.Process]:
-    """A process titled like a vLLM worker that no harness started: it must survive."""
-    proc = subprocess.Popen(["bash", "-c", "exec -a VLLM::Worker sleep 900"])
-    try:
-        yield psutil.Process(proc.pid)
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def run_engines(
