@@ -181,6 +181,17 @@ def worker_step_target(version: str | Version | None) -> tuple[str, str, str]:
     return ("vllm.worker.worker_base", "WorkerWrapperBase", "execute_model")
 
 
+def worker_sample_method(version: str | Version | None) -> str | None:
+    """The second RPC of a V1 step, under the same deadline, or None (V0: one RPC).
+
+    V1 engines send ``execute_model`` then ``sample_tokens`` (0.27.1-0.32.0:
+    multiproc_executor.py, both with ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS``).
+    ``WorkerWrapperBase`` has no ``sample_tokens`` of its own: its ``__getattr__``
+    forwards it to the backend worker.
+    """
+    return "sample_tokens" if as_version(version) >= (0, 10) else None
+
+
 def step_batch_size(scheduler_output: Any) -> int:
     """Number of sequences one V1 step schedules (0 for an empty step)."""
     scheduled = getattr(scheduler_output, "num_scheduled_tokens", None)
@@ -265,10 +276,20 @@ def known_architectures() -> set[str]:
 
 
 def sampling_params(max_tokens: int) -> Any:
-    """Decode exactly ``max_tokens`` tokens per sequence, no detokenizing."""
+    """Decode exactly ``max_tokens`` tokens per sequence, greedily, no detokenizing.
+
+    Greedy on purpose: with random sampling, vLLM 0.27.1-0.31.0 run the CPU sampler's
+    ``compiled_random_sample`` (``@torch.compile``, inductor; v1/sample/ops/
+    topk_topp_sampler.py) in the worker's first ``sample_tokens`` call, whatever
+    ``enforce_eager`` says: a C++ compile of 2-10 s that outlives a short deadline
+    before the test's own step runs.  All-greedy batches return from
+    ``Sampler.sample`` before that sampler in every release; 0.32.0 dropped it.
+    """
     from vllm import SamplingParams
 
-    return SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+    return SamplingParams(
+        max_tokens=max_tokens, ignore_eos=True, detokenize=False, temperature=0.0
+    )
 
 
 def token_prompt(token_ids: list[int]) -> Any:

@@ -79,23 +79,30 @@ class StepTime:
 
 
 def read_steps(path: str, pid: int) -> list[StepTime]:
-    """Parse one worker's ``steps-<pid>.jsonl`` (begin and end lines)."""
-    begun: dict[int, dict[str, Any]] = {}
-    ended: dict[int, float] = {}
+    """Parse one worker's ``steps-<pid>.jsonl``.
+
+    A step is ``execute_model`` (``b``/``e`` lines) plus, in V1, its ``sample_tokens``
+    (``sb``/``se``); its time is the sum, and it is running while either phase is.
+    """
+    times: dict[int, dict[str, Any]] = {}
     with contextlib.suppress(FileNotFoundError), open(path) as f:
         for line in f:
             try:
                 rec = json.loads(line)
             except ValueError:
                 continue  # a line being written
-            if rec.get("e") == "b":
-                begun[rec["i"]] = rec
-            elif rec.get("e") == "e":
-                ended[rec["i"]] = rec["t"]
-    return [
-        StepTime(i, b["n"], b["t"], (ended[i] - b["t"]) if i in ended else None, pid)
-        for i, b in sorted(begun.items())
-    ]
+            entry = times.setdefault(rec["i"], {})
+            entry[rec["e"]] = rec["t"]
+            if rec["e"] == "b":
+                entry["n"] = rec["n"]
+    steps = []
+    for i, t in sorted(times.items()):
+        if "b" not in t:
+            continue
+        running = "e" not in t or ("sb" in t and "se" not in t)
+        seconds = None if running else (t["e"] - t["b"]) + (t["se"] - t["sb"] if "sb" in t else 0.0)
+        steps.append(StepTime(i, t["n"], t["b"], seconds, pid))
+    return steps
 
 
 def summarize(steps: list[StepTime], now: float | None = None) -> dict[str, Any]:

@@ -101,7 +101,9 @@ class Watched:
                     status = proc.status()
                     times = proc.cpu_times()
                     rss = proc.memory_info().rss
-                s = Sample(now, status not in _GONE, status, times.user + times.system, rss)
+                # reaped children count: a worker's compiler runs in short-lived helpers
+                cpu = times.user + times.system + times.children_user + times.children_system
+                s = Sample(now, status not in _GONE, status, cpu, rss)
             except psutil.Error:
                 s = Sample(now, False, "gone", self._last_cpu(), 0)
         self.samples.append(s)

@@ -6,6 +6,7 @@ never active in the harness's own process.  When active it wraps the worker's
 ``execute_model`` to
 
 * append a step record (index, batch size, start, end) to ``steps-<pid>.jsonl``;
+  the step's second RPC, ``sample_tokens``, is recorded as a phase of the same step;
 * apply fault injection (busy burn per sequence, idle hang, process exit);
 * let the harness dump its Python stack: ``SIGUSR2`` writes ``stack-<pid>.txt``.
 """
@@ -87,6 +88,7 @@ class _StepRecorder:
         pid = os.getpid()
         self.injection = injection
         self.step = 0
+        self._sample_for: int | None = None  # the step whose sample_tokens comes next
         # one O_APPEND write per record: atomic, unbuffered, no lock, no json.dumps
         self._fd = os.open(steps_path(run_dir, pid), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._stack: IO[str] = open(stack_path(run_dir, pid), "w")
@@ -94,6 +96,17 @@ class _StepRecorder:
         self._stack.write(f"main-thread 0x{threading.main_thread().ident or 0:016x}\n")
         self._stack.flush()
         faulthandler.register(STACK_SIGNAL, file=self._stack, all_threads=True)
+
+    def run_sample(self, call: Callable[[], Any]) -> Any:
+        """The step's second RPC (sampling): same step index, its own begin and end."""
+        step, self._sample_for = self._sample_for, None
+        if step is None:  # no recorded model step waits for it
+            return call()
+        os.write(self._fd, b'{"e":"sb","i":%d,"t":%.6f}\n' % (step, time.monotonic()))
+        try:
+            return call()
+        finally:
+            os.write(self._fd, b'{"e":"se","i":%d,"t":%.6f}\n' % (step, time.monotonic()))
 
     def run_step(self, batch: int, call: Callable[[], Any]) -> Any:
         self.step += 1
@@ -110,6 +123,7 @@ class _StepRecorder:
             return call()
         finally:
             os.write(self._fd, b'{"e":"e","i":%d,"t":%.6f}\n' % (step, time.monotonic()))
+            self._sample_for = step
 
 
 _recorder: _StepRecorder | None = None
@@ -138,6 +152,16 @@ def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     return execute_model
 
 
+def _wrap_sample(name: str, method: Callable[..., Any] | None) -> Callable[..., Any]:
+    def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
+        target = method or getattr(self.worker, name)  # forwarded, like vLLM's __getattr__
+        call = (lambda: target(self, *args, **kwargs)) if method else (lambda: target(*args, **kwargs))
+        return _get_recorder().run_sample(call)
+
+    sample_tokens.__enginedead__ = True  # type: ignore[attr-defined]
+    return sample_tokens
+
+
 def register() -> None:
     """vLLM general-plugin entry: wrap the worker's step when the harness asks."""
     if not os.environ.get(ENV_DIR):
@@ -150,3 +174,8 @@ def register() -> None:
     method = getattr(cls, method_name)
     if not getattr(method, "__enginedead__", False):
         setattr(cls, method_name, _wrap(method))
+    sample = compat.worker_sample_method(compat.installed_version())
+    if sample:
+        own = cls.__dict__.get(sample)
+        if not getattr(own, "__enginedead__", False):
+            setattr(cls, sample, _wrap_sample(sample, own))
