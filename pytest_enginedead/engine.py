@@ -10,6 +10,7 @@ engine at that test's batch size.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -19,7 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psutil
@@ -220,11 +221,10 @@ class Engine:
         self.shm |= mapped_shm(self.procs)
         llm, self.llm = self.llm, None
         if llm is not None and not self.broken:
-            _bounded(lambda: compat.shutdown_llm(llm), 10.0)
+            _bounded(functools.partial(compat.shutdown_llm, llm), 10.0)
         leftover = terminate(self.procs)
         if llm is not None and self.broken:
-            _bounded(lambda: compat.shutdown_llm(llm), 5.0)  # client-side sockets
-        del llm
+            _bounded(functools.partial(compat.shutdown_llm, llm), 5.0)  # client-side sockets
         unlink_shm(self.shm)
         if leftover:
             raise RuntimeError(f"engine processes survived SIGKILL: {leftover}")

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
+
+import psutil
 import pytest
 
 
