@@ -117,8 +117,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 def _progress_writer(config: pytest.Config) -> Progress | None:
     """Progress lines straight to the terminal, even while output is captured."""
-    if config.getoption("verbose") < 0 or not hasattr(os, "dup"):
-        return None
+    if config.getoption("verbose") < 0 or distributed.is_worker(config):
+        return None  # xdist workers share the controller's terminal: keep it tidy
     try:
         fd = os.dup(2)  # captured output is suspended while plugins configure
     except OSError:
