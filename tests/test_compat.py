@@ -1,0 +1,117 @@
+"""What compat.py says about vLLM releases, including those that cannot be installed here.
+
+The facts come from each release's source (the deadline's history, the V0 death
+classes, the executor CPU engines use); these tests pin them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_enginedead import compat
+
+
+@pytest.mark.parametrize(
+    ("version", "stock", "env", "multiprocess"),
+    [
+        ("0.8.5", 40.0, None, False),  # hard-coded 40 s
+        ("0.9.0", 300.0, None, False),  # hard-coded 300 s
+        ("0.9.1", 300.0, None, False),
+        ("0.9.2", 300.0, compat.DEADLINE_ENV, False),  # the variable appears
+        ("0.10.2", 300.0, compat.DEADLINE_ENV, False),
+        ("0.19.9", 300.0, compat.DEADLINE_ENV, False),  # CPU: uniprocess, no deadline applies
+        ("0.20.0", 300.0, compat.DEADLINE_ENV, True),  # CPU: multiprocess by default
+        ("0.27.1", 300.0, compat.DEADLINE_ENV, True),
+        ("0.32.0+cpu", 300.0, compat.DEADLINE_ENV, True),
+    ],
+)
+def test_deadline_history(version: str, stock: float, env: str | None, multiprocess: bool) -> None:
+    facts = compat.deadline_facts(version)
+    assert (facts.stock_s, facts.env_var, facts.multiprocess_on_cpu) == (stock, env, multiprocess)
+
+
+def test_stock_deadline_reads_the_variable_only_where_it_exists() -> None:
+    environ = {compat.DEADLINE_ENV: "45"}
+    assert compat.stock_deadline_s(environ, "0.32.0") == 45.0
+    assert compat.stock_deadline_s(environ, "0.9.1") == 300.0  # hard-coded there
+    assert compat.stock_deadline_s(environ, "0.8.5") == 40.0
+    assert compat.stock_deadline_s({}, "0.32.0") == 300.0
+    with pytest.raises(ValueError, match="not an integer"):
+        compat.stock_deadline_s({compat.DEADLINE_ENV: "2.5"}, "0.32.0")
+
+
+@pytest.mark.parametrize(("seconds", "env"), [(0.2, "1"), (1.0, "1"), (1.01, "2"), (1240.0, "1240")])
+def test_deadline_rounds_up_to_whole_seconds(seconds: float, env: str) -> None:
+    """vLLM parses the variable with int(): never shorter than asked, never 0."""
+    assert compat.deadline_env_value(seconds) == env
+
+
+def test_death_classes_per_release() -> None:
+    v1 = "vllm.v1.engine.exceptions.EngineDeadError"
+    v0 = {"vllm.engine.async_llm_engine.AsyncEngineDeadError", "vllm.engine.multiprocessing.MQEngineDeadError"}
+    assert set(compat.death_classes_for("0.10.2")) == {v1, *v0}
+    assert compat.death_classes_for("0.11.0") == [v1]
+    assert compat.death_classes_for("0.32.0") == [v1]
+    assert set(compat.death_classes_for("0.8.0")) == v0  # before V1's class existed
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("vllm.v1.engine.exceptions", "EngineDeadError"),
+        ("vllm.engine.async_llm_engine", "AsyncEngineDeadError"),
+        ("vllm.engine.multiprocessing", "MQEngineDeadError"),
+    ],
+)
+def test_every_death_class_is_recognised_without_vllm(module: str, name: str) -> None:
+    cls = type(name, (RuntimeError,), {"__module__": module})
+    sub = type("Sub" + name, (cls,), {"__module__": "elsewhere"})
+    assert compat.is_engine_death(cls())
+    assert compat.is_engine_death(sub())  # subclasses too, along the MRO
+    assert not compat.is_engine_death(type(name, (RuntimeError,), {"__module__": "mine"})())
+
+
+def test_worker_targets() -> None:
+    v1 = ("vllm.v1.worker.worker_base", "WorkerWrapperBase", "execute_model")
+    assert compat.worker_step_target("0.27.1") == v1
+    assert compat.worker_step_target("0.32.0") == v1
+    assert compat.worker_step_target(None) == v1  # unknown: the newest behaviour
+    assert compat.worker_step_target("0.9.2")[0] == "vllm.worker.worker_base"
+    assert compat.worker_sample_method("0.32.0") == "sample_tokens"
+    assert compat.worker_sample_method("0.9.2") is None
+
+
+def test_batch_size_of_a_step() -> None:
+    class V1Step:
+        num_scheduled_tokens = {"a": 1, "b": 1, "c": 4}
+
+    class V0Step:
+        seq_group_metadata_list = [object(), object()]
+
+    assert compat.step_batch_size(V1Step()) == 3
+    assert compat.step_batch_size(V0Step()) == 2
+    assert compat.step_batch_size(object()) == 0
+
+
+def test_engine_arguments() -> None:
+    kwargs = compat.llm_kwargs("0.32.0", "/m", 64, {"max_model_len": 256})
+    assert kwargs["load_format"] == "dummy" and kwargs["skip_tokenizer_init"] is True
+    assert kwargs["max_num_seqs"] == 64 and kwargs["max_model_len"] == 256
+    assert kwargs["enforce_eager"] is True  # no dynamo trace in the first step
+    env = compat.engine_environment("0.32.0")
+    assert env[compat.MULTIPROCESSING_ENV] == "1"  # the deadline exists only there
+
+
+@pytest.mark.skipif(compat.installed_version() is None, reason="vLLM is not installed")
+def test_sampling_is_greedy() -> None:
+    """Random sampling compiles a sampler in the first step on 0.27.1-0.31.0."""
+    params = compat.sampling_params(4)
+    assert params.temperature == 0.0 and params.max_tokens == 4 and params.ignore_eos
+
+
+def test_version_parsing() -> None:
+    assert compat.parse_version("0.32.0+cpu") == (0, 32, 0)
+    assert compat.as_version("not a version") == compat.NEWEST
+    assert compat.as_version(None) == compat.NEWEST
+    with pytest.raises(ValueError):
+        compat.parse_version("cpu")
