@@ -161,7 +161,12 @@ def test_ctrl_c_in_mid_step(downstream_run, decoy: psutil.Process) -> None:
     run.watch_until_generating(extra_s=3)
     os.killpg(run.proc.pid, signal.SIGINT)
     code = run.wait()
-    assert code == pytest.ExitCode.INTERRUPTED, run.output()
+    # Ctrl-C reaches vLLM's processes too, and they exit on it: whichever pytest sees
+    # first, the KeyboardInterrupt or the engine's death, it must stop cleanly
+    out = run.output()
+    assert code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.TESTS_FAILED), out
+    if code == pytest.ExitCode.TESTS_FAILED:
+        assert "EngineDeadError" in out and "INTERNALERROR" not in out
     run.assert_nothing_left(decoy)
 
 
