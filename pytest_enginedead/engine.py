@@ -27,7 +27,7 @@ import psutil
 
 from . import compat, worker
 from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
-from .liveness import ProcessEvidence, Sampler
+from .liveness import ProcessEvidence, snapshot
 from .worker import Injection
 
 class Progress(Protocol):
@@ -309,10 +309,7 @@ class Engine:
         return header + text if text else None
 
     def liveness(self, window_s: float = 0.2) -> dict[int, ProcessEvidence]:
-        sampler = Sampler(self.pids, interval_s=window_s, window_s=window_s)
-        sampler.sample_now()
-        time.sleep(window_s)
-        return sampler.evidence()
+        return snapshot(self.pids, window_s)
 
 
 class EngineHandle:

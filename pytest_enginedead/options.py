@@ -217,5 +217,3 @@ def resolve(config: pytest.Config, opt: Option) -> Value:
     except BadValue as exc:
         raise pytest.UsageError(f"enginedead: {where} (from {source}): {exc}") from None
 
-
-OPTION_BY_NAME = {o.name: o for o in OPTIONS}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -390,14 +390,10 @@ def vllm_engine_factory(request: pytest.FixtureRequest) -> Iterator[Callable[...
         else:
             seconds, source = float(timeout_s), "vllm_engine_factory(timeout_s=...)"
         injection = markers.Injection(**inject) if isinstance(inject, dict) else (inject or markers.Injection())
-        spec = EngineSpec(
+        spec = replace(
+            base_spec(run.settings, Need(batch_size, seconds, source, injection), run.cpu_bind),
             model=options.validate_model(model) if model else run.settings.model,
-            max_num_seqs=batch_size,
-            timeout_s=seconds,
-            timeout_source=source,
-            injection=injection,
             extra_args=tuple(sorted(engine_args.items())),
-            cpu_bind=run.cpu_bind,
         )
         try:
             engine = run.pool.start_dedicated(spec)

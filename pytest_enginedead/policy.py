@@ -250,6 +250,3 @@ def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
         )
     return obj
 
-
-def describe(policy: Any) -> str:
-    return str(getattr(policy, "name", None) or type(policy).__name__)

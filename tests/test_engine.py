@@ -34,7 +34,7 @@ pytestmark = [
 
 
 def run_engines(
-    pytester: pytest.Pytester, source: str, *args: str, timeout: float = 600
+    pytester: pytest.Pytester, source: str, *args: str, timeout: float = 600, dynamic: int = 0
 ) -> tuple[pytest.RunResult, dict[str, Any]]:
     """Run ``source`` as a downstream test module under ``pytest -p enginedead``."""
     pytester.makepyfile(test_downstream=source)
@@ -46,7 +46,8 @@ def run_engines(
     data = json.loads(report.read_text())
     jsonschema.validate(data, json.loads(Path(SCHEMA_PATH).read_text()))
     # one engine per distinct configuration: sharing worked, no death forced a restart
-    assert data["engines_started"] == data["configurations"], data["engines"]
+    # (``dynamic``: engines the factory fixture made, which collection cannot plan)
+    assert data["engines_started"] == data["configurations"] + dynamic, data["engines"]
     return result, data
 
 
@@ -234,6 +235,32 @@ def test_real_compute_outlives_short_deadline(pytester: pytest.Pytester, decoy: 
     assert data["engines_started"] == 1
     assert data["engines"][0]["false_deaths"] == 1
     assert data["engines"][0]["injection"] == "none"
+    assert_nothing_left(data, decoy)
+
+
+FACTORY = """
+from pytest_enginedead import Injection
+
+
+def test_factory(vllm_engine_factory):
+    engine = vllm_engine_factory(4, timeout_s=30, inject={"slow_s_per_seq": 0.01}, max_model_len=256)
+    assert engine.timeout_s == 30 and engine.batch_size == 4
+    out = engine.generate(max_tokens=3, prompt_len=2)
+    assert [len(t) for t in out] == [3, 3, 3, 3]
+    steps = engine.step_times()
+    assert steps and all(s.seconds >= 0.01 * s.batch_size for s in steps)
+    assert all(p.alive for p in engine.liveness().values())
+"""
+
+
+def test_factory_engine_with_explicit_arguments(pytester: pytest.Pytester, decoy: psutil.Process) -> None:
+    """vllm_engine_factory: explicit deadline, faults and engine args; stopped afterwards."""
+    result, data = run_engines(pytester, FACTORY, dynamic=1)
+    result.assert_outcomes(passed=1)
+    (engine,) = data["engines"]
+    assert engine["deadline_s"] == 30 and engine["batch_size"] == 4
+    assert engine["deadline_source"] == "vllm_engine_factory(timeout_s=...)"
+    assert "max_model_len=256" in engine["label"]
     assert_nothing_left(data, decoy)
 
 
