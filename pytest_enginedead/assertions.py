@@ -156,19 +156,18 @@ def _innermost(stack: str, frames: int = 10) -> list[str]:
     return chosen[: frames + 1]
 
 
-def _step_summary(engine: Any) -> tuple[str, list[Any]]:
+def _step_summary(engine: Any) -> str:
+    """Finished steps so far: count, p50 and the longest, with its batch."""
     steps_fn = getattr(engine, "step_times", None)
     if not callable(steps_fn):
-        return "", []
-    steps = steps_fn()
-    done = [s.seconds for s in steps if s.seconds is not None]
+        return ""
+    done = [s for s in steps_fn() if s.seconds is not None]
     if not done:
-        return "no step had finished", steps
-    worst = max((s for s in steps if s.seconds is not None), key=lambda s: s.seconds)
+        return "no step had finished"
+    worst = max(done, key=lambda s: s.seconds)
     return (
-        f"{len(done)} finished so far, p50 {statistics.median(done):.3f} s, "
-        f"max {worst.seconds:.3f} s at batch {worst.batch_size}",
-        steps,
+        f"{len(done)} finished so far, p50 {statistics.median(s.seconds for s in done):.3f} s, "
+        f"max {worst.seconds:.3f} s at batch {worst.batch_size}"
     )
 
 
@@ -197,7 +196,7 @@ def judge(engine: Any, sampler: Sampler, started: float, error: str, settings: S
         if callable(capture):
             pid = next(iter(steps), next(iter(judged)))
             finding.stack = capture(pid)
-    summary, _ = _step_summary(engine)
+    summary = _step_summary(engine)
     finding.facts = {
         k: v
         for k, v in {

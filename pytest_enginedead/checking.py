@@ -17,6 +17,7 @@ from typing import Any
 
 from . import compat
 from .options import BUNDLED_MODEL
+from .report import verdict_word
 
 ENV_STOCK = "ENGINEDEAD_CHECK_STOCK_S"
 ENV_SLOW = "ENGINEDEAD_CHECK_SLOW_S_PER_SEQ"
@@ -112,8 +113,6 @@ def mode_of(nodeid: str) -> str:
 
 def rows_from_report(report: Mapping[str, Any]) -> list[Row]:
     """One row per regression test (its call phase, or the phase that failed)."""
-    from .report import verdict_word
-
     by_node: dict[str, Mapping[str, Any]] = {}
     for t in report.get("tests", []):
         if t["nodeid"] not in by_node or t["when"] == "call":

@@ -262,7 +262,7 @@ class Engine:
     @property
     def worker_pids(self) -> list[int]:
         """Processes that run model steps (those with a step record, else by title)."""
-        recorded = [r.pid for r in self.procs if os.path.exists(worker.steps_path(self.run_dir, r.pid))]
+        recorded = [r.pid for r in self.procs if self.has_record(r.pid)]
         if recorded:
             return recorded
         titled = []

@@ -177,20 +177,14 @@ class EnginePool:
             self.drop(engine)
             engine = None
         if engine is None:
-            while len(self.live) >= self.max_alive:
-                self.drop(next(iter(self.live.values())))
-            if self._reaper is None:
-                self._reaper = Reaper()
-            engine = Engine(spec, reaper=self._reaper)
-            self.records.append(EngineRecord(spec, engine))
-            engine.start(self.progress)
+            engine = self.start_dedicated(spec)
             self.live[spec] = engine
         if test:
             next(r for r in self.records if r.engine is engine).tests.append(test)
         return engine
 
     def start_dedicated(self, spec: EngineSpec) -> Engine:
-        """An engine outside the shared set (the factory fixture); still counted."""
+        """Start and count an engine, first making room; not shared until ``acquire`` adds it."""
         while len(self.live) >= self.max_alive:
             self.drop(next(iter(self.live.values())))
         if self._reaper is None:
@@ -213,16 +207,12 @@ class EnginePool:
 
     def close(self) -> None:
         errors = []
-        for engine in list(self.live.values()):
-            try:
-                self.drop(engine)
-            except Exception as exc:  # keep stopping the rest
-                errors.append(exc)
-        for rec in self.records:  # dedicated engines a test did not stop
+        self.live.clear()
+        for rec in self.records:  # shared ones, and dedicated ones a test did not stop
             if not rec.engine.stopped:
                 try:
                     rec.engine.stop()
-                except Exception as exc:
+                except Exception as exc:  # keep stopping the rest
                     errors.append(exc)
         if self._reaper is not None:
             self._reaper.close()

@@ -160,14 +160,18 @@ def _need(item: pytest.Item, run: Run) -> Need:
         seconds, source = markers.timeout(timeout_marker), "the enginedead_timeout marker"
     else:
         try:
-            seconds = float(run.settings.policy.timeout_s(Backend.CPU, batch))
+            seconds, source = _policy_deadline(run, batch)
         except Exception as exc:
             raise markers.BadMarker(
                 f"policy {run.settings.policy_name} raised {type(exc).__name__} for "
                 f"timeout_s(CPU, {batch}): {exc}"
             ) from None
-        source = f"policy {run.settings.policy_name}"
     return Need(batch, seconds, source, injection or markers.Injection())
+
+
+def _policy_deadline(run: Run, batch: int) -> tuple[float, str]:
+    """The active policy's deadline for a CPU engine at ``batch``, and what set it."""
+    return float(run.settings.policy.timeout_s(Backend.CPU, batch)), f"policy {run.settings.policy_name}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -346,8 +350,7 @@ def vllm_engine(request: pytest.FixtureRequest, engine_batch_size: int) -> Itera
     plan = request.node.stash.get(plan_key, None)
     if plan is None or plan.spec is None:  # asked for outside collection's plan
         need = _need(request.node, run) if hasattr(request.node, "callspec") else Need(
-            engine_batch_size, float(run.settings.policy.timeout_s(Backend.CPU, engine_batch_size)),
-            f"policy {run.settings.policy_name}",
+            engine_batch_size, *_policy_deadline(run, engine_batch_size)
         )
         plan = Plan(need.batch_size, base_spec(run.settings, need, run.cpu_bind))
     assert plan.spec is not None
@@ -386,7 +389,7 @@ def vllm_engine_factory(request: pytest.FixtureRequest) -> Iterator[Callable[...
     ) -> EngineHandle:
         __tracebackhide__ = True
         if timeout_s is None:
-            seconds, source = float(run.settings.policy.timeout_s(Backend.CPU, batch_size)), f"policy {run.settings.policy_name}"
+            seconds, source = _policy_deadline(run, batch_size)
         else:
             seconds, source = float(timeout_s), "vllm_engine_factory(timeout_s=...)"
         injection = markers.Injection(**inject) if isinstance(inject, dict) else (inject or markers.Injection())
