@@ -108,7 +108,10 @@ def test_calibrate_tiny_model(tmp_path: Path) -> None:
     results = out["results"]
     assert [r["batch_size"] for r in results] == [1, 8, 64]
     p50 = [r["p50_s"] for r in results]
-    assert p50[0] <= p50[-1], p50  # 64 sequences cost more than 1
+    # The bundled model's logits (hidden 256 x vocab 32000) make 64 sequences cost ~3x one
+    # even with the other core busy; 1 vs 8 is within noise on this model, so not asserted.
+    assert max(p50[0], p50[1]) < p50[2], p50
+    assert out["fit"]["b_s_per_seq"] > 0, out["fit"]
     assert all(r["steps"] >= 20 for r in results)
     rec = [r["recommended_s"] for r in results]
     assert rec == sorted(rec) and rec[0] >= STOCK_DEADLINE_S and rec[-1] <= 7200
