@@ -91,7 +91,7 @@ def test_busy_worker_past_the_deadline_is_a_false_death(downstream: pytest.Pytes
     assert "while its worker was still computing" in r.text
     assert re.search(r"\(2\.\d s after the call began\)", r.text)
     assert r.same_object is None  # the stand-in error did not reach the test's except
-    assert r.wall_s < 8
+    assert r.wall_s < 20  # no hang (the verdict's own timing is asserted above)
 
 
 def test_false_death_report_is_not_chained_to_the_engine_error(busy_pid: int) -> None:
@@ -113,7 +113,7 @@ def test_idle_worker_is_hung_and_the_error_propagates(downstream: pytest.Pyteste
     assert r.same_object == "True"
     assert "StandInError: RPC call to execute_model timed out after 2 s." in r.text
     assert "false engine death" not in r.text
-    assert r.wall_s < 8
+    assert r.wall_s < 20  # no hang: the harness did not wait for the worker
 
 
 def test_exited_worker_is_dead_and_the_error_propagates(downstream: pytest.Pytester) -> None:
@@ -124,7 +124,7 @@ def test_exited_worker_is_dead_and_the_error_propagates(downstream: pytest.Pytes
     assert r.same_object == "True"
     assert "StandInError: RPC call to execute_model timed out after 2 s." in r.text
     assert "false engine death" not in r.text
-    assert r.wall_s < 8
+    assert r.wall_s < 20  # no hang
 
 
 def test_busy_threshold_option_reaches_the_assertion(downstream: pytest.Pytester) -> None:

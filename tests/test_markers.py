@@ -2,12 +2,10 @@
 
 Engine markers (``enginedead_inject``, ``enginedead_timeout``, ``enginedead_batch_sizes``)
 are read when a test asks for ``vllm_engine``.  A bad one fails that test in setup,
-before any engine starts: these tests make starting one an error, and time the run.
+before any engine starts: these tests make starting one an error.
 """
 
 from __future__ import annotations
-
-import time
 
 import pytest
 from conftest import run
@@ -26,12 +24,6 @@ def no_engines(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("ENGINE STARTED: a bad marker must fail before any engine starts")
 
     monkeypatch.setattr(engine_module.Engine, "start", refuse)
-
-
-def run_timed(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, float]:
-    t0 = time.monotonic()
-    result = run(pytester, *args)
-    return result, time.monotonic() - t0
 
 
 # --- registration and documentation -----------------------------------------------------
@@ -159,15 +151,14 @@ BAD_ENGINE_MARKERS = [
 def test_bad_engine_markers_fail_in_setup_before_any_engine(
     downstream: pytest.Pytester, no_engines: None
 ) -> None:
-    """Each bad engine marker errors its own test in setup, with its message, in seconds."""
+    """Each bad engine marker errors its own test in setup, with its message; no engine starts."""
     body = ["import pytest", ""]
     for i, (marker, _) in enumerate(BAD_ENGINE_MARKERS):
         body += [f"@pytest.mark.{marker}", f"def test_bad_{i}(vllm_engine):", "    raise AssertionError('ran')", ""]
     body += ["def test_plain():", "    pass", ""]
     downstream.makepyfile(test_bad="\n".join(body))
-    result, wall = run_timed(downstream, "--enginedead-batch-sizes=8", "-rE")
+    result = run(downstream, "--enginedead-batch-sizes=8", "-rE")
     text = result.stdout.str()
-    assert wall < 5, f"took {wall:.1f} s: an engine may have been started"
     result.assert_outcomes(passed=1, errors=len(BAD_ENGINE_MARKERS))
     for i, (marker, message) in enumerate(BAD_ENGINE_MARKERS):
         assert f"ERROR at setup of test_bad_{i}[" in text, marker
