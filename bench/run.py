@@ -20,6 +20,7 @@ xdist    the same downstream suite with -n 0 and -n 2 --dist loadgroup:
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import statistics
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -147,8 +149,6 @@ def _step_pair(modes: str, rounds: int, n: int, tokens: int) -> dict[str, Any]:
 def step_record_cost(steps: int = 100_000) -> float:
     """Seconds the worker's wrapper and its four record writes add to one step, measured
     directly on a no-op step (the side-by-side ratio cannot resolve below ~1 %)."""
-    import types
-
     from pytest_enginedead import worker
 
     class Fake:
@@ -159,11 +159,8 @@ def step_record_cost(steps: int = 100_000) -> float:
         def sample_tokens(self, *args: Any) -> None:
             return None
 
-    import faulthandler
-    import shutil
-
     saved = worker._recorder
-    run_dir = tempfile.mkdtemp(prefix="enginedead-bench-")
+    run_dir = tempfile.mkdtemp(dir=SCRATCH.name)
     recorder = worker._recorder = worker._StepRecorder(run_dir, worker.Injection())
     try:
         Fake.execute_model = worker._wrap(Fake.execute_model)  # type: ignore[method-assign]
@@ -181,7 +178,6 @@ def step_record_cost(steps: int = 100_000) -> float:
         faulthandler.unregister(worker.STACK_SIGNAL)
         os.close(recorder._fd)
         recorder._stack.close()
-        shutil.rmtree(run_dir)
 
 
 def bench_step(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 2) -> dict[str, Any]:
