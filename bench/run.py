@@ -49,17 +49,18 @@ START_ONE = textwrap.dedent(
         mode = sys.argv[1]
         from vllm import LLM  # import is not what we measure
         from pytest_enginedead import compat
-        from pytest_enginedead.engine import Engine, EngineSpec
+        from pytest_enginedead.engine import Engine
         from pytest_enginedead.options import BUNDLED_MODEL
+        from pytest_enginedead.planning import EngineSpec
         spec = EngineSpec(BUNDLED_MODEL, 8, 300.0, "bench")
         if mode == "harness":
             engine = Engine(spec)
             t0 = time.monotonic(); engine.start(); dt = time.monotonic() - t0
             engine.stop()
         else:
-            os.environ.update(compat.engine_environment(None))
+            os.environ.update(compat.engine_environment())
             os.environ[compat.DEADLINE_ENV] = "300"
-            kwargs = compat.llm_kwargs(None, BUNDLED_MODEL, 8)
+            kwargs = compat.llm_kwargs(BUNDLED_MODEL, 8)
             t0 = time.monotonic(); llm = LLM(**kwargs); dt = time.monotonic() - t0
             compat.shutdown_llm(llm)
         print(json.dumps({"mode": mode, "start_s": dt}))
@@ -93,19 +94,20 @@ STEP = textwrap.dedent(
     if __name__ == "__main__":
         rounds, n, tokens = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
         modes = sys.argv[4].split(",")  # start order, e.g. "on,off"; "rec" = record without sampler
-        from pytest_enginedead import assert_no_false_death, worker
-        from pytest_enginedead.engine import Engine, EngineSpec
+        from pytest_enginedead import assert_no_false_death, record
+        from pytest_enginedead.engine import Engine
         from pytest_enginedead.options import BUNDLED_MODEL
+        from pytest_enginedead.planning import EngineSpec
 
         class Bare(Engine):
             # the same engine with the vllm.general_plugins entry left inert
             def start(self, progress=None):
-                saved = worker.ENV_DIR
-                worker.ENV_DIR = "ENGINEDEAD_BENCH_OFF"  # the harness sets a name the plugin ignores
+                saved = record.ENV_DIR
+                record.ENV_DIR = "ENGINEDEAD_BENCH_OFF"  # the harness sets a name the plugin ignores
                 try:
                     return super().start(progress)
                 finally:
-                    worker.ENV_DIR = saved
+                    record.ENV_DIR = saved
 
         engines = [(Bare if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, 300.0, f"bench {i}")).start()
                    for i, mode in enumerate(modes)]

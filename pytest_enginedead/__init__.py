@@ -1,10 +1,11 @@
 """pytest-enginedead: catch vLLM engines declared dead while their workers still compute."""
 
 from .assertions import assert_no_false_death
-from .engine import EngineHandle, EngineSpec, StepTime
+from .engine import EngineHandle
 from .liveness import Verdict
+from .planning import EngineSpec
 from .policy import Backend, TimeoutPolicy
-from .worker import Injection
+from .record import Injection, StepTime
 
 __all__ = [
     "Backend",

@@ -1,53 +1,93 @@
 """``assert_no_false_death``: fail a test when an engine is declared dead while busy.
 
-Works with any object that has ``pids``.  An ``EngineHandle`` adds the worker's
-step record, the deadline, the policy and the worker's stack to the evidence.
+Works with anything that has ``pids`` (``Watchable``).  An ``Inspectable`` engine
+(``EngineHandle``) adds the worker's step record, the deadline, the policy and the
+worker's stack to the evidence.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import pytest
 
 from . import compat
 from .liveness import (
-    DEFAULT_BUSY_THRESHOLD,
-    DEFAULT_INTERVAL_S,
-    DEFAULT_WINDOW_S,
+    LivenessSettings,
     ProcessEvidence,
     Sampler,
     Verdict,
     classify,
     overall,
 )
+from .record import MAIN_THREAD_PREFIX, StepTime
 
 
-@dataclass(frozen=True)
-class Settings:
-    """How busy counts as busy, and how often to look."""
+class Watchable(Protocol):
+    """The least an engine must give: the pids of its processes."""
 
-    threshold: float = DEFAULT_BUSY_THRESHOLD
-    interval_s: float = DEFAULT_INTERVAL_S
-    window_s: float = DEFAULT_WINDOW_S
+    @property
+    def pids(self) -> Sequence[int]: ...
 
 
-_settings: list[Settings] = [Settings()]
+@runtime_checkable
+class NotesDeaths(Protocol):
+    """An engine that keeps the verdicts on its deaths."""
+
+    def note_death(self, finding: dict[str, Any]) -> None: ...
 
 
-def push_settings(settings: Settings) -> None:
-    """The plugin's options become the defaults while its session runs."""
-    _settings.append(settings)
+@runtime_checkable
+class JudgesErrors(Protocol):
+    """An engine that tells which of its errors mean its engine died (a server's clients)."""
+
+    def is_engine_death(self, exc: BaseException) -> bool: ...
 
 
-def pop_settings() -> None:
-    if len(_settings) > 1:
-        _settings.pop()
+@runtime_checkable
+class Inspectable(Protocol):
+    """An engine that can show its worker's step record, stack and deadline."""
+
+    liveness_settings: LivenessSettings
+
+    @property
+    def pids(self) -> Sequence[int]: ...
+
+    @property
+    def worker_pids(self) -> Sequence[int]: ...
+
+    def running_step(self, pid: int) -> StepTime | None: ...
+
+    def has_record(self, pid: int) -> bool: ...
+
+    def capture_stack(self, pid: int) -> str | None: ...
+
+    def step_times_since_start(self) -> list[StepTime]: ...
+
+    def death_facts(self) -> dict[str, Any]: ...
+
+
+#: The active pytest run's liveness options, for engines that carry none of their own.
+_run_settings: ContextVar[LivenessSettings] = ContextVar(
+    "enginedead_liveness", default=LivenessSettings()
+)
+
+
+@contextlib.contextmanager
+def run_settings(settings: LivenessSettings) -> Iterator[None]:
+    """Make ``settings`` the default of ``assert_no_false_death`` while the block runs."""
+    token = _run_settings.set(settings)
+    try:
+        yield
+    finally:
+        _run_settings.reset(token)
 
 
 @dataclass
@@ -58,8 +98,8 @@ class Finding:
     error: str
     elapsed_s: float
     judged: dict[int, ProcessEvidence]
-    settings: Settings
-    steps: dict[int, Any] = field(default_factory=dict)  # pid -> running StepTime
+    settings: LivenessSettings
+    steps: dict[int, StepTime] = field(default_factory=dict)  # pid -> its running step
     stack: str | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     verdict_s: float = 0.0  # how long judging took
@@ -106,19 +146,23 @@ class Finding:
                     f"{ran:.1f} s and was still running"
                 )
         f = self.facts
-        if f.get("timeout_s") is not None:
-            lines.append(f"  deadline:   {f['timeout_s']:g} s ({f.get('timeout_source', 'unknown')})")
+        if f.get("deadline_s") is not None:
+            lines.append(f"  deadline:   {f['deadline_s']:g} s ({f.get('deadline_source', 'unknown')})")
         if f.get("step_summary"):
             lines.append(f"  steps:      {f['step_summary']}")
-        if f.get("policy_timeout_s") is not None:
+        if f.get("clients"):
+            lines.append(f"  clients:    {f['clients']}")
+        if f.get("guard"):
+            lines.append(f"  guard:      {f['guard']}")
+        allowed = f.get("policy_deadline_s")
+        if allowed is not None:
             lines.append(
-                f"  policy:     {f.get('policy', 'the active policy')} allows "
-                f"{f['policy_timeout_s']:.0f} s at batch {f.get('batch_size')} on CPU"
+                f"  policy:     {f.get('policy') or 'the active policy'} allows "
+                f"{allowed:.0f} s at batch {f.get('batch_size')} on CPU"
             )
         if self.stack:
             lines.append("  worker stack (innermost first):")
-            lines.extend("    " + ln for ln in _innermost(self.stack))
-        allowed = f.get("policy_timeout_s")
+            lines.extend("    " + ln for ln in innermost_frames(self.stack))
         setting = (
             f"`export {compat.DEADLINE_ENV}={compat.deadline_env_value(allowed)}`"
             if allowed is not None else f"a larger {compat.DEADLINE_ENV}"
@@ -130,20 +174,20 @@ class Finding:
         return "\n".join(lines)
 
 
-def _step_dict(step: Any) -> dict[str, Any] | None:
+def _step_dict(step: StepTime | None) -> dict[str, Any] | None:
     if step is None:
         return None
     return {"step": step.step, "batch_size": step.batch_size}
 
 
-def _innermost(stack: str, frames: int = 10) -> list[str]:
+def innermost_frames(stack: str, frames: int = 10) -> list[str]:
     """The main thread's innermost frames from a faulthandler dump.
 
     The worker writes ``main-thread 0x…`` before each dump; without it, the first
     thread listed is shown.
     """
     lines = stack.splitlines()
-    main = next((ln.split()[1] for ln in lines if ln.startswith("main-thread ")), None)
+    main = next((ln.split()[1] for ln in lines if ln.startswith(MAIN_THREAD_PREFIX)), None)
     blocks: list[list[str]] = []
     for line in lines:
         if line.startswith(("Thread ", "Current thread ")):
@@ -156,66 +200,51 @@ def _innermost(stack: str, frames: int = 10) -> list[str]:
     return chosen[: frames + 1]
 
 
-def _step_summary(engine: Any) -> str:
+def step_summary(steps: Sequence[StepTime]) -> str:
     """Finished steps so far: count, p50 and the longest, with its batch."""
-    steps_fn = getattr(engine, "step_times", None)
-    if not callable(steps_fn):
-        return ""
-    done = [s for s in steps_fn() if s.seconds is not None]
+    done = [(s.seconds, s) for s in steps if s.seconds is not None]
     if not done:
         return "no step had finished"
-    worst = max(done, key=lambda s: s.seconds)
+    worst_s, worst = max(done, key=lambda d: d[0])
     return (
-        f"{len(done)} finished so far, p50 {statistics.median(s.seconds for s in done):.3f} s, "
-        f"max {worst.seconds:.3f} s at batch {worst.batch_size}"
+        f"{len(done)} finished so far, p50 {statistics.median(d[0] for d in done):.3f} s, "
+        f"max {worst_s:.3f} s at batch {worst.batch_size}"
     )
 
 
-def judge(engine: Any, sampler: Sampler, started: float, error: str, settings: Settings) -> Finding:
+def judge(
+    engine: Watchable, sampler: Sampler, started: float, error: str, settings: LivenessSettings
+) -> Finding:
     """Decide SLOW / HUNG / DEAD from the evidence as it stands right now."""
     t0 = time.monotonic()
     evidence = sampler.evidence(fresh=True)
-    workers = [p for p in (getattr(engine, "worker_pids", None) or []) if p in evidence]
+    inspectable = engine if isinstance(engine, Inspectable) else None
+    workers = [p for p in (inspectable.worker_pids if inspectable else ()) if p in evidence]
     judged = {pid: evidence[pid] for pid in (workers or evidence)}
-    running_step = getattr(engine, "running_step", None)
-    has_record = getattr(engine, "has_record", None)
-    steps: dict[int, Any] = {}
+    steps: dict[int, StepTime] = {}
     verdicts = []
     for pid, ev in judged.items():
         v = classify(ev, settings.threshold)
-        if v is Verdict.SLOW and callable(has_record) and has_record(pid):
-            step = running_step(pid) if callable(running_step) else None
+        if v is Verdict.SLOW and inspectable is not None and inspectable.has_record(pid):
+            step = inspectable.running_step(pid)
             if step is None:
                 v = Verdict.HUNG  # busy, but not in a model step
             else:
                 steps[pid] = step
         verdicts.append(v)
     finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps)
-    if finding.false_death:
-        capture = getattr(engine, "capture_stack", None)
-        if callable(capture):
-            pid = next(iter(steps), next(iter(judged)))
-            finding.stack = capture(pid)
-    summary = _step_summary(engine)
-    finding.facts = {
-        k: v
-        for k, v in {
-            "batch_size": getattr(engine, "batch_size", None),
-            "timeout_s": getattr(engine, "timeout_s", None),
-            "timeout_source": getattr(engine, "timeout_source", None),
-            "policy": getattr(engine, "policy_name", None),
-            "policy_timeout_s": getattr(engine, "policy_timeout_s", None),
-            "step_summary": summary,
-        }.items()
-        if v not in (None, "")
-    }
+    if inspectable is not None:
+        if finding.false_death:
+            finding.stack = inspectable.capture_stack(next(iter(steps), next(iter(judged))))
+        facts = {**inspectable.death_facts(), "step_summary": step_summary(inspectable.step_times_since_start())}
+        finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
     finding.verdict_s = time.monotonic() - t0
     return finding
 
 
 @contextmanager
 def assert_no_false_death(
-    engine: Any,
+    engine: Watchable,
     *,
     errors: type[BaseException] | tuple[type[BaseException], ...] = (),
     threshold: float | None = None,
@@ -229,7 +258,7 @@ def assert_no_false_death(
     (``HUNG``, ``DEAD``) lets the original exception propagate unchanged.
     """
     __tracebackhide__ = True
-    settings = _settings[-1]
+    settings = engine.liveness_settings if isinstance(engine, Inspectable) else _run_settings.get()
     if threshold is not None:
         settings = replace(settings, threshold=threshold)
     if interval_s is not None:
@@ -240,12 +269,12 @@ def assert_no_false_death(
         yield
     except BaseException as exc:
         extra = errors if isinstance(errors, tuple) else (errors,)
-        if not (compat.is_engine_death(exc) or (extra and isinstance(exc, extra))):
+        died = engine.is_engine_death(exc) if isinstance(engine, JudgesErrors) else compat.is_engine_death(exc)
+        if not (died or (extra and isinstance(exc, extra))):
             raise
         finding = judge(engine, sampler, started, type(exc).__name__, settings)
-        note = getattr(engine, "note_death", None)
-        if callable(note):
-            note(finding.to_dict())
+        if isinstance(engine, NotesDeaths):
+            engine.note_death(finding.to_dict())
         if not finding.false_death:
             raise
         message = finding.message()

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
+from multiprocessing import resource_tracker
 from dataclasses import dataclass
 
 import psutil
@@ -72,7 +73,24 @@ def unlink_shm(paths: Iterable[str]) -> list[str]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
             removed.append(path)
+        _forget_segment(os.path.basename(path))
     return removed
+
+
+def _forget_segment(name: str) -> None:
+    """Tell this process's resource tracker a segment is gone, so it warns of no leak at exit.
+
+    Spawned engine processes register their ``SharedMemory`` segments with their
+    parent's tracker; after we unlink one ourselves, register + unregister removes
+    it from the tracker's set whether it was there or not (a bare unregister of an
+    unknown name prints a traceback from the tracker).
+    """
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    if not name.startswith("psm_") or getattr(tracker, "_fd", None) is None:
+        return  # not multiprocessing's segment, or no tracker of ours is running
+    with contextlib.suppress(Exception):
+        resource_tracker.register("/" + name, "shared_memory")
+        resource_tracker.unregister("/" + name, "shared_memory")
 
 
 def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0) -> list[ProcRef]:

@@ -161,7 +161,8 @@ def _quantile(values: Sequence[float], q: float) -> float:
 def measure(model: str, batch_size: int, steps: int, progress: Any = None) -> dict[str, Any]:
     """Start an engine at ``batch_size``, warm it up, time ``steps`` full decode steps."""
     from .cleanup import Reaper
-    from .engine import Engine, EngineSpec
+    from .engine import Engine
+    from .planning import EngineSpec
 
     deadline = TimeoutPolicy.reference().timeout_s(Backend.CPU, batch_size)
     spec = EngineSpec(model, batch_size, deadline, "calibration (reference policy)")

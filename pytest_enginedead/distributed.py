@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from .engine import EngineSpec
+from .planning import EngineSpec
+from .report import Results
 
 WIRE_KEY = "enginedead"
 GROUPS_KEY = "enginedead_groups_dir"
@@ -138,8 +139,8 @@ def send(config: pytest.Config, wire: str) -> None:
 class ControllerHooks:
     """xdist hooks, registered only where xdist is loaded (they are xdist's hookspecs)."""
 
-    def __init__(self, config: pytest.Config) -> None:
-        self.config = config
+    def __init__(self, results: Results) -> None:
+        self.results = results  # the controller's: workers' results merge into it
         self.groups_dir: str | None = None
 
     def pytest_configure_node(self, node: Any) -> None:
@@ -159,11 +160,6 @@ class ControllerHooks:
                 shutil.rmtree(self.groups_dir)
 
     def pytest_testnodedown(self, node: Any, error: object) -> None:
-        from .plugin import run_key  # the controller's run state
-
-        run = self.config.stash.get(run_key, None)
-        if run is None:
-            return
         output = getattr(node, "workeroutput", None) or {}
         worker = str(getattr(node, "gateway", None) and node.gateway.id or "?")
-        run.results.absorb(output.get(WIRE_KEY), worker)
+        self.results.absorb(output.get(WIRE_KEY), worker)

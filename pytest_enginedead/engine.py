@@ -1,10 +1,10 @@
-"""Real vLLM CPU engines: start, generate, read the worker's record, stop.
+"""Real vLLM CPU engines: start, generate, gather evidence, stop.
 
 An ``Engine`` is one ``vllm.LLM`` in this process with its process tree
 (``VLLM::EngineCore`` → ``VLLM::Worker``).  Its deadline and the worker-side
 instructions travel in the environment, set just before the engine starts (vLLM
-freezes them in its processes).  ``EngineHandle`` is what a test sees: a shared
-engine at that test's batch size.
+freezes them in its processes) and only for the engine's own processes.
+``EngineHandle`` is what a test sees: a shared engine at that test's batch size.
 """
 
 from __future__ import annotations
@@ -12,23 +12,24 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
 import os
 import random
-import statistics
+import shutil
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import psutil
 
-from . import compat, worker
+from . import compat, guard, record
 from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
-from .liveness import ProcessEvidence, snapshot
-from .worker import Injection
+from .liveness import LivenessSettings, ProcessEvidence, snapshot
+from .planning import EngineSpec, Instructions
+from .record import StepTime
+
 
 class Progress(Protocol):
     """Where start-up progress goes; ``done`` ends the run of progress lines."""
@@ -36,108 +37,22 @@ class Progress(Protocol):
     def __call__(self, message: str, done: bool = False) -> None: ...
 
 
-@dataclass(frozen=True)
-class EngineSpec:
-    """Everything that makes two engines different.  Equal specs share one engine."""
-
-    model: str
-    max_num_seqs: int
-    timeout_s: float
-    #: what set the deadline, for messages: "policy reference", "enginedead_timeout marker"
-    timeout_source: str = "policy"
-    injection: Injection = Injection()
-    extra_args: tuple[tuple[str, Any], ...] = ()
-    #: cores this engine may use (VLLM_CPU_OMP_THREADS_BIND), None = vLLM decides
-    cpu_bind: str | None = None
-
-    @property
-    def deadline_env(self) -> str:
-        return compat.deadline_env_value(self.timeout_s)
-
-    def label(self) -> str:
-        parts = [f"bs{self.max_num_seqs}", f"deadline {self.deadline_env} s"]
-        if self.injection.active:
-            parts.append(self.injection.describe())
-        parts.append(f"model {os.path.basename(self.model.rstrip('/'))}")
-        if self.extra_args:
-            parts.append(", ".join(f"{k}={v!r}" for k, v in self.extra_args))
-        return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """One step as the worker saw it; ``seconds`` is None while it runs."""
-
-    step: int
-    batch_size: int
-    started: float  # time.monotonic() in the worker (system-wide clock)
-    seconds: float | None
-    pid: int
-
-    @property
-    def running(self) -> bool:
-        return self.seconds is None
-
-
-def read_steps(path: str, pid: int) -> list[StepTime]:
-    """Parse one worker's ``steps-<pid>.jsonl``.
-
-    A step is ``execute_model`` (``b``/``e`` lines) plus, in V1, its ``sample_tokens``
-    (``sb``/``se``); its time is the sum, and it is running while either phase is.
-    """
-    times: dict[int, dict[str, Any]] = {}
-    with contextlib.suppress(FileNotFoundError), open(path) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue  # a line being written
-            entry = times.setdefault(rec["i"], {})
-            entry[rec["e"]] = rec["t"]
-            if rec["e"] == "b":
-                entry["n"] = rec["n"]
-    steps = []
-    for i, t in sorted(times.items()):
-        if "b" not in t:
-            continue
-        running = "e" not in t or ("sb" in t and "se" not in t)
-        seconds = None if running else (t["e"] - t["b"]) + (t["se"] - t["sb"] if "sb" in t else 0.0)
-        steps.append(StepTime(i, t["n"], t["b"], seconds, pid))
-    return steps
-
-
-def summarize(steps: list[StepTime], now: float | None = None) -> dict[str, Any]:
-    """Count, p50 and max of finished steps (seconds), and the largest batch seen.
-
-    Given ``now``, a step still running counts towards the max with the time it
-    has run so far (``max_running``): the step a deadline cut short is the longest.
-    """
-    done = [s.seconds for s in steps if s.seconds is not None]
-    longest = max(done) if done else None
-    running = False
-    if now is not None:
-        for s in steps:
-            if s.seconds is None and (longest is None or now - s.started > longest):
-                longest, running = now - s.started, True
-    return {
-        "steps": len(done),
-        "p50_s": statistics.median(done) if done else None,
-        "max_s": longest,
-        "max_running": running,
-        "max_batch": max((s.batch_size for s in steps), default=0),
-    }
-
-
 class EngineStartError(RuntimeError):
     """vLLM could not start an engine for this spec; the message says why."""
 
 
-class Engine:
-    """One real vLLM CPU engine and every process it started."""
+class EngineBase:
+    """A vLLM engine's process tree and run directory: what every kind of engine shares.
+
+    The run directory holds what the code inside vLLM writes (the step record, stack
+    dumps, guard events) and reads (the control file with the deadline and faults).
+    Subclasses start vLLM (``start``) and adopt the processes it made.
+    """
+
+    kind = "engine"
 
     def __init__(self, spec: EngineSpec, reaper: Reaper | None = None) -> None:
         self.spec = spec
-        self.llm: Any = None
         self.procs: list[ProcRef] = []
         self.shm: set[str] = set()
         self.run_dir = tempfile.mkdtemp(prefix="enginedead-")
@@ -145,60 +60,53 @@ class Engine:
         self.broken = False  # a call did not return normally: do not reuse
         self.stopped = False
         self.deaths: list[dict[str, Any]] = []
+        #: every instruction set this engine ran under, in order
+        self.instructions: list[Instructions] = []
+        self._epoch = 0
+        self._final_steps: list[StepTime] | None = None
+        self._final_events: list[record.GuardEvent] | None = None
         self._reaper = reaper
-        self._vocab = _vocab_size(spec.model)
-        self.version = compat.installed_version()
 
-    # --- life cycle -------------------------------------------------------------
+    # --- what the code inside vLLM is told ------------------------------------------
 
-    def start(self, progress: Progress | None = None) -> Engine:
-        """Start the engine with the spec's deadline and worker instructions."""
-        from vllm import LLM  # imported here: the plugin loads without vLLM
-
+    def environment(self, first: Instructions) -> dict[str, str]:
+        """The environment the engine's processes start with (and only they)."""
         env = {
-            **compat.engine_environment(self.version),
-            compat.DEADLINE_ENV: self.spec.deadline_env,
-            worker.ENV_DIR: self.run_dir,
-            worker.ENV_INJECT: self.spec.injection.to_env(),
-            worker.ENV_HARNESS_PID: str(os.getpid()),
+            **compat.engine_environment(),
+            compat.DEADLINE_ENV: first.deadline_env,
+            record.ENV_DIR: self.run_dir,
+            record.ENV_HARNESS_PID: str(os.getpid()),
+            guard.GUARD_ENV: "0",
         }
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         if self.spec.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.cpu_bind
-        me = psutil.Process()
-        before = {p.pid for p in me.children(recursive=True)}
-        kwargs = compat.llm_kwargs(
-            self.version, self.spec.model, self.spec.max_num_seqs, dict(self.spec.extra_args)
-        )
-        t0 = time.monotonic()
-        ticker = _Ticker(progress, f"starting engine ({self.spec.label()})", t0)
-        try:
-            with _environ(env), ticker:
-                self.llm = LLM(**kwargs)
-            compat.quiet_repr(self.llm)
-        except BaseException as exc:
-            if progress:
-                progress(f"engine failed to start after {time.monotonic() - t0:.1f} s", done=True)
-            self._adopt(me, before)
-            self.broken = True
-            self.stop()
-            if isinstance(exc, Exception):
-                raise EngineStartError(
-                    f"vLLM could not start an engine on {self.spec.model}: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            raise
-        self.start_s = time.monotonic() - t0
-        self._adopt(me, before)
-        if progress:
-            progress(
-                f"engine ready in {self.start_s:.1f} s ({self.spec.label()}; "
-                f"pids {', '.join(str(r.pid) for r in self.procs)})",
-                done=True,
-            )
-        return self
+        if self.spec.guard is not None:
+            env[guard.GUARD_ENV] = "1"
+            env[guard.GUARD_HANG_ENV] = repr(self.spec.guard.hang_s)
+            env[guard.GUARD_POLICY_ENV] = self.spec.guard.policy
+            env[guard.GUARD_PATH_ENV] = os.pathsep.join(sys.path[:1] + [os.getcwd()])
+        return env
 
-    def _adopt(self, me: psutil.Process, before: set[int]) -> None:
+    def instruct(self, instructions: Instructions) -> None:
+        """From the next RPC on, the engine runs under this deadline and these faults."""
+        self._epoch += 1
+        record.write_control(
+            self.run_dir,
+            record.Control(self._epoch, instructions.deadline_whole_s, instructions.injection),
+        )
+        self.instructions.append(instructions)
+
+    def check_core_ready(self) -> None:
+        """The engine core must have loaded our side of the plugin, or deadlines cannot switch."""
+        if not os.path.exists(record.core_ready_path(self.run_dir)):
+            raise EngineStartError(
+                "vLLM's engine core did not load the enginedead plugin (its vllm.general_plugins "
+                f"entry); is VLLM_PLUGINS={os.environ.get('VLLM_PLUGINS')!r} leaving it out?"
+            )
+
+    # --- processes ------------------------------------------------------------------
+
+    def adopt(self, me: psutil.Process, before: set[int]) -> None:
         """Record the processes this start created (our own tree, by pid)."""
         for proc in me.children(recursive=True):
             if proc.pid in before or any(r.pid == proc.pid for r in self.procs):
@@ -213,23 +121,157 @@ class Engine:
 
     @property
     def alive(self) -> bool:
-        return self.llm is not None and not self.broken
+        return not self.stopped and not self.broken
+
+    def start(self, first: Instructions, progress: Progress | None = None) -> EngineBase:
+        """Start vLLM, running under ``first`` until told otherwise (subclasses)."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Ask vLLM to stop (subclasses); what it leaves is ended by pid in ``stop``."""
 
     def stop(self) -> None:
         """Shut the engine down, then end what remains of its process tree by pid."""
         self.stopped = True
         self.shm |= mapped_shm(self.procs)
-        llm, self.llm = self.llm, None
-        if llm is not None and not self.broken:
-            _bounded(functools.partial(compat.shutdown_llm, llm), 10.0)
+        self.shutdown()
         leftover = terminate(self.procs)
-        if llm is not None and self.broken:
-            _bounded(functools.partial(compat.shutdown_llm, llm), 5.0)  # client-side sockets
         unlink_shm(self.shm)
+        # the records outlive their run directory
+        self._final_steps, self._final_events = self.steps(), self.guard_events()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
         if leftover:
             raise RuntimeError(f"engine processes survived SIGKILL: {leftover}")
 
-    # --- running ------------------------------------------------------------------
+    @property
+    def pids(self) -> list[int]:
+        return [r.pid for r in self.procs]
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Processes that run model steps (those with a step record, else by title)."""
+        recorded = [r.pid for r in self.procs if self.has_record(r.pid)]
+        if recorded:
+            return recorded
+        titled = []
+        for ref in self.procs:
+            proc = ref.process()
+            with contextlib.suppress(psutil.Error):
+                if proc is not None and compat.WORKER_TITLE in " ".join(proc.cmdline()):
+                    titled.append(ref.pid)
+        return titled
+
+    # --- evidence -----------------------------------------------------------------
+
+    def steps(self) -> list[StepTime]:
+        """Every step the engine's workers recorded, oldest first."""
+        if self._final_steps is not None:
+            return list(self._final_steps)
+        out: list[StepTime] = []
+        for pid in self.pids:
+            out.extend(record.read_steps(record.steps_path(self.run_dir, pid), pid))
+        return sorted(out, key=lambda s: s.started)
+
+    def guard_events(self) -> list[record.GuardEvent]:
+        """The guard's decisions in this engine's core, oldest first."""
+        if self._final_events is not None:
+            return list(self._final_events)
+        return record.read_guard_events(record.guard_events_path(self.run_dir))
+
+    def running_step(self, pid: int) -> StepTime | None:
+        """The step ``pid`` is in now, per its record, or None."""
+        steps = record.read_steps(record.steps_path(self.run_dir, pid), pid)
+        return steps[-1] if steps and steps[-1].running else None
+
+    def has_record(self, pid: int) -> bool:
+        return os.path.exists(record.steps_path(self.run_dir, pid))
+
+    def capture_stack(self, pid: int, timeout_s: float = 0.4) -> str | None:
+        """Ask the worker to dump its Python stack (faulthandler on SIGUSR2); read it."""
+        ref = next((r for r in self.procs if r.pid == pid), None)
+        path = record.stack_path(self.run_dir, pid)
+        if ref is None or ref.process() is None or not os.path.exists(path):
+            return None
+        size = os.path.getsize(path)
+        os.kill(pid, record.STACK_SIGNAL)
+        deadline = time.monotonic() + timeout_s
+        last = -1
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            now = os.path.getsize(path)
+            if now > size and now == last:
+                break
+            last = now
+        with open(path) as f:
+            header = f.readline()
+            f.seek(size)
+            text = f.read()
+        return header + text if text else None
+
+    def liveness(self, window_s: float = 0.2) -> dict[int, ProcessEvidence]:
+        return snapshot(self.pids, window_s)
+
+
+class Engine(EngineBase):
+    """One real offline vLLM CPU engine (``vllm.LLM`` in this process) and its processes."""
+
+    def __init__(self, spec: EngineSpec, reaper: Reaper | None = None) -> None:
+        super().__init__(spec, reaper)
+        self.llm: Any = None
+        self._vocab = _vocab_size(spec.model)
+
+    def start(self, first: Instructions, progress: Progress | None = None) -> Engine:
+        """Start the engine, running under ``first`` until told otherwise."""
+        self.instruct(first)
+        env = self.environment(first)
+        me = psutil.Process()
+        before = {p.pid for p in me.children(recursive=True)}
+        kwargs = compat.llm_kwargs(self.spec.model, self.spec.max_num_seqs, dict(self.spec.extra_args))
+        t0 = time.monotonic()
+        ticker = _Ticker(progress, f"starting engine ({self.spec.label()})", t0)
+        try:
+            # vLLM configures its logging when first imported: import it inside the
+            # engine's environment, which its spawned processes inherit
+            with _environ(env), ticker:
+                from vllm import LLM  # here: the plugin loads without vLLM
+
+                self.llm = LLM(**kwargs)
+            compat.quiet_repr(self.llm)
+            self.adopt(me, before)
+            self.check_core_ready()
+        except BaseException as exc:
+            if progress:
+                progress(f"engine failed to start after {time.monotonic() - t0:.1f} s", done=True)
+            self.adopt(me, before)
+            self.broken = True
+            self.stop()
+            if isinstance(exc, EngineStartError):
+                raise
+            if isinstance(exc, Exception):
+                raise EngineStartError(
+                    f"vLLM could not start an engine on {self.spec.model}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            raise
+        self.start_s = time.monotonic() - t0
+        if progress:
+            progress(
+                f"engine ready in {self.start_s:.1f} s ({self.spec.label()}; "
+                f"pids {', '.join(str(r.pid) for r in self.procs)})",
+                done=True,
+            )
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.llm is not None and not self.broken
+
+    def shutdown(self) -> None:
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        # a broken engine's processes are ended by pid first; its client sockets after
+        _bounded(functools.partial(compat.shutdown_llm, llm), 5.0 if self.broken else 10.0)
 
     def generate(self, n: int, max_tokens: int = 8, prompt_len: int = 4) -> list[list[int]]:
         """One concurrent decode batch of ``n`` sequences; token ids per sequence."""
@@ -253,86 +295,37 @@ class Engine:
                 self.broken = True
         return [compat.output_token_ids(o) for o in outputs]
 
-    # --- evidence -----------------------------------------------------------------
 
-    @property
-    def pids(self) -> list[int]:
-        return [r.pid for r in self.procs]
-
-    @property
-    def worker_pids(self) -> list[int]:
-        """Processes that run model steps (those with a step record, else by title)."""
-        recorded = [r.pid for r in self.procs if self.has_record(r.pid)]
-        if recorded:
-            return recorded
-        titled = []
-        for ref in self.procs:
-            proc = ref.process()
-            with contextlib.suppress(psutil.Error):
-                if proc is not None and compat.WORKER_TITLE in " ".join(proc.cmdline()):
-                    titled.append(ref.pid)
-        return titled
-
-    def steps(self) -> list[StepTime]:
-        out: list[StepTime] = []
-        for pid in self.pids:
-            out.extend(read_steps(worker.steps_path(self.run_dir, pid), pid))
-        return sorted(out, key=lambda s: s.started)
-
-    def running_step(self, pid: int) -> StepTime | None:
-        steps = read_steps(worker.steps_path(self.run_dir, pid), pid)
-        return steps[-1] if steps and steps[-1].running else None
-
-    def has_record(self, pid: int) -> bool:
-        return os.path.exists(worker.steps_path(self.run_dir, pid))
-
-    def capture_stack(self, pid: int, timeout_s: float = 0.4) -> str | None:
-        """Ask the worker to dump its Python stack (faulthandler on SIGUSR2); read it."""
-        ref = next((r for r in self.procs if r.pid == pid), None)
-        path = worker.stack_path(self.run_dir, pid)
-        if ref is None or ref.process() is None or not os.path.exists(path):
-            return None
-        size = os.path.getsize(path)
-        os.kill(pid, worker.STACK_SIGNAL)
-        deadline = time.monotonic() + timeout_s
-        last = -1
-        while time.monotonic() < deadline:
-            time.sleep(0.02)
-            now = os.path.getsize(path)
-            if now > size and now == last:
-                break
-            last = now
-        with open(path) as f:
-            header = f.readline()
-            f.seek(size)
-            text = f.read()
-        return header + text if text else None
-
-    def liveness(self, window_s: float = 0.2) -> dict[int, ProcessEvidence]:
-        return snapshot(self.pids, window_s)
-
-
-class EngineHandle:
-    """What the engine fixtures yield: a (possibly shared) engine at one batch size."""
+class Handle:
+    """What a test holds: a (possibly shared) engine at its batch size and deadline."""
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineBase,
         batch_size: int,
+        instructions: Instructions,
         policy_name: str = "",
-        policy_timeout_s: float | None = None,
+        policy_deadline_s: float | None = None,
+        liveness_settings: LivenessSettings | None = None,
     ) -> None:
         self._engine = engine
         self.batch_size = batch_size
+        #: this test's deadline and faults (the engine may have run others before)
+        self.instructions = instructions
         self.policy_name = policy_name
         #: what the active policy would allow at this batch size
-        self.policy_timeout_s = policy_timeout_s
+        self.policy_deadline_s = policy_deadline_s
+        #: how assert_no_false_death judges this engine (the run's options)
+        self.liveness_settings = liveness_settings or LivenessSettings()
         #: verdicts on engine deaths seen through this handle (assert_no_false_death)
         self.deaths: list[dict[str, Any]] = []
         self._since = time.monotonic()
 
     def __repr__(self) -> str:
-        return f"<EngineHandle bs{self.batch_size} {self._engine.spec.label()}>"
+        return (
+            f"<{type(self).__name__} bs{self.batch_size} {self.instructions.describe()}; "
+            f"{self._engine.spec.label()}>"
+        )
 
     @property
     def spec(self) -> EngineSpec:
@@ -340,12 +333,16 @@ class EngineHandle:
 
     @property
     def timeout_s(self) -> float:
-        """The execute-model deadline in force in this engine, in seconds (as vLLM sees it)."""
-        return float(self._engine.spec.deadline_env)
+        """The execute-model deadline in force for this test, in seconds (as vLLM sees it)."""
+        return self.instructions.deadline_whole_s
 
     @property
-    def timeout_source(self) -> str:
-        return f"{compat.DEADLINE_ENV}={self.spec.deadline_env}, set from {self.spec.timeout_source}"
+    def deadline_source(self) -> str:
+        """Where the deadline came from, as a failure message says it."""
+        return (
+            f"{compat.DEADLINE_ENV}={self.instructions.deadline_env}, "
+            f"set from {self.instructions.deadline_source}"
+        )
 
     @property
     def pids(self) -> list[int]:
@@ -359,12 +356,6 @@ class EngineHandle:
     def alive(self) -> bool:
         return self._engine.alive
 
-    def generate(
-        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4
-    ) -> list[list[int]]:
-        """Run one concurrent decode batch of ``n`` sequences (default: the batch size)."""
-        return self._engine.generate(self.batch_size if n is None else n, max_tokens, prompt_len)
-
     def step_times(self) -> list[StepTime]:
         """Per-step wall time and batch size, as the worker recorded them."""
         return self._engine.steps()
@@ -372,6 +363,10 @@ class EngineHandle:
     def step_times_since_start(self) -> list[StepTime]:
         """The steps this handle's test ran (the engine may be shared)."""
         return [s for s in self._engine.steps() if s.started >= self._since]
+
+    def guard_events(self) -> list[record.GuardEvent]:
+        """The guard's decisions while this test ran (empty without the guard)."""
+        return [e for e in self._engine.guard_events() if e.t >= self._since]
 
     def running_step(self, pid: int) -> StepTime | None:
         return self._engine.running_step(pid)
@@ -386,13 +381,35 @@ class EngineHandle:
         """A snapshot of every engine process: status, CPU over 0.2 s, RSS."""
         return self._engine.liveness()
 
-    def note_death(self, record: dict[str, Any]) -> None:
-        self.deaths.append(record)
-        self._engine.deaths.append(record)
+    def death_facts(self) -> dict[str, Any]:
+        """What a verdict on this engine's death reports beside the process evidence."""
+        return {
+            "batch_size": self.batch_size,
+            "deadline_s": self.timeout_s,
+            "deadline_source": self.deadline_source,
+            "policy": self.policy_name or None,
+            "policy_deadline_s": self.policy_deadline_s,
+        }
+
+    def note_death(self, finding: dict[str, Any]) -> None:
+        self.deaths.append(finding)
+        self._engine.deaths.append(finding)
 
     def stop(self) -> None:
         """Stop the engine now (the next test that needs it gets a fresh one)."""
         self._engine.stop()
+
+
+class EngineHandle(Handle):
+    """What the engine fixtures yield: a real offline engine at one batch size."""
+
+    _engine: Engine
+
+    def generate(
+        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4
+    ) -> list[list[int]]:
+        """Run one concurrent decode batch of ``n`` sequences (default: the batch size)."""
+        return self._engine.generate(self.batch_size if n is None else n, max_tokens, prompt_len)
 
 
 # --- helpers ------------------------------------------------------------------------
@@ -458,9 +475,3 @@ def _vocab_size(model: str) -> int:
         if isinstance(vocab, int) and vocab > 10:
             return vocab
     return 1000
-
-
-def budget_s(spec: EngineSpec, start_allowance_s: float = 180.0) -> float:
-    """A pytest-timeout budget for a test on this engine: start-up plus two deadlines."""
-    return math.ceil(start_allowance_s + 2 * float(spec.deadline_env) + 60)
-

@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from .policy import STOCK_DEADLINE_S, Backend
+from .policy import STOCK_DEADLINE_S, Backend, PolicyLike
 
 #: A standard spread of batch sizes every check covers, beside the configured ones.
 STANDARD_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536)
@@ -22,8 +21,10 @@ DEFAULT_HEADROOM = 3.0
 
 
 @dataclass(frozen=True)
-class CheckInput:
-    policy: Any
+class InvariantInput:
+    """What the invariants are judged on."""
+
+    policy: PolicyLike
     batch_sizes: tuple[int, ...]
     cap_s: float | None = None
     headroom: float | None = None
@@ -38,14 +39,14 @@ def _fmt(backend: Backend, n: int, value: float) -> str:
     return f"timeout_s({backend.name}, {n}) = {value:.1f} s"
 
 
-def _ceiling(inp: CheckInput, backend: Backend) -> float:
+def _ceiling(inp: InvariantInput, backend: Backend) -> float:
     if inp.cap_s is not None:
         return inp.cap_s
     ceiling = getattr(inp.policy, "ceiling_s", None)
     return float(ceiling(backend)) if callable(ceiling) else math.inf
 
 
-def check_cpu_gt_gpu(inp: CheckInput, probe: Probe) -> list[str]:
+def check_cpu_gt_gpu(inp: InvariantInput, probe: Probe) -> list[str]:
     for n in inp.batch_sizes:
         cpu, gpu = probe(Backend.CPU, n), probe(Backend.GPU, n)
         if not cpu > gpu:
@@ -56,22 +57,37 @@ def check_cpu_gt_gpu(inp: CheckInput, probe: Probe) -> list[str]:
     return []
 
 
-def check_grows_with_batch(inp: CheckInput, probe: Probe) -> list[str]:
+def check_grows_with_batch(inp: InvariantInput, probe: Probe) -> list[str]:
+    """Strictly growing until the cap; a plateau is fine only at the cap.
+
+    A declared cap (``cap_s=`` or the policy's ``ceiling_s``) is the cap; otherwise
+    the policy's largest value (up to a huge batch) is: growth that ends in a plateau
+    there has reached its cap.  A policy that never grows at all fails.
+    """
     problems = []
     for backend in Backend:
-        ceiling = _ceiling(inp, backend)
+        declared = _ceiling(inp, backend)
         values = [(n, probe(backend, n)) for n in inp.batch_sizes]
+        largest = max(v for _, v in values + [(HUGE_BATCH, probe(backend, HUGE_BATCH))])
+        ceiling = largest if math.isinf(declared) else declared
+        if len({v for _, v in values}) == 1 and len(values) > 1:
+            (n1, t1), (n2, t2) = values[0], values[-1]
+            problems.append(
+                f"grows_with_batch: {_fmt(backend, n1, t1)} and {_fmt(backend, n2, t2)}: "
+                "it never grows with the batch"
+            )
+            continue
         for (n1, t1), (n2, t2) in zip(values, values[1:]):
             if t2 < t1 or (t2 == t1 and t1 < ceiling):
                 problems.append(
                     f"grows_with_batch: {_fmt(backend, n1, t1)} but {_fmt(backend, n2, t2)}"
-                    + ("" if math.isinf(ceiling) else f" (below its cap of {ceiling:.1f} s)")
+                    + ("" if math.isinf(declared) else f" (below its cap of {declared:.1f} s)")
                 )
                 break
     return problems
 
 
-def check_capped(inp: CheckInput, probe: Probe) -> list[str]:
+def check_capped(inp: InvariantInput, probe: Probe) -> list[str]:
     problems = []
     for backend in Backend:
         ceiling = _ceiling(inp, backend)
@@ -93,7 +109,7 @@ def check_capped(inp: CheckInput, probe: Probe) -> list[str]:
     return problems
 
 
-def check_not_below_stock(inp: CheckInput, probe: Probe) -> list[str]:
+def check_not_below_stock(inp: InvariantInput, probe: Probe) -> list[str]:
     for backend in Backend:
         for n in inp.batch_sizes:
             value = probe(backend, n)
@@ -105,7 +121,7 @@ def check_not_below_stock(inp: CheckInput, probe: Probe) -> list[str]:
     return []
 
 
-def check_headroom(inp: CheckInput, probe: Probe) -> list[str]:
+def check_headroom(inp: InvariantInput, probe: Probe) -> list[str]:
     headroom = inp.headroom if inp.headroom is not None else DEFAULT_HEADROOM
     if not inp.step_times:
         return [
@@ -125,7 +141,7 @@ def check_headroom(inp: CheckInput, probe: Probe) -> list[str]:
     return problems
 
 
-CHECKS: dict[str, Callable[[CheckInput, Probe], list[str]]] = {
+CHECKS: dict[str, Callable[[InvariantInput, Probe], list[str]]] = {
     "cpu_gt_gpu": check_cpu_gt_gpu,
     "grows_with_batch": check_grows_with_batch,
     "capped": check_capped,
@@ -144,8 +160,8 @@ def unknown_names(names: Sequence[str]) -> list[str]:
     return [n for n in names if n not in CHECKS]
 
 
-def check(
-    policy: Any,
+def violations(
+    policy: PolicyLike,
     names: Sequence[str],
     *,
     batch_sizes: Iterable[int] = (),
@@ -153,16 +169,20 @@ def check(
     headroom: float | None = None,
     step_times: Mapping[int, float] | None = None,
 ) -> list[str]:
-    """Run the named checks against ``policy``; return what breaks, one line each."""
+    """Judge ``policy`` by the named invariants; return what breaks them, one line each."""
     unknown = unknown_names(names)
     if unknown:
         raise ValueError(
             f"unknown invariant {', '.join(map(repr, unknown))}; valid: {', '.join(NAMES)}"
         )
-    inp = CheckInput(policy, batch_grid(batch_sizes), cap_s, headroom, step_times)
+    inp = InvariantInput(policy, batch_grid(batch_sizes), cap_s, headroom, step_times)
 
     def probe(backend: Backend, n: int) -> float:
-        return float(policy.timeout_s(backend, n))
+        raw = policy.timeout_s(backend, n)
+        value = float(raw)
+        if math.isnan(value):
+            raise ValueError(f"timeout_s({backend.name}, {n}) returned {raw!r}")
+        return value
 
     problems: list[str] = []
     for name in names:

@@ -24,6 +24,15 @@ DEFAULT_INTERVAL_S = 0.1
 DEFAULT_WINDOW_S = 1.0
 
 
+@dataclass(frozen=True)
+class LivenessSettings:
+    """How busy counts as busy, and how often to look."""
+
+    threshold: float = DEFAULT_BUSY_THRESHOLD
+    interval_s: float = DEFAULT_INTERVAL_S
+    window_s: float = DEFAULT_WINDOW_S
+
+
 class Verdict(enum.Enum):
     """What an engine process was doing when the engine was declared dead."""
 

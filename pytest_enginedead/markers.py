@@ -15,7 +15,7 @@ import pytest
 
 from . import invariants
 from .options import BadValue, check_batch_sizes
-from .worker import Injection
+from .record import Injection
 
 DOCS = (
     "enginedead_batch_sizes(*sizes): run this test's engine fixtures at these batch "
@@ -26,6 +26,9 @@ DOCS = (
     "headroom uses the engine's measured step times, or step_times={batch: seconds}.",
     "enginedead_timeout(seconds): pin this test's engine to a fixed execute-model "
     "deadline instead of the policy (to reproduce vLLM's stock behaviour).",
+    "enginedead_guard(hang_s=None, policy=None): run this test's engine with the guard on: "
+    "vLLM's deadline becomes the point of suspicion; a busy worker gets up to the policy's "
+    "cap, a worker idle for hang_s (default 60) ends the wait.",
     "enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None): fault "
     "injection inside the engine's worker: each step first burns CPU for "
     "slow_s_per_seq x its batch size; at step N (from 1) it blocks idle forever, or "
@@ -34,7 +37,7 @@ DOCS = (
 
 
 class BadMarker(ValueError):
-    """A marker with arguments it does not take; the message says which."""
+    """A marker (or fixture call) with arguments it does not take; the message says which."""
 
 
 def _only(marker: pytest.Mark, allowed: tuple[str, ...]) -> None:
@@ -46,22 +49,49 @@ def _only(marker: pytest.Mark, allowed: tuple[str, ...]) -> None:
         )
 
 
-def _number(marker: pytest.Mark, name: str, value: Any, minimum: float = 0.0) -> float:
+def _number(what: str, name: str, value: Any, minimum: float = 0.0) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadMarker(f"@pytest.mark.{marker.name}: {name}={value!r} is not a number")
+        raise BadMarker(f"{what}: {name}={value!r} is not a number")
     if value < minimum:
-        raise BadMarker(f"@pytest.mark.{marker.name}: {name}={value!r} must be >= {minimum:g}")
+        raise BadMarker(f"{what}: {name}={value!r} must be >= {minimum:g}")
     return float(value)
 
 
-def _step(marker: pytest.Mark, name: str, value: Any) -> int | None:
+def _step(what: str, name: str, value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadMarker(
-            f"@pytest.mark.{marker.name}: {name}={value!r} must be a step number >= 1"
-        )
+        raise BadMarker(f"{what}: {name}={value!r} must be a step number >= 1")
     return value
+
+
+def _seconds(what: str, name: str, value: Any) -> float:
+    """A deadline as vLLM can have it: whole seconds, at least 1 (it is parsed with int())."""
+    seconds = _number(what, name, value)
+    if seconds < 1 or seconds != int(seconds):
+        raise BadMarker(
+            f"{what}: {name}={value!r} is not a whole number of seconds >= 1; vLLM's deadline "
+            "(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) is parsed with int()"
+        )
+    return seconds
+
+
+INJECT_ARGS = ("slow_s_per_seq", "hang_at_step", "crash_at_step")
+
+
+def injection(what: str, kwargs: Mapping[str, Any]) -> Injection:
+    """Fault arguments (marker keywords or a factory's ``inject=`` dict), checked."""
+    unknown = sorted(set(kwargs) - set(INJECT_ARGS))
+    if unknown:
+        raise BadMarker(
+            f"{what} got unknown argument(s) {', '.join(map(str, unknown))}; "
+            f"it takes {', '.join(INJECT_ARGS)}"
+        )
+    return Injection(
+        slow_s_per_seq=_number(what, "slow_s_per_seq", kwargs.get("slow_s_per_seq", 0.0)),
+        hang_at_step=_step(what, "hang_at_step", kwargs.get("hang_at_step")),
+        crash_at_step=_step(what, "crash_at_step", kwargs.get("crash_at_step")),
+    )
 
 
 def batch_sizes(marker: pytest.Mark) -> tuple[int, ...]:
@@ -79,25 +109,51 @@ def timeout(marker: pytest.Mark) -> float:
         args.append(marker.kwargs["seconds"])
     if len(args) != 1:
         raise BadMarker("@pytest.mark.enginedead_timeout takes one argument: seconds")
-    seconds = _number(marker, "seconds", args[0])
-    if seconds <= 0:
-        raise BadMarker(f"@pytest.mark.enginedead_timeout: seconds={args[0]!r} must be > 0")
-    return seconds
+    return _seconds("@pytest.mark.enginedead_timeout", "seconds", args[0])
 
 
 def inject(marker: pytest.Mark) -> Injection:
-    allowed = ("slow_s_per_seq", "hang_at_step", "crash_at_step")
-    _only(marker, allowed)
     if marker.args:
         raise BadMarker(
-            "@pytest.mark.enginedead_inject takes keyword arguments only: " + ", ".join(allowed)
+            "@pytest.mark.enginedead_inject takes keyword arguments only: " + ", ".join(INJECT_ARGS)
         )
-    kw = marker.kwargs
-    return Injection(
-        slow_s_per_seq=_number(marker, "slow_s_per_seq", kw.get("slow_s_per_seq", 0.0)),
-        hang_at_step=_step(marker, "hang_at_step", kw.get("hang_at_step")),
-        crash_at_step=_step(marker, "crash_at_step", kw.get("crash_at_step")),
-    )
+    return injection("@pytest.mark.enginedead_inject", marker.kwargs)
+
+
+def guard(marker: pytest.Mark) -> tuple[float | None, str | None]:
+    """``enginedead_guard``'s (hang_s, policy spec), each None when not given."""
+    what = "@pytest.mark.enginedead_guard"
+    _only(marker, ("hang_s", "policy"))
+    if marker.args:
+        raise BadMarker(f"{what} takes keyword arguments only: hang_s, policy")
+    hang = marker.kwargs.get("hang_s")
+    policy = marker.kwargs.get("policy")
+    if hang is not None:
+        hang = _number(what, "hang_s", hang)
+        if hang <= 0:
+            raise BadMarker(f"{what}: hang_s={marker.kwargs['hang_s']!r} must be above 0")
+    if policy is not None and (not isinstance(policy, str) or not policy.strip()):
+        raise BadMarker(f"{what}: policy={policy!r} must be reference, vllm-stock or module:attr")
+    return hang, policy.strip() if isinstance(policy, str) else None
+
+
+def factory_arguments(
+    batch_size: Any, timeout_s: Any, inject: Injection | Mapping[str, Any] | None
+) -> tuple[int, float | None, Injection]:
+    """``vllm_engine_factory``'s arguments, checked: (batch size, deadline or None, faults)."""
+    what = "vllm_engine_factory"
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise BadMarker(f"{what}: batch_size={batch_size!r} is not a positive integer")
+    seconds = None if timeout_s is None else _seconds(what, "timeout_s", timeout_s)
+    if isinstance(inject, Injection):
+        faults = inject
+    elif inject is None:
+        faults = Injection()
+    elif isinstance(inject, Mapping):
+        faults = injection(f"{what}(inject=...)", inject)
+    else:
+        raise BadMarker(f"{what}: inject={inject!r} must be a dict of {', '.join(INJECT_ARGS)}")
+    return batch_size, seconds, faults
 
 
 @dataclass(frozen=True)
@@ -109,36 +165,41 @@ class InvariantRequest:
 
 
 def invariant_request(marker: pytest.Mark) -> InvariantRequest:
+    what = "@pytest.mark.enginedead_invariants"
     _only(marker, ("cap_s", "headroom", "step_times"))
     names = tuple(marker.args)
     if not names:
         raise BadMarker(
-            "@pytest.mark.enginedead_invariants needs at least one invariant name; "
-            f"valid: {', '.join(invariants.NAMES)}"
+            f"{what} needs at least one invariant name; valid: {', '.join(invariants.NAMES)}"
         )
     bad = [n for n in names if not isinstance(n, str) or n not in invariants.NAMES]
     if bad:
         raise BadMarker(
-            f"@pytest.mark.enginedead_invariants: unknown invariant {', '.join(map(repr, bad))}; "
+            f"{what}: unknown invariant {', '.join(map(repr, bad))}; "
             f"valid: {', '.join(invariants.NAMES)}"
         )
     kw = marker.kwargs
-    cap = kw.get("cap_s")
-    room = kw.get("headroom")
-    steps = kw.get("step_times")
+    cap, room, steps = kw.get("cap_s"), kw.get("headroom"), kw.get("step_times")
     if steps is not None:
         if not isinstance(steps, Mapping) or not steps:
-            raise BadMarker(
-                "@pytest.mark.enginedead_invariants: step_times must be a non-empty "
-                "{batch_size: seconds} mapping"
-            )
+            raise BadMarker(f"{what}: step_times must be a non-empty {{batch_size: seconds}} mapping")
         for n, s in steps.items():
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise BadMarker(f"@pytest.mark.enginedead_invariants: step_times key {n!r} is not a batch size")
-            _number(marker, f"step_times[{n}]", s)
+                raise BadMarker(f"{what}: step_times key {n!r} is not a batch size")
+            _number(what, f"step_times[{n}]", s)
     return InvariantRequest(
         names,
-        None if cap is None else _number(marker, "cap_s", cap),
-        None if room is None else _number(marker, "headroom", room),
+        None if cap is None else _number(what, "cap_s", cap),
+        None if room is None else _headroom(what, room),
         None if steps is None else {int(n): float(s) for n, s in steps.items()},
     )
+
+
+def _headroom(what: str, value: Any) -> float:
+    room = _number(what, "headroom", value)
+    if room <= 0:
+        raise BadMarker(
+            f"{what}: headroom={value!r} must be above 0 "
+            "(a multiple of the step time, e.g. 3); 0 would pass any policy"
+        )
+    return room

@@ -1,4 +1,4 @@
-"""The plugin's options: one definition each, resolved with the source of every value.
+"""The plugin's options: one definition each, and the run's settings resolved from them.
 
 Precedence: marker > command line > environment > ini > default.  A bad value is a
 ``pytest.UsageError`` that names the value and where it came from.
@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from .liveness import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S
+from . import compat
+from .liveness import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S, LivenessSettings
+from .policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
 
 BUNDLED_MODEL = str(Path(__file__).parent / "models" / "tiny-llama")
 DEFAULT_BATCH_SIZES = (8, 64)
@@ -96,6 +98,26 @@ def read_architectures(path: str) -> list[str]:
     return _architectures(data, config)
 
 
+def check_architectures(model: str, source: str) -> None:
+    """An architecture the installed vLLM lacks is a usage error, said once, before any engine starts."""
+    path = os.path.join(model, "config.json")
+    try:
+        archs = read_architectures(path)
+    except BadValue as exc:
+        raise pytest.UsageError(f"enginedead: {exc}") from None
+    try:
+        known = compat.known_architectures()
+    except Exception:
+        return  # cannot ask this vLLM; the engine start will say
+    unknown = [a for a in archs if a not in known]
+    if unknown or not archs:
+        raise pytest.UsageError(
+            f"enginedead: {path} names architecture {', '.join(unknown) or '(none)'}, "
+            f"which vLLM {compat.installed_version()} does not know "
+            f"(--enginedead-model, from {source}); use one it supports, e.g. LlamaForCausalLM"
+        )
+
+
 def parse_fraction(raw: str) -> float:
     """``"0.05"`` or ``"5%"`` → 0.05 (share of one core)."""
     text = raw.strip()
@@ -106,6 +128,16 @@ def parse_fraction(raw: str) -> float:
     if not 0 < value <= 64:
         raise BadValue(f"{raw!r} must be above 0 (a share of one core, like 0.05)")
     return value
+
+
+def parse_switch(raw: str) -> bool:
+    """``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``."""
+    text = raw.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise BadValue(f"{raw!r} is not a switch; use 1 or 0")
 
 
 def parse_seconds(raw: str) -> float:
@@ -125,6 +157,8 @@ class Option:
     default: str | None
     parse: Callable[[str], Any]
     metavar: str
+    #: a switch: ``--flag`` alone turns it on (ini / env take 1 or 0)
+    switch: bool = False
 
     @property
     def flag(self) -> str:
@@ -159,6 +193,13 @@ OPTIONS = (
         None, str.strip, "PATH",
     ),
     Option(
+        "enginedead_guard",
+        "Start every engine with the guard on: vLLM's deadline becomes the point of "
+        "suspicion, a busy worker gets up to the policy's cap, a hung one ends after 60 s "
+        "(marker enginedead_guard for one test).",
+        "0", parse_switch, "", switch=True,
+    ),
+    Option(
         "enginedead_busy_threshold",
         "CPU use, as a share of one core over the sample window, above which a live "
         "engine process counts as computing (default 0.05 = 5%).",
@@ -177,18 +218,22 @@ def addoptions(parser: pytest.Parser) -> None:
     for opt in OPTIONS:
         help_text = f"{opt.help} Env: {opt.env}."
         # argparse %-formats help text; the ini help is printed as is
-        group.addoption(
-            opt.flag, dest=opt.name, metavar=opt.metavar, default=None,
-            help=help_text.replace("%", "%%"),
-        )
+        if opt.switch:
+            group.addoption(opt.flag, dest=opt.name, action="store_const", const="1", default=None,
+                            help=help_text.replace("%", "%%"))
+        else:
+            group.addoption(opt.flag, dest=opt.name, metavar=opt.metavar, default=None,
+                            help=help_text.replace("%", "%%"))
         parser.addini(opt.name, help=help_text, default=None)
 
 
 @dataclass(frozen=True)
 class Value:
+    """An option's parsed value, where it came from, and how the user wrote it there."""
+
     value: Any
-    raw: str | None
-    source: str  # "command line", "environment", "ini file X", "default"
+    source: str  # "command line", "environment", the ini file's name, "default"
+    where: str  # e.g. "--enginedead-policy='x'", "ENGINEDEAD_POLICY='x'", "enginedead_policy = 'x'"
 
 
 def resolve(config: pytest.Config, opt: Option) -> Value:
@@ -203,17 +248,81 @@ def resolve(config: pytest.Config, opt: Option) -> Value:
         ini = config.getini(opt.name)
         if ini not in (None, "", []):
             raw = ini if isinstance(ini, str) else str(ini)
-            inifile = config.inipath.name if config.inipath else "ini"
-            source = f"{inifile}"
+            source = config.inipath.name if config.inipath else "ini"
             where = f"{opt.name} = {raw!r}"
             if opt.name == "enginedead_model" and config.inipath and not os.path.isabs(raw):
                 raw = str(config.inipath.parent / raw)
     if raw is None:
         if opt.default is None:
-            return Value(None, None, "default")
+            return Value(None, "default", "")
         raw, source, where = opt.default, "default", repr(opt.default)
     try:
-        return Value(opt.parse(raw), raw, source)
+        return Value(opt.parse(raw), source, where)
     except BadValue as exc:
         raise pytest.UsageError(f"enginedead: {where} (from {source}): {exc}") from None
 
+
+@dataclass(frozen=True)
+class Settings:
+    """The run's resolved options, each with where it came from."""
+
+    batch_sizes: tuple[int, ...]
+    model: str
+    model_source: str
+    policy: PolicyLike
+    policy_name: str
+    policy_source: str
+    #: the policy as a spec another process can load (the guard's cap), when it is one
+    policy_spec: str | None
+    report: str | None
+    guard: bool
+    liveness: LivenessSettings
+    vllm_version: str | None
+
+
+def resolve_settings(config: pytest.Config) -> Settings:
+    """Every option from its highest-precedence source, parsed once; UsageError on a bad one."""
+    get = {o.name: resolve(config, o) for o in OPTIONS}
+    policy, policy_name, policy_source = _resolve_policy(config, get["enginedead_policy"])
+    chosen = get["enginedead_policy"].value
+    model = get["enginedead_model"]
+    return Settings(
+        batch_sizes=get["enginedead_batch_sizes"].value,
+        model=model.value or BUNDLED_MODEL,
+        model_source=model.source if model.value else "bundled",
+        policy=policy,
+        policy_name=policy_name,
+        policy_source=policy_source,
+        policy_spec=chosen.strip() if chosen else ("reference" if policy_source == "default" else None),
+        report=get["enginedead_report"].value,
+        guard=get["enginedead_guard"].value,
+        liveness=LivenessSettings(
+            threshold=get["enginedead_busy_threshold"].value,
+            interval_s=get["enginedead_sample_interval"].value,
+        ),
+        vllm_version=compat.installed_version(),
+    )
+
+
+def _resolve_policy(config: pytest.Config, chosen: Value) -> tuple[PolicyLike, str, str]:
+    """(policy, its name, where it came from): the option, else the conftest hook, else reference."""
+    if chosen.value is not None:
+        try:
+            policy = load_policy(chosen.value, [str(config.rootpath), os.getcwd()])
+        except PolicyError as exc:
+            raise pytest.UsageError(f"enginedead: {chosen.where} (from {chosen.source}): {exc}") from None
+        return policy, policy_name(policy, chosen.value), chosen.source
+    try:
+        hooked = config.hook.pytest_enginedead_policy(config=config)
+    except Exception as exc:
+        raise pytest.UsageError(
+            f"enginedead: the pytest_enginedead_policy hook raised {type(exc).__name__}: {exc}"
+        ) from None
+    if hooked is None:
+        return TimeoutPolicy.reference(), "reference", "default"
+    if not callable(getattr(hooked, "timeout_s", None)):
+        raise pytest.UsageError(
+            "enginedead: pytest_enginedead_policy returned "
+            f"{type(hooked).__name__}, which has no callable timeout_s"
+        )
+    return hooked, policy_name(hooked, "hook"), "pytest_enginedead_policy hook"

@@ -1,6 +1,8 @@
 """pytest wiring for pytest-enginedead: options, markers, fixtures, header, summary.
 
-Logic lives in the modules named for it; this module only connects it to pytest.
+This module reads markers and options, keeps the run's state in the config's stash
+and calls the modules that decide: ``planning`` (which engine each test gets and in
+what order), ``pool`` (the engines alive), ``invariants``, ``report``.
 """
 
 from __future__ import annotations
@@ -8,26 +10,21 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 
-from . import compat, distributed, hooks, invariants, markers, options, report
-from .assertions import pop_settings, push_settings
-from .engine import EngineHandle, EngineSpec, EngineStartError, Progress, budget_s
-from .harness import (
-    EnginePool,
-    Need,
-    Settings,
-    base_spec,
-    order,
-    policy_timeout,
-    resolve_settings,
-    share,
-    vllm_missing_reason,
-)
-from .policy import Backend
+from . import compat, distributed, guard, hooks, invariants, markers, options, planning, report
+from .assertions import run_settings
+from .engine import EngineBase, EngineHandle, EngineStartError, Handle, Progress
+from .options import Settings
+from .planning import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
+from .policy import PolicyError, PolicyLike, load_policy
+from .pool import EnginePool
+from .record import Injection, worst_by_batch
+from .report import Results
+from .server import ServerHandle
 
 
 @dataclass
@@ -36,24 +33,17 @@ class Run:
 
     settings: Settings
     pool: EnginePool
-    results: report.Results
+    results: Results
     cpu_bind: str | None = None
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The engine one test will get, or why it cannot get one."""
-
-    batch_size: int
-    spec: EngineSpec | None
-    error: str | None = None
+    #: undoes what configure set up for the run (the liveness defaults)
+    scope: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
 
 run_key = pytest.StashKey[Run]()
-plan_key = pytest.StashKey[Plan]()
-handle_key = pytest.StashKey[EngineHandle]()
+plan_key = pytest.StashKey[TestPlan]()
+handle_key = pytest.StashKey[Handle]()
 
-ENGINE_FIXTURES = ("vllm_engine",)
+ENGINE_FIXTURES = ("vllm_engine", "vllm_server")
 
 
 def _run(config: pytest.Config) -> Run:
@@ -79,40 +69,38 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in markers.DOCS:
         config.addinivalue_line("markers", line)
-    settings = resolve_settings(config)
+    settings = options.resolve_settings(config)
     pool = EnginePool(max_alive=1, progress=_progress_writer(config))
-    config.stash[run_key] = Run(settings, pool, report.Results(), distributed.cpu_bind(config))
-    push_settings(settings.liveness)
+    run = Run(settings, pool, Results(), distributed.cpu_bind(config))
+    run.scope.enter_context(run_settings(settings.liveness))
+    config.stash[run_key] = run
     if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(distributed.ControllerHooks(config), "enginedead-xdist")
+        config.pluginmanager.register(distributed.ControllerHooks(run.results), "enginedead-xdist")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     run = config.stash.get(run_key, None)
-    if run is None:
-        return
-    pop_settings()
-    run.pool.close()
+    if run is not None:
+        run.scope.close()
+        run.pool.close()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     s = _run(config).settings
-    text = (
+    lines = [
         f"enginedead: policy={s.policy_name} ({s.policy_source}), "
-        f"batch_sizes={','.join(map(str, s.batch_sizes))}, "
-        f"vllm={s.vllm_version or 'absent'}"
-    )
-    if s.model != options.BUNDLED_MODEL:
-        text += f", model={s.model}"
+        f"batch_sizes={','.join(map(str, s.batch_sizes))}, vllm={s.vllm_version or 'absent'}"
+        + (f", model={s.model}" if s.model != options.BUNDLED_MODEL else "")
+    ]
     note = distributed.dist_note(config)
     if note:
-        text += f"\nenginedead: {note}"
+        lines.append(f"enginedead: {note}")
     if os.environ.get(compat.MULTIPROCESSING_ENV, "1").strip() == "0":
-        text += (
-            f"\nenginedead: {compat.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
+        lines.append(
+            f"enginedead: {compat.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
             "vLLM applies the deadline only in multiprocess mode"
         )
-    return text
+    return "\n".join(lines)
 
 
 def _progress_writer(config: pytest.Config) -> Progress | None:
@@ -132,7 +120,7 @@ def _progress_writer(config: pytest.Config) -> Progress | None:
     return write
 
 
-# --- collection: batch sizes, engine plan, order ---------------------------------------
+# --- collection: what each test needs, the plan, the order ------------------------------
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -149,97 +137,80 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("engine_batch_size", sizes, ids=[f"bs{n}" for n in sizes])
 
 
-def _need(item: pytest.Item, run: Run) -> Need:
-    batch = item.callspec.params.get("engine_batch_size")  # type: ignore[attr-defined]
-    if isinstance(batch, Exception):
-        raise markers.BadMarker(str(batch))
-    timeout_marker = item.get_closest_marker("enginedead_timeout")
-    inject_marker = item.get_closest_marker("enginedead_inject")
-    injection = markers.inject(inject_marker) if inject_marker else None
-    if timeout_marker is not None:
-        seconds, source = markers.timeout(timeout_marker), "the enginedead_timeout marker"
-    else:
+def _need(item: pytest.Item, run: Run, default_batch: int | None = None) -> Need | str:
+    """What ``item`` asks of its engine, or why that cannot be read (the test's failure)."""
+    callspec = getattr(item, "callspec", None)
+    batch = callspec.params.get("engine_batch_size", default_batch) if callspec else default_batch
+    inject = item.get_closest_marker("enginedead_inject")
+    timeout = item.get_closest_marker("enginedead_timeout")
+    try:
+        if isinstance(batch, Exception) or batch is None:
+            raise markers.BadMarker(str(batch))
+        faults = markers.inject(inject) if inject is not None else Injection()
+        if timeout is not None:
+            deadline, source = markers.timeout(timeout), "the enginedead_timeout marker"
+        else:
+            deadline = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            source = f"policy {run.settings.policy_name}"
+        server = "vllm_server" in getattr(item, "fixturenames", ())
+        return Need(batch, Instructions(deadline, source, faults), _guard(item, run), server)
+    except (markers.BadMarker, PolicyFailure) as exc:
+        return str(exc)
+
+
+def _guard(item: pytest.Item, run: Run) -> GuardSpec | None:
+    """The guard this test's engine runs with: its marker, else the run's option, else none."""
+    marker = item.get_closest_marker("enginedead_guard")
+    if marker is None and not run.settings.guard:
+        return None
+    hang_s, policy = markers.guard(marker) if marker is not None else (None, None)
+    if policy is not None:
         try:
-            seconds, source = _policy_deadline(run, batch)
-        except Exception as exc:
-            raise markers.BadMarker(
-                f"policy {run.settings.policy_name} raised {type(exc).__name__} for "
-                f"timeout_s(CPU, {batch}): {exc}"
-            ) from None
-    return Need(batch, seconds, source, injection or markers.Injection())
+            load_policy(policy, [str(item.config.rootpath), os.getcwd()])
+        except PolicyError as exc:
+            raise markers.BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
+    return GuardSpec(hang_s or guard.DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference")
 
 
-def _policy_deadline(run: Run, batch: int) -> tuple[float, str]:
-    """The active policy's deadline for a CPU engine at ``batch``, and what set it."""
-    return float(run.settings.policy.timeout_s(Backend.CPU, batch)), f"policy {run.settings.policy_name}"
+def _uses_engine(item: pytest.Item) -> bool:
+    return any(f in getattr(item, "fixturenames", ()) for f in ENGINE_FIXTURES)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run = _run(config)
-    plans: list[Plan | None] = []
-    for item in items:
-        if not any(f in getattr(item, "fixturenames", ()) for f in ENGINE_FIXTURES):
-            plans.append(None)
+    plan = planning.plan(
+        [_need(item, run) if _uses_engine(item) else None for item in items],
+        run.settings.model, run.cpu_bind,
+    )
+    if plan.engine_specs and compat.vllm_missing_reason() is None:
+        options.check_architectures(run.settings.model, run.settings.model_source)
+    run.results.configurations = plan.configurations
+    budget = config.pluginmanager.hasplugin("timeout")
+    for item, test in zip(items, plan.tests):
+        if test is None:
             continue
-        try:
-            need = _need(item, run)
-            plans.append(Plan(need.batch_size, base_spec(run.settings, need, run.cpu_bind)))
-        except markers.BadMarker as exc:
-            plans.append(Plan(0, None, str(exc)))
-    if any(p and p.spec for p in plans) and vllm_missing_reason() is None:
-        _check_architecture(run.settings.model, run.settings.model_source)
-    specs = share([p.spec for p in plans if p and p.spec])
-    run.results.configurations = len(set(specs))
-    shared = iter(specs)
-    entries: list[tuple[EngineSpec | None, int]] = []
-    for item, plan in zip(items, plans):
-        if plan is not None and plan.spec is not None:
-            plan = Plan(plan.batch_size, next(shared))
-            if item.get_closest_marker("timeout") is None and config.pluginmanager.hasplugin("timeout"):
-                item.add_marker(pytest.mark.timeout(budget_s(plan.spec)))
-        if plan is not None:
-            item.stash[plan_key] = plan
-        entries.append((plan.spec if plan else None, plan.batch_size if plan else 0))
-    items[:] = [items[i] for i in order(entries)]
+        item.stash[plan_key] = test
+        if test.instructions is not None and budget and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(planning.budget_s(test.instructions)))
+    items[:] = [items[i] for i in plan.order]
     if distributed.is_worker(config):
         distributed.publish_groups(
-            config,
-            ((it.nodeid, distributed.item_group(it, _plan_spec(it))) for it in items),
+            config, ((it.nodeid, distributed.item_group(it, _planned_spec(it))) for it in items)
         )
 
 
-def _plan_spec(item: pytest.Item) -> EngineSpec | None:
-    plan = item.stash.get(plan_key, None)
-    return plan.spec if plan is not None else None
-
-
-def _check_architecture(model: str, source: str) -> None:
-    """An unknown architecture fails here, once, not in every engine start."""
-    path = os.path.join(model, "config.json")
-    try:
-        archs = options.read_architectures(path)
-    except options.BadValue as exc:
-        raise pytest.UsageError(f"enginedead: {exc}") from None
-    try:
-        known = compat.known_architectures()
-    except Exception:
-        return  # cannot ask this vLLM; the engine start will say
-    unknown = [a for a in archs if a not in known]
-    if unknown or not archs:
-        raise pytest.UsageError(
-            f"enginedead: {path} names architecture {', '.join(unknown) or '(none)'}, "
-            f"which vLLM {compat.installed_version()} does not know "
-            f"(--enginedead-model, from {source}); use one it supports, e.g. LlamaForCausalLM"
-        )
+def _planned_spec(item: pytest.Item) -> EngineSpec | None:
+    test = item.stash.get(plan_key, None)
+    return test.spec if test is not None else None
 
 
 # --- running ----------------------------------------------------------------------------
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    plan = item.stash.get(plan_key, None)
-    if plan is not None and plan.error:
-        pytest.fail(plan.error, pytrace=False)
+    test = item.stash.get(plan_key, None)
+    if test is not None and test.error:
+        pytest.fail(test.error, pytrace=False)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -253,29 +224,23 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         pytest.fail(str(exc), pytrace=False)
     run = _run(item.config)
     handle = item.stash.get(handle_key, None)
-    after = ("headroom",) if handle is not None and req.step_times is None else ()
-    _check_invariants(run, [n for n in req.names if n not in after], req, req.step_times)
+    # with an engine and no given step times, headroom is judged on the steps it ran
+    measured = handle is not None and req.step_times is None and "headroom" in req.names
+    _judge_policy(run, [n for n in req.names if not (measured and n == "headroom")], req, req.step_times)
     result = yield
-    if after and "headroom" in req.names:
-        assert handle is not None
-        worst: dict[int, float] = {}
-        for step in handle.step_times():
-            if step.seconds is not None:
-                worst[step.batch_size] = max(worst.get(step.batch_size, 0.0), step.seconds)
-        _check_invariants(run, ["headroom"], req, worst)
+    if measured and handle is not None:
+        _judge_policy(run, ["headroom"], req, worst_by_batch(handle.step_times()))
     return result
 
 
-def _check_invariants(run: Run, names: list[str], req: markers.InvariantRequest, steps: Any) -> None:
+def _judge_policy(
+    run: Run, names: list[str], req: markers.InvariantRequest, steps: dict[int, float] | Any
+) -> None:
     if not names:
         return
-    problems = invariants.check(
-        run.settings.policy,
-        names,
-        batch_sizes=run.settings.batch_sizes,
-        cap_s=req.cap_s,
-        headroom=req.headroom,
-        step_times=steps,
+    problems = invariants.violations(
+        run.settings.policy, names, batch_sizes=run.settings.batch_sizes,
+        cap_s=req.cap_s, headroom=req.headroom, step_times=steps,
     )
     if problems:
         pytest.fail(
@@ -286,16 +251,16 @@ def _check_invariants(run: Run, names: list[str], req: markers.InvariantRequest,
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
     handle = item.stash.get(handle_key, None)
     if handle is not None:
-        results = _run(item.config).results
-        before = len(results.tests)
-        results.observe(item, rep, handle)
-        if rep.when == "call" and len(results.tests) > before:
+        row = _run(item.config).results.observe(item.nodeid, rep, handle)
+        if row is not None and rep.when == "call":
             # junitxml reads properties from the teardown report, made after this
-            item.user_properties.extend(report.junit_properties(results.tests[-1]))
+            item.user_properties.extend(report.junit_properties(row))
     return rep
 
 
@@ -304,28 +269,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     run = config.stash.get(run_key, None)
     if run is None:
         return
-    try:
-        run.pool.close()
-    finally:
-        run.results.close_engines(run.pool)
-        run.pool.records.clear()
-        if distributed.is_worker(config):
-            distributed.send(config, run.results.to_wire())
-        elif run.settings.report:
-            report.write(run.settings.report, report.build(run.results, run.settings))
+    records = run.pool.close()
+    run.results.add_engines(records)
+    if distributed.is_worker(config):
+        distributed.send(config, run.results.to_wire())
+    elif run.settings.report:
+        report.write(run.settings.report, report.build(run.results, run.settings))
+    survivors = [r.stop_error for r in records if r.stop_error]
+    if survivors:
+        raise RuntimeError(survivors[0])
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     run = config.stash.get(run_key, None)
     if run is not None:
-        report.terminal_summary(terminalreporter, run.results, run.settings)
+        report.terminal_summary(terminalreporter, run.results, run.settings.policy_name)
 
 
 # --- fixtures ------------------------------------------------------------------------
 
 
 @pytest.fixture
-def enginedead_policy(pytestconfig: pytest.Config) -> Any:
+def enginedead_policy(pytestconfig: pytest.Config) -> PolicyLike:
     """The active timeout policy (``--enginedead-policy``, the hook, or the reference)."""
     return _run(pytestconfig).settings.policy
 
@@ -337,31 +302,46 @@ def engine_batch_size(pytestconfig: pytest.Config) -> int:
 
 
 def _require_vllm() -> None:
-    reason = vllm_missing_reason()
+    reason = compat.vllm_missing_reason()
     if reason:
         pytest.skip(reason)
 
 
-@pytest.fixture
-def vllm_engine(request: pytest.FixtureRequest, engine_batch_size: int) -> Iterator[EngineHandle]:
-    """A real vLLM CPU engine at ``engine_batch_size``, shared with tests of the same config."""
-    _require_vllm()
-    run = _run(request.config)
-    plan = request.node.stash.get(plan_key, None)
-    if plan is None or plan.spec is None:  # asked for outside collection's plan
-        need = _need(request.node, run) if hasattr(request.node, "callspec") else Need(
-            engine_batch_size, *_policy_deadline(run, engine_batch_size)
-        )
-        plan = Plan(need.batch_size, base_spec(run.settings, need, run.cpu_bind))
-    assert plan.spec is not None
+def _started(start: Callable[[], EngineBase]) -> EngineBase:
+    """An engine from ``start``; a start vLLM refused fails the test with vLLM's reason."""
+    __tracebackhide__ = True
     try:
-        engine = run.pool.acquire(plan.spec, request.node.nodeid)
+        return start()
     except EngineStartError as exc:
         pytest.fail(str(exc), pytrace=False)
-    handle = EngineHandle(
-        engine, engine_batch_size, run.settings.policy_name,
-        policy_timeout(run.settings.policy, engine_batch_size),
-    )
+
+
+def _handle(run: Run, engine: EngineBase, batch_size: int, instructions: Instructions) -> Handle:
+    try:
+        allowed: float | None = planning.policy_deadline(
+            run.settings.policy, run.settings.policy_name, batch_size
+        )
+    except PolicyFailure:
+        allowed = None  # the evidence then says nothing of the policy
+    kind = ServerHandle if engine.spec.server else EngineHandle
+    return kind(engine, batch_size, instructions, run.settings.policy_name, allowed, run.settings.liveness)
+
+
+def _shared(request: pytest.FixtureRequest, batch_size: int) -> Iterator[Handle]:
+    """The planned (shared) engine for this test, told its deadline and faults."""
+    _require_vllm()
+    run = _run(request.config)
+    test = request.node.stash.get(plan_key, None)
+    if test is None or test.spec is None or test.instructions is None:
+        need = _need(request.node, run, batch_size)  # asked for outside collection's plan
+        if isinstance(need, str):
+            pytest.fail(need, pytrace=False)
+        test = TestPlan(batch_size, planning.spec_for(need, run.settings.model, run.cpu_bind),
+                        need.instructions)
+    spec, instructions = test.spec, test.instructions
+    assert spec is not None and instructions is not None
+    engine = _started(lambda: run.pool.acquire(spec, instructions, request.node.nodeid))
+    handle = _handle(run, engine, batch_size, instructions)
     request.node.stash[handle_key] = handle
     try:
         yield handle
@@ -370,44 +350,84 @@ def vllm_engine(request: pytest.FixtureRequest, engine_batch_size: int) -> Itera
 
 
 @pytest.fixture
-def vllm_engine_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., EngineHandle]]:
-    """Start engines with explicit arguments; every engine it made is stopped afterwards.
+def vllm_engine(request: pytest.FixtureRequest, engine_batch_size: int) -> Iterator[EngineHandle]:
+    """A real vLLM CPU engine at ``engine_batch_size``, shared with tests of the same config."""
+    for handle in _shared(request, engine_batch_size):
+        assert isinstance(handle, EngineHandle)
+        yield handle
 
-    ``vllm_engine_factory(batch_size, timeout_s=None, inject=None, model=None, **engine_args)``
-    """
+
+@pytest.fixture
+def vllm_server(request: pytest.FixtureRequest, engine_batch_size: int) -> Iterator[ServerHandle]:
+    """vLLM's OpenAI-compatible API server at ``engine_batch_size`` (``--max-num-seqs``), shared."""
+    for handle in _shared(request, engine_batch_size):
+        assert isinstance(handle, ServerHandle)
+        yield handle
+
+
+def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server: bool) -> Need:
+    """What ``vllm_engine_factory(...)`` asks for; bad arguments fail the test in one line."""
+    __tracebackhide__ = True
+    what = "vllm_server_factory" if server else "vllm_engine_factory"
+    try:
+        batch, seconds, faults = markers.factory_arguments(batch_size, timeout_s, inject)
+        if seconds is None:
+            seconds = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            source = f"policy {run.settings.policy_name}"
+        else:
+            source = f"{what}(timeout_s=...)"
+    except (markers.BadMarker, PolicyFailure) as exc:
+        pytest.fail(f"{what}: {exc}", pytrace=False)
+    guard_spec = GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference") if run.settings.guard else None
+    return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
+
+
+def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[..., Any]]:
     _require_vllm()
     run = _run(request.config)
-    made: list[Any] = []
+    made: list[EngineBase] = []
 
     def make(
         batch_size: int = 8,
         *,
         timeout_s: float | None = None,
-        inject: markers.Injection | dict[str, Any] | None = None,
+        inject: Injection | dict[str, Any] | None = None,
         model: str | None = None,
         **engine_args: Any,
-    ) -> EngineHandle:
+    ) -> Handle:
         __tracebackhide__ = True
-        if timeout_s is None:
-            seconds, source = _policy_deadline(run, batch_size)
-        else:
-            seconds, source = float(timeout_s), "vllm_engine_factory(timeout_s=...)"
-        injection = markers.Injection(**inject) if isinstance(inject, dict) else (inject or markers.Injection())
-        spec = replace(
-            base_spec(run.settings, Need(batch_size, seconds, source, injection), run.cpu_bind),
-            model=options.validate_model(model) if model else run.settings.model,
-            extra_args=tuple(sorted(engine_args.items())),
-        )
+        need = _factory_need(run, batch_size, timeout_s, inject, server)
         try:
-            engine = run.pool.start_dedicated(spec)
-        except EngineStartError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            model_dir = run.settings.model if model is None else options.validate_model(str(model))
+        except options.BadValue as exc:
+            pytest.fail(f"{'vllm_server_factory' if server else 'vllm_engine_factory'}: {exc}", pytrace=False)
+        spec = replace(planning.spec_for(need, model_dir, run.cpu_bind),
+                       extra_args=tuple(sorted(engine_args.items())))
+        engine = _started(lambda: run.pool.start_dedicated(spec, need.instructions))
         made.append(engine)
-        return EngineHandle(engine, batch_size, run.settings.policy_name,
-                            policy_timeout(run.settings.policy, batch_size))
+        return _handle(run, engine, spec.max_num_seqs, need.instructions)
 
     try:
         yield make
     finally:
         for engine in made:
             engine.stop()
+
+
+@pytest.fixture
+def vllm_engine_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., EngineHandle]]:
+    """Start engines with explicit arguments; every engine it made is stopped afterwards.
+
+    ``vllm_engine_factory(batch_size, timeout_s=None, inject=None, model=None, **engine_args)``
+    """
+    yield from _factory(request, server=False)
+
+
+@pytest.fixture
+def vllm_server_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerHandle]]:
+    """Start API servers with explicit arguments; every server it made is stopped afterwards.
+
+    ``vllm_server_factory(batch_size, timeout_s=None, inject=None, model=None, **server_args)``
+    (server arguments become ``--flags``).
+    """
+    yield from _factory(request, server=True)

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from . import compat
 
@@ -80,14 +80,34 @@ def _freeze(rules: Mapping[Backend | str, Rule]) -> Mapping[Backend, Rule]:
     return MappingProxyType({Backend.parse(b): r for b, r in rules.items()})
 
 
+def _reference_rules() -> dict[Backend, Rule]:
+    """The reference policy's rules (see ``TimeoutPolicy``)."""
+    accel = Rule(300.0, 1.0, 0.002, cap_s=3600.0)
+    return {
+        Backend.CPU: Rule(600.0, 10.0, 0.02, cap_s=7200.0),
+        Backend.GPU: Rule(300.0, 0.5, 0.001, cap_s=1800.0),
+        Backend.TPU: Rule(300.0, 0.5, 0.001, cap_s=1800.0),
+        Backend.XPU: accel,
+        Backend.HPU: accel,
+        Backend.NPU: accel,
+    }
+
+
 @dataclass(frozen=True)
 class TimeoutPolicy:
-    """A deadline per backend and batch: ``timeout_s(backend, max_num_seqs, tokens)``."""
+    """A deadline per backend and batch: ``timeout_s(backend, max_num_seqs, tokens)``.
 
-    name: str
-    rules: Mapping[Backend, Rule] = field(repr=False)
+    ``TimeoutPolicy()`` is the reference policy, which meets every invariant at every
+    batch.  CPU: 600 s + 10 s per sequence (+ 0.02 s per batched token), capped at
+    2 h.  GPU: 300 s + 0.5 s per sequence, capped at 30 min.  Other accelerators sit
+    between.  Every rule starts above the stock 300 s, so none flattens at the floor
+    and each grows strictly until its cap.
+    """
+
+    name: str = "reference"
+    rules: Mapping[Backend, Rule] = field(default_factory=_reference_rules, repr=False)
     #: how the numbers came about, for reports
-    origin: str = ""
+    origin: str = "built in"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", _freeze(self.rules))
@@ -116,26 +136,8 @@ class TimeoutPolicy:
 
     @classmethod
     def reference(cls) -> TimeoutPolicy:
-        """The reference policy: meets every invariant in DESIGN.md at every batch.
-
-        CPU: 600 s + 10 s per sequence (+ 0.02 s per batched token), capped at 2 h.
-        GPU: 300 s + 0.5 s per sequence, capped at 30 min.  Other accelerators sit
-        between.  Every rule starts above the stock 300 s, so none flattens at the
-        floor and each grows strictly until its cap.
-        """
-        accel = Rule(300.0, 1.0, 0.002, cap_s=3600.0)
-        return cls(
-            "reference",
-            {
-                Backend.CPU: Rule(600.0, 10.0, 0.02, cap_s=7200.0),
-                Backend.GPU: Rule(300.0, 0.5, 0.001, cap_s=1800.0),
-                Backend.TPU: Rule(300.0, 0.5, 0.001, cap_s=1800.0),
-                Backend.XPU: accel,
-                Backend.HPU: accel,
-                Backend.NPU: accel,
-            },
-            origin="built in",
-        )
+        """The reference policy (the same as ``TimeoutPolicy()``)."""
+        return cls()
 
     @classmethod
     def fixed(cls, seconds: float, name: str | None = None, origin: str = "") -> TimeoutPolicy:
@@ -175,7 +177,7 @@ class TimeoutPolicy:
         pairs = list(samples.items() if isinstance(samples, Mapping) else samples)
         a += max(0.0, max(s - (a + b * n) for n, s in pairs))
         backend = Backend.parse(backend)
-        rules = dict(cls.reference().rules)
+        rules = _reference_rules()
         rules[backend] = Rule(headroom * a, headroom * b, 0.0, floor_s=floor_s, cap_s=cap_s)
         return cls(
             "calibrated",
@@ -211,9 +213,6 @@ class PolicyError(ValueError):
     """A policy spec that cannot be loaded; the message says why."""
 
 
-BUILTIN = ("reference", "vllm-stock")
-
-
 def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
     """``reference``, ``vllm-stock`` or ``module:attr`` → a policy object."""
     spec = spec.strip()
@@ -232,7 +231,7 @@ def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
         if exc.name and module_name.startswith(exc.name):
             raise PolicyError(f"no module named {exc.name!r}") from None
         raise PolicyError(f"importing {module_name!r} failed: {exc}") from None
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:  # user code: a module may even exit at import
         raise PolicyError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None
     finally:
         for p in added:
@@ -244,9 +243,23 @@ def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
             obj = getattr(obj, part)
         except AttributeError:
             raise PolicyError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if not callable(getattr(obj, "timeout_s", None)):
+        except Exception as exc:  # a property or module __getattr__ of the user's raised
+            raise PolicyError(f"{spec}: reading {part!r} raised {type(exc).__name__}: {exc}") from None
+    try:
+        usable = callable(getattr(obj, "timeout_s", None))
+    except Exception as exc:
+        raise PolicyError(f"{spec}: reading timeout_s raised {type(exc).__name__}: {exc}") from None
+    if not usable:
         raise PolicyError(
             f"{spec} is a {type(obj).__name__} with no callable timeout_s(backend, max_num_seqs)"
         )
-    return obj
+    return cast(PolicyLike, obj)
 
+
+def policy_name(policy: object, fallback: str) -> str:
+    """How messages name a policy: its ``name`` if it has a usable one, else ``fallback``."""
+    try:
+        name = getattr(policy, "name", None)
+    except Exception:
+        name = None
+    return name if isinstance(name, str) and name else fallback

@@ -1,6 +1,6 @@
 """What the run found: the terminal summary, the JSON report, junitxml properties.
 
-All three read the same ``engine_rows``/``Results`` so they cannot disagree.
+All three read the same rows (``TestRow``, ``EngineRow``) so they cannot disagree.
 """
 
 from __future__ import annotations
@@ -9,61 +9,117 @@ import json
 import os
 import platform
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
 
 import psutil
 import pytest
 
 from . import compat
-from .engine import Engine, EngineHandle, summarize
+from .engine import EngineBase, Handle
+from .options import Settings
+from .pool import EngineRecord
+from .record import summarize
 
 SCHEMA_VERSION = 1
 SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
 
 
+class TestRow(TypedDict):
+    """One phase of one engine test (the call, or a setup/teardown that did not pass)."""
+
+    nodeid: str
+    when: str
+    outcome: str
+    batch_size: int
+    #: the deadline in force (schema v1's name for it; ``deadline_s`` says the same)
+    timeout_s: float
+    deadline_s: float
+    deadline_source: str
+    engine: str
+    steps: int
+    step_p50_s: float | None
+    step_max_s: float | None
+    step_max_running: bool
+    verdict: str | None
+    deaths: list[dict[str, Any]]
+    #: the guard's decisions while the test ran (empty without the guard)
+    guard_events: list[dict[str, Any]]
+
+
+class EngineRow(TypedDict, total=False):
+    """One engine this run started (``worker``: the xdist worker that ran it)."""
+
+    label: str
+    kind: str  # "engine" (offline vllm.LLM) or "server" (the OpenAI API server)
+    batch_size: int
+    #: the deadline of the last test that used it; ``deadlines``: every one, in order
+    deadline_s: float
+    deadlines: list[float]
+    deadline_source: str
+    injection: str
+    guard: str | None
+    #: started because the engine before it, for the same configuration, had died
+    restart: bool
+    guard_events: list[dict[str, Any]]
+    model: str
+    start_s: float | None
+    steps: int
+    step_p50_s: float | None
+    step_max_s: float | None
+    headroom: float | None
+    false_deaths: int
+    genuine_deaths: int
+    tests: list[str]
+    pids: list[dict[str, float]]
+    shm: list[str]
+    worker: str
+
+
 @dataclass
 class Results:
-    """What engine tests found: per-test outcomes and per-engine rows.
+    """What engine tests found: per-test rows and per-engine rows.
 
-    Filled locally from the pool, or, under xdist, merged on the controller from
-    what each worker sent (``to_wire``/``absorb``), so there is one table, one file.
+    Filled locally, or, under xdist, merged on the controller from what each worker
+    sent (``to_wire``/``absorb``), so there is one table, one file.
     """
 
-    tests: list[dict[str, Any]] = field(default_factory=list)
-    engines: list[dict[str, Any]] = field(default_factory=list)
+    tests: list[TestRow] = field(default_factory=list)
+    engines: list[EngineRow] = field(default_factory=list)
     lost_workers: list[str] = field(default_factory=list)
     #: distinct engine configurations the collected tests need
     configurations: int = 0
 
-    def observe(self, item: pytest.Item, rep: pytest.TestReport, handle: EngineHandle) -> None:
-        """Keep the call phase, and setup/teardown phases that did not pass."""
+    def observe(self, nodeid: str, rep: pytest.TestReport, handle: Handle) -> TestRow | None:
+        """Keep the call phase, and setup/teardown phases that did not pass; return the row kept."""
         if rep.when != "call" and (rep.passed or rep.skipped):
-            return
+            return None
         stats = summarize(handle.step_times_since_start(), now=time.monotonic())
         deaths = list(handle.deaths)
-        self.tests.append(
-            {
-                "nodeid": item.nodeid,
-                "when": rep.when,
-                "outcome": rep.outcome,
-                "batch_size": handle.batch_size,
-                "timeout_s": handle.timeout_s,
-                "deadline_source": handle.spec.timeout_source,
-                "engine": handle.spec.label(),
-                "steps": stats["steps"],
-                "step_p50_s": _r(stats["p50_s"]),
-                "step_max_s": _r(stats["max_s"]),
-                "step_max_running": stats["max_running"],
-                "verdict": deaths[-1]["verdict"] if deaths else None,
-                "deaths": deaths,
-            }
+        row = TestRow(
+            nodeid=nodeid,
+            when=rep.when,
+            outcome=rep.outcome,
+            batch_size=handle.batch_size,
+            timeout_s=handle.timeout_s,
+            deadline_s=handle.timeout_s,
+            deadline_source=handle.instructions.deadline_source,
+            engine=f"{handle.spec.label()}; {handle.instructions.describe()}",
+            steps=stats.steps,
+            step_p50_s=_r(stats.p50_s),
+            step_max_s=_r(stats.max_s),
+            step_max_running=stats.max_running,
+            verdict=deaths[-1]["verdict"] if deaths else None,
+            deaths=deaths,
+            guard_events=[asdict(e) for e in handle.guard_events()],
         )
+        self.tests.append(row)
+        return row
 
-    def close_engines(self, pool: Any) -> None:
-        """After the pool closed: one row per engine this process started."""
-        self.engines.extend(engine_row(r.engine, r.tests) for r in pool.records)
+    def add_engines(self, records: Iterable[EngineRecord]) -> None:
+        """One row per engine this process started, with the tests that used it."""
+        self.engines.extend(engine_row(r.engine, r.tests, r.restart) for r in records)
 
     def to_wire(self) -> str:
         return json.dumps(
@@ -78,14 +134,14 @@ class Results:
         data = json.loads(wire)
         self.tests.extend(data.get("tests", []))
         self.configurations = max(self.configurations, int(data.get("configurations", 0)))
-        self.engines.extend(dict(e, worker=worker) for e in data.get("engines", []))
+        self.engines.extend(EngineRow(**e, worker=worker) for e in data.get("engines", []))
 
 
-def junit_properties(test: dict[str, Any]) -> list[tuple[str, object]]:
+def junit_properties(test: TestRow) -> list[tuple[str, object]]:
     """The per-test numbers CI dashboards show (junitxml ``<property>``)."""
     return [
         ("enginedead_batch_size", test["batch_size"]),
-        ("enginedead_deadline_s", test["timeout_s"]),
+        ("enginedead_deadline_s", test["deadline_s"]),
         ("enginedead_step_p50_s", test["step_p50_s"]),
         ("enginedead_step_max_s", test["step_max_s"]),
         ("enginedead_verdict", verdict_word(test["verdict"])),
@@ -110,29 +166,35 @@ def death_counts(deaths: Iterable[dict[str, Any]]) -> tuple[int, int]:
     return false, genuine
 
 
-def engine_row(engine: Engine, tests: list[str]) -> dict[str, Any]:
-    """One engine configuration as the summary, the report and junitxml show it."""
+def engine_row(engine: EngineBase, tests: Sequence[str], restart: bool = False) -> EngineRow:
+    """One engine as the summary, the report and junitxml show it."""
     stats = summarize(engine.steps())
-    deadline = float(engine.spec.deadline_env)
+    used = engine.instructions
+    deadline = used[-1].deadline_whole_s if used else 0.0
     false, genuine = death_counts(engine.deaths)
-    return {
-        "label": engine.spec.label(),
-        "batch_size": engine.spec.max_num_seqs,
-        "deadline_s": deadline,
-        "deadline_source": engine.spec.timeout_source,
-        "injection": engine.spec.injection.describe(),
-        "model": engine.spec.model,
-        "start_s": None if engine.start_s is None else round(engine.start_s, 2),
-        "steps": stats["steps"],
-        "step_p50_s": _r(stats["p50_s"]),
-        "step_max_s": _r(stats["max_s"]),
-        "headroom": _r(deadline / stats["max_s"]) if stats["max_s"] else None,
-        "false_deaths": false,
-        "genuine_deaths": genuine,
-        "tests": list(tests),
-        "pids": [{"pid": r.pid, "create_time": r.create_time} for r in engine.procs],
-        "shm": sorted(engine.shm),
-    }
+    return EngineRow(
+        label=engine.spec.label(),
+        kind=engine.kind,
+        batch_size=engine.spec.max_num_seqs,
+        deadline_s=deadline,
+        deadlines=[i.deadline_whole_s for i in used],
+        deadline_source="; ".join(dict.fromkeys(i.deadline_source for i in used)),
+        injection="; ".join(dict.fromkeys(i.injection.describe() for i in used)) or "none",
+        guard=engine.spec.guard.describe() if engine.spec.guard else None,
+        model=engine.spec.model,
+        start_s=None if engine.start_s is None else round(engine.start_s, 2),
+        restart=restart,
+        steps=stats.steps,
+        step_p50_s=_r(stats.p50_s),
+        step_max_s=_r(stats.max_s),
+        headroom=_r(deadline / stats.max_s) if stats.max_s and deadline else None,
+        false_deaths=false,
+        genuine_deaths=genuine,
+        guard_events=[asdict(e) for e in engine.guard_events()],
+        tests=list(tests),
+        pids=[{"pid": r.pid, "create_time": r.create_time} for r in engine.procs],
+        shm=sorted(engine.shm),
+    )
 
 
 def _r(x: float | None, nd: int = 4) -> float | None:
@@ -143,7 +205,7 @@ def _fmt_s(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}s"
 
 
-def terminal_summary(tr: Any, results: Results, settings: Any) -> None:
+def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
     """Only when engines ran: a line per engine configuration, then the count."""
     rows = results.engines
     if not rows:
@@ -172,7 +234,7 @@ def terminal_summary(tr: Any, results: Results, settings: Any) -> None:
         )
     tr.write_line(
         f"engines started: {len(rows)}; false deaths: {false}; genuine deaths: {genuine}; "
-        f"policy: {settings.policy_name}"
+        f"policy: {policy_name}"
     )
     for worker in results.lost_workers:
         tr.write_line(f"enginedead: no results from xdist worker {worker} (it crashed)", red=True)
@@ -194,7 +256,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def build(results: Results, settings: Any) -> dict[str, Any]:
+def build(results: Results, settings: Settings) -> dict[str, Any]:
     """The JSON report (schema: report.schema.json, ``schema_version`` 1)."""
     return {
         "schema_version": SCHEMA_VERSION,
@@ -204,6 +266,7 @@ def build(results: Results, settings: Any) -> dict[str, Any]:
         "policy": {"name": settings.policy_name, "source": settings.policy_source},
         "batch_sizes": list(settings.batch_sizes),
         "engines_started": len(results.engines),
+        "restarts": sum(1 for e in results.engines if e.get("restart")),
         "configurations": results.configurations,
         "engines": results.engines,
         "tests": results.tests,

@@ -1,0 +1,381 @@
+"""The part of pytest-enginedead that runs inside ``VLLM::EngineCore``.
+
+Two jobs, at one place in vLLM (the executor's RPC for ``execute_model`` and
+``sample_tokens``, see ``compat.EXECUTOR_RPC``):
+
+* **the deadline in force**: under the harness, the deadline each RPC is sent with
+  comes from the control file in the engine's run directory (``record.Control``), so
+  one engine serves tests with different deadlines;
+* **the guard** (``ENGINEDEAD_GUARD=1``): vLLM's deadline stops being the line of
+  death and becomes the point of suspicion.  The RPC is sent with the guard's hard
+  cap, ``policy.timeout_s(CPU, batch, tokens)`` (never below vLLM's deadline), and the
+  reply wait (``compat.READ_TIMEOUT``) asks whether the worker is alive and busy:
+  ``SLOW`` (computing) keeps waiting up to the cap; ``HUNG`` (alive, no CPU and no step
+  progress) for ``hang_s`` ends the wait with vLLM's own ``TimeoutError``, so the engine
+  dies the way it always does; ``DEAD`` is left to vLLM's worker monitor.
+
+The wait is only ever shortened from inside vLLM's loop, never extended past what
+vLLM was told: a late reply cannot answer the next RPC, and large replies that go
+through a socket keep their full timeout.  Unset, nothing in vLLM is patched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import math
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from . import compat, record
+from .policy import Backend, PolicyError, PolicyLike, load_policy, policy_name
+
+GUARD_ENV = "ENGINEDEAD_GUARD"
+GUARD_POLICY_ENV = "ENGINEDEAD_GUARD_POLICY"
+GUARD_HANG_ENV = "ENGINEDEAD_GUARD_HANG_S"
+#: Extra directories (os.pathsep list) to import a ``module:attr`` guard policy from.
+GUARD_PATH_ENV = "ENGINEDEAD_GUARD_PATH"
+DEFAULT_HANG_S = 60.0
+
+#: The wait loop runs thousands of times a second; the worker is looked at this often.
+PROBE_EVERY_S = 0.25
+#: A healthy step is over before this: no probe, no cost.
+FIRST_PROBE_S = 0.5
+#: CPU use (cores) above which the worker counts as computing.
+BUSY_CORES = 0.05
+
+logger = logging.getLogger("vllm.enginedead")
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """The guard as the environment asks for it."""
+
+    policy: PolicyLike
+    policy_name: str
+    hang_s: float
+
+
+def config_from_env(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str | None]:
+    """(the guard's configuration or None when off, a problem to log or None).
+
+    A bad value is a problem, and the guard stays off: never a crashed engine.
+    """
+    raw = environ.get(GUARD_ENV, "").strip()
+    if raw.lower() in ("", "0", "false", "no", "off"):
+        return None, None
+    if raw.lower() not in ("1", "true", "yes", "on"):
+        return None, f"{GUARD_ENV}={raw!r} is not 1 or 0; the guard stays off"
+    hang_raw = environ.get(GUARD_HANG_ENV, "").strip()
+    try:
+        hang_s = float(hang_raw) if hang_raw else DEFAULT_HANG_S
+    except ValueError:
+        hang_s = math.nan
+    if not (math.isfinite(hang_s) and hang_s > 0):
+        return None, f"{GUARD_HANG_ENV}={hang_raw!r} is not a number of seconds above 0; the guard stays off"
+    spec = environ.get(GUARD_POLICY_ENV, "").strip() or "reference"
+    search = [os.getcwd(), *filter(None, environ.get(GUARD_PATH_ENV, "").split(os.pathsep))]
+    try:
+        policy = load_policy(spec, search)
+    except PolicyError as exc:
+        return None, f"{GUARD_POLICY_ENV}={spec!r}: {exc}; the guard stays off"
+    return GuardConfig(policy, policy_name(policy, spec), hang_s), None
+
+
+# --- one RPC under watch ------------------------------------------------------------
+
+
+class Watch:
+    """One step RPC in flight: when it was sent, its deadlines, what the worker did since."""
+
+    def __init__(
+        self, core: Core, method: str, step: int, batch: int, deadline_s: float, cap_s: float
+    ) -> None:
+        self.core = core
+        self.method = method
+        self.step = step
+        self.batch = batch
+        self.deadline_s = deadline_s
+        self.cap_s = cap_s
+        self.sent = time.monotonic()
+        self._next_probe = self.sent + FIRST_PROBE_S
+        self._last: tuple[float, float, tuple[int, ...]] | None = None  # t, cpu, record sizes
+        self._busy_at = self.sent  # the last time the worker showed progress
+        self._cores = 0.0
+        self._said_deadline = False
+        self._said_dead = False
+
+    def observe(self) -> None:
+        """Look at the worker (rate-limited); raise ``TimeoutError`` when it has been HUNG too long."""
+        now = time.monotonic()
+        if now < self._next_probe:
+            return
+        self._next_probe = now + PROBE_EVERY_S
+        verdict = self._probe(now)
+        ran = now - self.sent
+        hang_s = self.core.guard.hang_s if self.core.guard else math.inf
+        if verdict == "DEAD":
+            if not self._said_dead:
+                self._said_dead = True
+                self._decide(now, "DEAD", "left to vLLM's worker monitor", "is gone")
+        elif verdict == "HUNG" and now - self._busy_at >= hang_s:
+            idle = now - self._busy_at
+            self._decide(now, "HUNG", "ending the wait", f"idle for {idle:.1f} s (no CPU, no step progress)")
+            raise TimeoutError(
+                f"enginedead guard: {self.method} worker idle for {idle:.1f} s (hang_s {hang_s:g} s)"
+            )
+        elif ran >= self.deadline_s and not self._said_deadline:
+            self._said_deadline = True
+            if verdict == "SLOW":
+                self._decide(now, "SLOW", f"waiting up to {self.cap_s:.0f} s",
+                             f"computing ({self._cores * 100:.0f} % CPU)")
+            else:
+                idle = now - self._busy_at
+                self._decide(now, "HUNG", f"ending the wait if it stays idle {hang_s - idle:.0f} s more",
+                             f"idle for {idle:.1f} s")
+
+    def past_cap(self) -> None:
+        """vLLM's wait is about to raise at the guard's cap: say so, once."""
+        self._decide(time.monotonic(), self._probe(time.monotonic()), "past the cap: the engine dies as stock vLLM would",
+                     f"still {'computing' if self._cores >= BUSY_CORES else 'idle'}")
+
+    def _probe(self, now: float) -> str:
+        procs = self.core.worker_procs()
+        if not procs or any(not _alive(p) for p in procs):
+            return "DEAD"
+        cpu = sum(_cpu_s(p) for p in procs)
+        sizes = self.core.record_sizes(procs)
+        last, self._last = self._last, (now, cpu, sizes)
+        if last is None:
+            return "SLOW"  # the first look: no rate yet
+        span = now - last[0]
+        self._cores = (cpu - last[1]) / span if span > 0 else 0.0
+        if self._cores >= BUSY_CORES or sizes != last[2]:
+            self._busy_at = now
+            return "SLOW"
+        return "HUNG"
+
+    def _decide(self, now: float, verdict: str, outcome: str, state: str) -> None:
+        procs = self.core.worker_procs()
+        pid = procs[0].pid if procs else 0
+        ran = now - self.sent
+        logger.warning(
+            "enginedead guard: %s has run %.1f s (deadline %g s); VLLM::Worker pid %d %s, "
+            "step %d batch %d; %s",
+            self.method, ran, self.deadline_s, pid, state, self.step, self.batch, outcome,
+        )
+        self.core.note(record.GuardEvent(
+            self.method, self.step, self.batch, round(ran, 3), self.deadline_s,
+            round(self.cap_s, 3), verdict, outcome, pid, now,
+        ))
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:
+        return False
+
+
+def _cpu_s(proc: psutil.Process) -> float:
+    """CPU seconds of a worker and its children, living and reaped (a compiler runs in helpers)."""
+    total = 0.0
+    with contextlib.suppress(psutil.Error):
+        t = proc.cpu_times()
+        total += t.user + t.system + t.children_user + t.children_system
+        for kid in proc.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                k = kid.cpu_times()
+                total += k.user + k.system
+    return total
+
+
+# --- the engine core's state ----------------------------------------------------------
+
+
+class Core:
+    """The engine core's side: the deadline in force, the guard, their evidence."""
+
+    def __init__(self, run_dir: str | None, guard: GuardConfig | None) -> None:
+        self.run_dir = run_dir
+        self.guard = guard
+        self.control = record.ControlReader(run_dir) if run_dir else None
+        self.steps = 0
+        self._batch, self._tokens = 0, None
+        self._procs: list[psutil.Process] | None = None
+        self._executor: Any = None
+        self._warned_policy = False
+
+    def begin(self, executor: Any, method: str, timeout: float, args: Any) -> tuple[float, Watch | None]:
+        """(the timeout to send this step RPC with, its watch when the guard is on)."""
+        self._executor = executor
+        control = self.control.get() if self.control else None
+        deadline = float(control.deadline_s) if control and control.deadline_s else float(timeout)
+        if method == "execute_model":
+            self.steps += 1
+            output = args[0] if args else None
+            self._batch = compat.step_batch_size(output)
+            self._tokens = compat.step_tokens(output)
+        if self.guard is None or self._batch == 0:
+            return deadline, None
+        cap = max(deadline, self._cap())
+        return cap, Watch(self, method, self.steps, self._batch, deadline, cap)
+
+    def _cap(self) -> float:
+        assert self.guard is not None
+        try:
+            cap = float(self.guard.policy.timeout_s(Backend.CPU, self._batch, self._tokens))
+            if not math.isfinite(cap):
+                raise ValueError(f"returned {cap!r}")
+            return cap
+        except Exception as exc:  # the user's policy: say so once, fall back to vLLM's deadline
+            if not self._warned_policy:
+                self._warned_policy = True
+                logger.warning(
+                    "enginedead guard: policy %s: timeout_s(CPU, %d, %s) failed (%s: %s); "
+                    "using vLLM's deadline as the cap",
+                    self.guard.policy_name, self._batch, self._tokens, type(exc).__name__, exc,
+                )
+            return 0.0
+
+    def worker_procs(self) -> list[psutil.Process]:
+        if self._procs is None and self._executor is not None:
+            procs = []
+            for pid in compat.executor_worker_pids(self._executor):
+                with contextlib.suppress(psutil.Error):
+                    procs.append(psutil.Process(pid))
+            self._procs = procs
+        return self._procs or []
+
+    def record_sizes(self, procs: list[psutil.Process]) -> tuple[int, ...]:
+        """Sizes of the workers' step records: a new step or phase is progress."""
+        if not self.run_dir:
+            return ()
+        sizes = []
+        for proc in procs:
+            try:
+                sizes.append(os.stat(record.steps_path(self.run_dir, proc.pid)).st_size)
+            except OSError:
+                sizes.append(-1)
+        return tuple(sizes)
+
+    def note(self, event: record.GuardEvent) -> None:
+        if self.run_dir:
+            with contextlib.suppress(OSError), open(record.guard_events_path(self.run_dir), "a") as f:
+                f.write(event.to_line())
+
+
+# --- the patches ----------------------------------------------------------------------
+
+_tls = threading.local()  # the Watch of the reply being waited for on this thread
+
+
+def _with_watch(watch: Watch, call: Callable[[], Any]) -> Any:
+    prev = getattr(_tls, "watch", None)
+    _tls.watch = watch
+    try:
+        return call()
+    finally:
+        _tls.watch = prev
+
+
+def _wrap_rpc(original: Callable[..., Any], core: Core) -> Callable[..., Any]:
+    def collective_rpc(self: Any, method: Any, timeout: float | None = None, *rest: Any, **kw: Any) -> Any:
+        if not (isinstance(method, str) and method in compat.STEP_RPCS and timeout is not None):
+            return original(self, method, timeout, *rest, **kw)
+        timeout, watch = core.begin(self, method, timeout, kw.get("args", rest[0] if rest else ()))
+        if watch is None:
+            return original(self, method, timeout, *rest, **kw)
+        result = _with_watch(watch, lambda: original(self, method, timeout, *rest, **kw))
+        if isinstance(result, Future) and callable(getattr(result, "get_response", None)):
+            inner = result.get_response  # non_block: the reply is read later, by result()
+            result.get_response = lambda: _with_watch(watch, inner)  # type: ignore[attr-defined]
+        return result
+
+    collective_rpc.__enginedead__ = True  # type: ignore[attr-defined]
+    return collective_rpc
+
+
+def _guarded_read_timeout(base: type[Any]) -> type[Any]:
+    class GuardedReadTimeout(base):  # type: ignore[misc, valid-type]
+        """vLLM's reply wait, which also asks the guard on every pass (rate-limited)."""
+
+        __enginedead__ = True
+
+        def __init__(self, timeout: float | None, should_warn: bool) -> None:
+            super().__init__(timeout=timeout, should_warn=should_warn)
+            self._watch: Watch | None = getattr(_tls, "watch", None)
+
+        def timeout_ms(self) -> int:
+            watch = self._watch
+            if watch is None:
+                return int(super().timeout_ms())
+            watch.observe()  # raises TimeoutError when the worker has hung long enough
+            try:
+                wait_ms = int(super().timeout_ms())
+            except TimeoutError:
+                watch.past_cap()
+                raise
+            return min(wait_ms, int(PROBE_EVERY_S * 1000))
+
+    return GuardedReadTimeout
+
+
+def _install(core: Core) -> None:
+    module, cls_name, attr = compat.EXECUTOR_RPC
+    executor_cls = getattr(importlib.import_module(module), cls_name)
+    rpc = getattr(executor_cls, attr)
+    if not getattr(rpc, "__enginedead__", False):
+        setattr(executor_cls, attr, _wrap_rpc(rpc, core))
+    if core.guard is not None:
+        module, cls_name, attr = compat.READ_TIMEOUT
+        queue_cls = getattr(importlib.import_module(module), cls_name)
+        base = getattr(queue_cls, attr)
+        if not getattr(base, "__enginedead__", False):
+            setattr(queue_cls, attr, _guarded_read_timeout(base))
+
+
+def in_engine_core() -> bool:
+    return multiprocessing.current_process().name.startswith(compat.ENGINE_CORE_PROCESS_PREFIX)
+
+
+def patched() -> dict[str, bool]:
+    """Which of the vLLM attributes the guard may replace are replaced in this process."""
+    found = {}
+    for module, cls_name, attr in (compat.EXECUTOR_RPC, compat.READ_TIMEOUT):
+        cls = getattr(importlib.import_module(module), cls_name)
+        found[f"{cls_name}.{attr}"] = bool(getattr(getattr(cls, attr), "__enginedead__", False))
+    return found
+
+
+def register(environ: Mapping[str, str] | None = None) -> Core | None:
+    """In the engine core process: install the deadline control and the guard, if asked."""
+    environ = os.environ if environ is None else environ
+    if not in_engine_core():
+        return None
+    run_dir = environ.get(record.ENV_DIR) or None
+    guard, problem = config_from_env(environ)
+    if problem:
+        logger.error("enginedead guard: %s", problem)
+    if run_dir is None and guard is None:
+        return None  # nothing asked for: nothing in vLLM is touched
+    core = Core(run_dir, guard)
+    _install(core)
+    if guard is not None:
+        logger.warning(
+            "enginedead guard on: policy %s caps each step, hang_s %g s", guard.policy_name, guard.hang_s
+        )
+    if run_dir:
+        with contextlib.suppress(OSError), open(record.core_ready_path(run_dir), "w") as f:
+            json.dump({"pid": os.getpid(), "guard": guard is not None}, f)
+    return core

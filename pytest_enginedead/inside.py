@@ -1,0 +1,30 @@
+"""The ``vllm.general_plugins`` entry: what pytest-enginedead does in vLLM's own processes.
+
+vLLM calls ``register()`` once in every process it runs: the process that builds
+the engine (the harness's own, or the API server), ``VLLM::EngineCore`` and each
+``VLLM::Worker``.  Each side is inert unless asked: the worker side (``worker.py``)
+when the harness set a run directory, the engine-core side (``guard.py``) when the
+harness set one or ``ENGINEDEAD_GUARD=1`` is set.  Nothing runs in the harness's
+own process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from . import guard, record, worker
+
+#: Tests only: the engine core writes which vLLM attributes the plugin replaced here.
+PATCHES_ENV = "ENGINEDEAD_REPORT_PATCHES"
+
+
+def register() -> None:
+    if os.environ.get(record.ENV_HARNESS_PID) == str(os.getpid()):
+        return
+    worker.register()
+    guard.register()
+    path = os.environ.get(PATCHES_ENV)
+    if path and guard.in_engine_core():
+        with open(path, "w") as f:
+            json.dump(guard.patched(), f)

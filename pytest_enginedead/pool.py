@@ -1,0 +1,104 @@
+"""The engines alive in this process: start on demand, share by spec, stop.
+
+Engines are expensive (~15-45 s each on 2 cores), so the pool starts one per
+distinct ``EngineSpec`` (what vLLM fixes at start), tells it each test's deadline
+and faults, reuses it for every test that needs it, keeps at most ``max_alive``
+running, and replaces an engine once a call on it failed (a restart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .cleanup import Reaper
+from .engine import Engine, EngineBase, Progress
+from .planning import EngineSpec, Instructions
+from .server import Server
+
+
+@dataclass
+class EngineRecord:
+    """One engine this pool started, the tests that used it, and how its stop went."""
+
+    spec: EngineSpec
+    engine: EngineBase
+    tests: list[str] = field(default_factory=list)
+    #: started because the engine before it for this spec had died
+    restart: bool = False
+    #: why stopping it failed (processes that survived SIGKILL), else None
+    stop_error: str | None = None
+
+
+class EnginePool:
+    """Starts engines on demand, shares them by spec, never runs more than ``max_alive``."""
+
+    def __init__(self, max_alive: int = 1, progress: Progress | None = None) -> None:
+        self.max_alive = max_alive
+        self.progress = progress
+        self._live: dict[EngineSpec, EngineBase] = {}
+        self._records: list[EngineRecord] = []
+        self._reaper: Reaper | None = None
+
+    def acquire(self, spec: EngineSpec, instructions: Instructions, test: str = "") -> EngineBase:
+        """The shared engine for ``spec``, told ``instructions``; started or restarted if need be."""
+        engine = self._live.get(spec)
+        restart = False
+        if engine is not None and not engine.alive:
+            self.drop(engine)
+            engine, restart = None, True
+        if engine is None:
+            engine = self.start_dedicated(spec, instructions, restart=restart)
+            self._live[spec] = engine
+        else:
+            engine.instruct(instructions)
+        if test:
+            next(r for r in self._records if r.engine is engine).tests.append(test)
+        return engine
+
+    def start_dedicated(
+        self, spec: EngineSpec, instructions: Instructions, restart: bool = False
+    ) -> EngineBase:
+        """Start and count an engine, first making room; not shared unless ``acquire`` made it."""
+        reaper = self._make_room()
+        engine: EngineBase = Server(spec, reaper) if spec.server else Engine(spec, reaper)
+        self._records.append(EngineRecord(spec, engine, restart=restart))
+        engine.start(instructions, self.progress)
+        return engine
+
+    def _make_room(self) -> Reaper:
+        while len(self._live) >= self.max_alive:
+            self.drop(next(iter(self._live.values())))
+        if self._reaper is None:
+            self._reaper = Reaper()
+        return self._reaper
+
+    def release(self, engine: EngineBase) -> None:
+        """After a test: an engine a call failed on is stopped now, not reused."""
+        if not engine.alive:
+            self.drop(engine)
+
+    def drop(self, engine: EngineBase) -> None:
+        """Stop ``engine`` and forget it as a shared one."""
+        for spec, live in list(self._live.items()):
+            if live is engine:
+                del self._live[spec]
+        self._stop(engine)
+
+    def _stop(self, engine: EngineBase) -> None:
+        try:
+            engine.stop()
+        except RuntimeError as exc:  # processes that survived SIGKILL: keep stopping the rest
+            record = next(r for r in self._records if r.engine is engine)
+            record.stop_error = str(exc)
+
+    def close(self) -> list[EngineRecord]:
+        """Stop every engine still running; return what this pool started since the last close."""
+        self._live.clear()
+        for rec in self._records:  # shared ones, and dedicated ones a test did not stop
+            if not rec.engine.stopped:
+                self._stop(rec.engine)
+        if self._reaper is not None:
+            self._reaper.close()
+            self._reaper = None
+        records, self._records = self._records, []
+        return records

@@ -1,0 +1,314 @@
+"""What the harness and the code inside vLLM exchange through an engine's run directory.
+
+``worker.py`` (inside ``VLLM::Worker``) writes the step record and the stack dumps
+and reads its fault instructions; the harness (``engine.py``, ``assertions.py``,
+``report.py``) reads them.  Both sides take the file names, the record's keys and
+its line templates from here, so neither can drift from the other.  Nothing here
+imports pytest or vLLM: this module is loaded inside vLLM's processes.
+
+The step record, ``steps-<pid>.jsonl``, is one JSON object per line, each appended
+with a single ``write``: ``{"e": "b", "i": 3, "n": 64, "t": 1234.5}`` begins step 3
+with batch 64 at ``time.monotonic()`` 1234.5; ``e`` ends it.  V1 steps have a
+second RPC, ``sample_tokens``, recorded as the same step's ``sb`` / ``se`` phase.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+#: Set in an engine's environment: the run directory (the worker plugin is inert without it).
+ENV_DIR = "ENGINEDEAD_WORKER_DIR"
+#: The harness's own pid: the plugin never activates in the harness process itself.
+ENV_HARNESS_PID = "ENGINEDEAD_HARNESS_PID"
+#: The harness asks a worker for its Python stack with this signal.
+STACK_SIGNAL = signal.SIGUSR2
+#: A worker told to crash exits with this status.
+CRASH_EXIT_CODE = 86
+
+# --- the step record ----------------------------------------------------------------
+
+KEY_EVENT, KEY_STEP, KEY_BATCH, KEY_TIME = "e", "i", "n", "t"
+BEGIN, END, SAMPLE_BEGIN, SAMPLE_END = "b", "e", "sb", "se"
+
+# byte templates: the worker formats one line with ``%`` per record, no json.dumps
+BEGIN_LINE = (
+    b'{"%s":"%s","%s":%%d,"%s":%%d,"%s":%%.6f}\n'
+    % (KEY_EVENT.encode(), BEGIN.encode(), KEY_STEP.encode(), KEY_BATCH.encode(), KEY_TIME.encode())
+)
+
+
+def _phase_line(event: str) -> bytes:
+    return b'{"%s":"%s","%s":%%d,"%s":%%.6f}\n' % (
+        KEY_EVENT.encode(), event.encode(), KEY_STEP.encode(), KEY_TIME.encode()
+    )
+
+
+END_LINE = _phase_line(END)
+SAMPLE_BEGIN_LINE = _phase_line(SAMPLE_BEGIN)
+SAMPLE_END_LINE = _phase_line(SAMPLE_END)
+
+
+def steps_path(run_dir: str, pid: int) -> str:
+    """The step record one worker process writes."""
+    return os.path.join(run_dir, f"steps-{pid}.jsonl")
+
+
+def stack_path(run_dir: str, pid: int) -> str:
+    """Where one worker's faulthandler writes its stack on ``STACK_SIGNAL``."""
+    return os.path.join(run_dir, f"stack-{pid}.txt")
+
+
+#: The first line of a stack file names the main thread, to pick it out of a dump.
+MAIN_THREAD_PREFIX = "main-thread "
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step as the worker saw it; ``seconds`` is None while it runs."""
+
+    step: int
+    batch_size: int
+    started: float  # time.monotonic() in the worker (a system-wide clock)
+    seconds: float | None
+    pid: int
+
+    @property
+    def running(self) -> bool:
+        return self.seconds is None
+
+
+def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
+    """Steps from record lines; a step's time is ``execute_model`` plus ``sample_tokens``.
+
+    A step is running while either phase is.  A torn last line (being written) is
+    skipped.
+    """
+    times: dict[int, dict[str, float]] = {}
+    batch: dict[int, int] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            event, step, t = rec[KEY_EVENT], int(rec[KEY_STEP]), float(rec[KEY_TIME])
+        except (ValueError, KeyError, TypeError):
+            continue
+        times.setdefault(step, {})[event] = t
+        if event == BEGIN:
+            batch[step] = int(rec.get(KEY_BATCH, 0))
+    steps = []
+    for i, t in sorted(times.items()):
+        if BEGIN not in t:
+            continue
+        running = END not in t or (SAMPLE_BEGIN in t and SAMPLE_END not in t)
+        seconds = None
+        if not running:
+            seconds = t[END] - t[BEGIN]
+            if SAMPLE_BEGIN in t:
+                seconds += t[SAMPLE_END] - t[SAMPLE_BEGIN]
+        steps.append(StepTime(i, batch[i], t[BEGIN], seconds, pid))
+    return steps
+
+
+def read_steps(path: str, pid: int) -> list[StepTime]:
+    """One worker's step record (empty if it has written none)."""
+    with contextlib.suppress(FileNotFoundError), open(path) as f:
+        return parse_steps(f, pid)
+    return []
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """Finished steps: count, median and longest, and the largest batch seen.
+
+    ``max_running``: the longest is a step still running (cut short by a deadline),
+    measured up to the moment of the summary.
+    """
+
+    steps: int
+    p50_s: float | None
+    max_s: float | None
+    max_running: bool
+    max_batch: int
+
+
+def summarize(steps: Iterable[StepTime], now: float | None = None) -> StepStats:
+    """Count, p50 and max of finished steps; given ``now``, a running step counts too."""
+    steps = list(steps)
+    done = [s.seconds for s in steps if s.seconds is not None]
+    longest = max(done) if done else None
+    running = False
+    if now is not None:
+        for s in steps:
+            if s.seconds is None and (longest is None or now - s.started > longest):
+                longest, running = now - s.started, True
+    return StepStats(
+        steps=len(done),
+        p50_s=statistics.median(done) if done else None,
+        max_s=longest,
+        max_running=running,
+        max_batch=max((s.batch_size for s in steps), default=0),
+    )
+
+
+def worst_by_batch(steps: Iterable[StepTime]) -> dict[int, float]:
+    """The longest finished step per batch size (what ``headroom`` is judged on)."""
+    worst: dict[int, float] = {}
+    for s in steps:
+        if s.seconds is not None:
+            worst[s.batch_size] = max(worst.get(s.batch_size, 0.0), s.seconds)
+    return worst
+
+
+# --- the faults ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Injection:
+    """Faults applied in the worker; steps are counted from 1, empty steps skipped."""
+
+    slow_s_per_seq: float = 0.0
+    hang_at_step: int | None = None
+    crash_at_step: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Injection:
+        return cls(**data)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.slow_s_per_seq or self.hang_at_step or self.crash_at_step)
+
+    def describe(self) -> str:
+        parts = []
+        if self.slow_s_per_seq:
+            parts.append(f"busy {self.slow_s_per_seq:g} s/seq")
+        if self.hang_at_step:
+            parts.append(f"hang at step {self.hang_at_step}")
+        if self.crash_at_step:
+            parts.append(f"crash at step {self.crash_at_step}")
+        return ", ".join(parts) or "none"
+
+
+# --- the control file: what the harness tells the code inside vLLM, per test ----------
+
+CONTROL_FILE = "control.json"
+
+
+@dataclass(frozen=True)
+class Control:
+    """The deadline and faults in force from now on, written by the harness per test.
+
+    ``epoch`` grows with every write: the worker counts fault steps from the step
+    that follows a new epoch, so ``hang_at_step=2`` means this test's second step.
+    ``deadline_s`` None leaves vLLM's own deadline in force.
+    """
+
+    epoch: int = 0
+    deadline_s: float | None = None
+    injection: Injection = Injection()
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"epoch": self.epoch, "deadline_s": self.deadline_s, "injection": asdict(self.injection)},
+            sort_keys=True,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Control:
+        data = json.loads(text)
+        deadline = data.get("deadline_s")
+        return cls(
+            epoch=int(data.get("epoch", 0)),
+            deadline_s=None if deadline is None else float(deadline),
+            injection=Injection.from_dict(data.get("injection") or {}),
+        )
+
+
+def control_path(run_dir: str) -> str:
+    return os.path.join(run_dir, CONTROL_FILE)
+
+
+def write_control(run_dir: str, control: Control) -> None:
+    """Replace the control file atomically: a reader sees the old or the new, never half."""
+    path = control_path(run_dir)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(control.to_json())
+    os.replace(tmp, path)
+
+
+class ControlReader:
+    """Reads the control file once per RPC, cheaply: a ``stat``, and a read only on change."""
+
+    def __init__(self, run_dir: str) -> None:
+        self.path = control_path(run_dir)
+        self._seen: tuple[int, int, int] | None = None
+        self._control = Control()
+
+    def get(self) -> Control:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return self._control
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key != self._seen:
+            try:
+                with open(self.path) as f:
+                    self._control = Control.from_json(f.read())
+                self._seen = key
+            except (OSError, ValueError, TypeError):
+                pass  # keep the last good control; the next RPC reads again
+        return self._control
+
+
+# --- the guard's events --------------------------------------------------------------
+
+GUARD_EVENTS_FILE = "guard-events.jsonl"
+
+
+@dataclass(frozen=True)
+class GuardEvent:
+    """One decision of the guard inside the engine core (see guard.py)."""
+
+    method: str  # "execute_model" / "sample_tokens"
+    step: int  # the engine core's count of execute_model RPCs
+    batch: int
+    waited_s: float  # how long the RPC had run when the guard decided
+    deadline_s: float  # vLLM's deadline for it
+    cap_s: float  # the guard's hard cap
+    verdict: str  # SLOW / HUNG / DEAD
+    outcome: str  # "waiting up to 1240 s", "ending the wait", "past the cap", ...
+    pid: int  # the worker judged
+    t: float  # time.monotonic() of the decision
+
+    def to_line(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True) + "\n"
+
+
+def guard_events_path(run_dir: str) -> str:
+    return os.path.join(run_dir, GUARD_EVENTS_FILE)
+
+
+def read_guard_events(path: str) -> list[GuardEvent]:
+    events = []
+    with contextlib.suppress(FileNotFoundError), open(path) as f:
+        for line in f:
+            try:
+                events.append(GuardEvent(**json.loads(line)))
+            except (ValueError, TypeError):
+                continue
+    return events
+
+
+#: The engine core writes this file once its side of the plugin is in place.
+CORE_READY_FILE = "core-ready.json"
+
+
+def core_ready_path(run_dir: str) -> str:
+    return os.path.join(run_dir, CORE_READY_FILE)
