@@ -20,9 +20,9 @@ xdist    the same downstream suite with -n 0 and -n 2 --dist loadgroup:
 
 from __future__ import annotations
 
-import faulthandler
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,6 +37,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PY = sys.executable
 RESULTS = HERE / "results.json"
+#: the downstream suites (shared with the project's tests)
+EXAMPLES = ROOT / "tests" / "examples"
 # scripts and downstream projects the benchmarks write; removed when the run ends
 SCRATCH = tempfile.TemporaryDirectory(prefix="enginedead-bench-")
 
@@ -109,8 +111,8 @@ STEP = textwrap.dedent(
                 finally:
                     record.ENV_DIR = saved
 
-        engines = [(Bare if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, 300.0, f"bench {i}")).start()
-                   for i, mode in enumerate(modes)]
+        engines = [(Bare if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, 300.0, f"bench {i}"))
+                   .start() for i, mode in enumerate(modes)]
         times = [[] for _ in engines]
         try:
             for engine in engines:
@@ -163,10 +165,10 @@ def step_record_cost(steps: int = 100_000) -> float:
 
     saved = worker._recorder
     run_dir = tempfile.mkdtemp(dir=SCRATCH.name)
-    recorder = worker._recorder = worker._StepRecorder(run_dir, worker.Injection())
+    recorder = worker._recorder = worker.StepRecorder(run_dir)
     try:
-        Fake.execute_model = worker._wrap(Fake.execute_model)  # type: ignore[method-assign]
-        Fake.sample_tokens = worker._wrap_sample("sample_tokens", None)  # type: ignore[attr-defined]
+        Fake.execute_model = worker.wrap_execute_model(Fake.execute_model)  # type: ignore[method-assign]
+        Fake.sample_tokens = worker.wrap_sample_tokens("sample_tokens", None)  # type: ignore[attr-defined]
         fake = Fake()
         fake.worker = Inner()  # type: ignore[attr-defined]
         output = types.SimpleNamespace(num_scheduled_tokens={i: 1 for i in range(64)})
@@ -177,9 +179,7 @@ def step_record_cost(steps: int = 100_000) -> float:
         return (time.perf_counter() - t0) / steps
     finally:
         worker._recorder = saved
-        faulthandler.unregister(worker.STACK_SIGNAL)
-        os.close(recorder._fd)
-        recorder._stack.close()
+        recorder.close()
 
 
 def bench_step(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 2) -> dict[str, Any]:
@@ -195,7 +195,8 @@ def bench_step(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 
         first, second = data["medians_s"]
         ratio = (first / second) if modes == "on,off" else (second / first)
         pairs.append({**data, "ratio": ratio})
-        label = "control off/off (2nd / 1st)" if modes == "off,off" else f"on/off, {modes.split(',')[0]} started first"
+        label = ("control off/off (2nd / 1st)" if modes == "off,off"
+                 else f"on/off, {modes.split(',')[0]} started first")
         print(f"  {label}: {first * 1000:.2f} vs {second * 1000:.2f} ms per step -> {ratio:.3f}", flush=True)
         assert modes == "off,off" or max(data["recorded"]) > 0, "the record must be on"
     measured = [p for p in pairs if p["modes"] != ["off", "off"]]
@@ -216,25 +217,11 @@ def bench_step(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 
 
 # --- downstream suites ------------------------------------------------------------------
 
-FALSE_DEATH = textwrap.dedent(
-    """
-    import pytest
-    from pytest_enginedead import assert_no_false_death
-
-    @pytest.mark.enginedead_batch_sizes(64)
-    @pytest.mark.enginedead_timeout(2)
-    @pytest.mark.enginedead_inject(slow_s_per_seq=0.05)
-    def test_false_death(vllm_engine):
-        with assert_no_false_death(vllm_engine):
-            vllm_engine.generate(max_tokens=4)
-    """
-)
-
-
-def downstream(source: str, *args: str) -> tuple[float, dict[str, Any], int]:
-    """Run ``source`` under ``pytest -p enginedead`` in a fresh process: wall, report, code."""
+def downstream(example: str, *args: str) -> tuple[float, dict[str, Any], int]:
+    """Run the downstream suite ``tests/examples/<example>`` under ``pytest -p enginedead`` in a
+    fresh process: wall, report, exit code."""
     work = Path(tempfile.mkdtemp(dir=SCRATCH.name))
-    (work / "test_downstream.py").write_text(source)
+    shutil.copytree(EXAMPLES / example, work, dirs_exist_ok=True)
     report = work / "report.json"
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     t0 = time.monotonic()
@@ -253,7 +240,7 @@ def bench_verdict(rounds: int = 3) -> dict[str, Any]:
     """Real false deaths: verdict time from each death record; cold time from the first."""
     walls, verdicts = [], []
     for _ in range(rounds):
-        wall, data, _ = downstream(FALSE_DEATH)
+        wall, data, _ = downstream("false_death")
         death = next(t for t in data["tests"] if t["verdict"] == "SLOW")["deaths"][0]
         walls.append(wall)
         verdicts.append(death["verdict_s"])
@@ -262,23 +249,14 @@ def bench_verdict(rounds: int = 3) -> dict[str, Any]:
             "cold_reproduction_s": walls, "median_cold_reproduction_s": statistics.median(walls)}
 
 
-def _tests_sources() -> dict[str, str]:
-    """The downstream suites the project's own engine tests run (taken from them)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    import test_engine  # noqa: E402
-    import test_xdist  # noqa: E402
-
-    return {
-        "stock_vs_policy": test_engine.STOCK_VS_POLICY,
-        "genuine_deaths": test_engine.GENUINE_DEATHS,
-        "xdist_suite": test_xdist.SUITE,
-    }
+#: the downstream suites the project's own engine tests run (tests/examples/)
+SUITES = ("stock_vs_policy", "genuine_deaths", "xdist_suite")
 
 
 def bench_suite() -> dict[str, Any]:
     out = {}
-    for name, source in _tests_sources().items():
-        wall, data, _ = downstream(source)
+    for name in SUITES:
+        wall, data, _ = downstream(name)
         out[name] = {"engines_started": data["engines_started"], "configurations": data["configurations"],
                      "wall_s": wall}
         print(f"  {name}: {data['engines_started']} engines for {data['configurations']} configurations"
@@ -287,12 +265,11 @@ def bench_suite() -> dict[str, Any]:
 
 
 def bench_xdist(rounds: int = 1) -> dict[str, Any]:
-    source = _tests_sources()["xdist_suite"]
     runs: dict[str, list[dict[str, Any]]] = {"n0": [], "n2": []}
     for i in range(rounds):
         for mode in (("n0", "n2") if i % 2 == 0 else ("n2", "n0")):
             args = ("-n", "0") if mode == "n0" else ("-n", "2", "--dist", "loadgroup")
-            wall, data, code = downstream(source, *args)
+            wall, data, code = downstream("xdist_suite", *args)
             outcomes = sorted((t["nodeid"], t["outcome"]) for t in data["tests"] if t["when"] == "call")
             runs[mode].append({"wall_s": wall, "engines_started": data["engines_started"],
                                "configurations": data["configurations"], "outcomes": outcomes, "exit": code})

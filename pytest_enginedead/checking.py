@@ -1,64 +1,62 @@
 """What ``enginedead check`` runs and how it reads the outcome.
 
-Each batch size runs twice: under vLLM's stock deadline and under the chosen
-policy.  On the bundled tiny model a real step takes milliseconds, so a busy step
-is injected, sized from the stock deadline: batches up to the geometric mean of
-the configured sizes fit, larger ones do not.  On a user's model the real step
-time decides; nothing is injected.
+Each batch size runs under vLLM's stock deadline and under the chosen policy (and,
+with ``--guard``, under the stock deadline with the guard on), offline or through
+the API server (``--server``).  On the bundled tiny model a real step takes
+milliseconds, so a busy step is injected, sized from the stock deadline: batches up
+to the geometric mean of the configured sizes fit, larger ones do not.  On a user's
+model the real step time decides; nothing is injected.
+
+The regression suite (``pytest_enginedead.regression``) reads the plan from its
+environment and writes one progress event per run to a file the command follows.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from . import compat
 from .options import BUNDLED_MODEL
 from .report import verdict_word
 
-ENV_STOCK = "ENGINEDEAD_CHECK_STOCK_S"
-ENV_SLOW = "ENGINEDEAD_CHECK_SLOW_S_PER_SEQ"
-ENV_TOKENS = "ENGINEDEAD_CHECK_MAX_TOKENS"
-ENV_PROMPT = "ENGINEDEAD_CHECK_PROMPT_LEN"
+ENV_PLAN = "ENGINEDEAD_CHECK_PLAN"
+ENV_PROGRESS = "ENGINEDEAD_CHECK_PROGRESS"
 
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
 #: would make one demo death take five minutes); a real model uses vLLM's own.
-BUNDLED_STOCK_S = 2.0
-MODES = ("stock", "policy")
+BUNDLED_STOCK_S = 2
+MODES = ("stock", "policy", "guard")
 
 
 @dataclass(frozen=True)
 class CheckPlan:
-    stock_s: float
+    """What the regression suite runs: the stock deadline, the injected step, the runs."""
+
+    stock_s: int
     slow_s_per_seq: float
-    max_tokens: int = 4
+    max_tokens: int = 2
     prompt_len: int = 4
+    guard: bool = False
+    server: bool = False
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return MODES if self.guard else MODES[:2]
 
     def to_env(self) -> dict[str, str]:
         """The plan for the regression run; ``vllm-stock`` then means this stock deadline."""
-        return {
-            compat.DEADLINE_ENV: compat.deadline_env_value(self.stock_s),
-            ENV_STOCK: repr(self.stock_s),
-            ENV_SLOW: repr(self.slow_s_per_seq),
-            ENV_TOKENS: str(self.max_tokens),
-            ENV_PROMPT: str(self.prompt_len),
-        }
+        return {compat.DEADLINE_ENV: str(self.stock_s), ENV_PLAN: json.dumps(asdict(self))}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], model: str, batch_sizes: Sequence[int]) -> CheckPlan:
-        """What the regression suite runs; unset values get ``plan_for``'s defaults."""
-        default = plan_for(model, batch_sizes)
-        stock = float(environ.get(ENV_STOCK, default.stock_s))
-        slow = environ.get(ENV_SLOW)
-        return cls(
-            stock_s=stock,
-            slow_s_per_seq=float(slow) if slow is not None else sized_burn(model, stock, batch_sizes),
-            max_tokens=int(environ.get(ENV_TOKENS, default.max_tokens)),
-            prompt_len=int(environ.get(ENV_PROMPT, default.prompt_len)),
-        )
+        """The plan ``enginedead check`` set, or the default one for this model and sizes."""
+        raw = environ.get(ENV_PLAN)
+        return cls(**json.loads(raw)) if raw else plan_for(model, batch_sizes)
 
 
 def is_bundled(model: str) -> bool:
@@ -79,11 +77,16 @@ def sized_burn(model: str, stock_s: float, batch_sizes: Sequence[int]) -> float:
 
 
 def plan_for(
-    model: str, batch_sizes: Sequence[int], stock_s: float | None = None, max_tokens: int = 4
+    model: str,
+    batch_sizes: Sequence[int],
+    stock_s: int | None = None,
+    max_tokens: int = 2,
+    guard: bool = False,
+    server: bool = False,
 ) -> CheckPlan:
     if stock_s is None:
-        stock_s = BUNDLED_STOCK_S if is_bundled(model) else compat.stock_deadline_s()
-    return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens)
+        stock_s = BUNDLED_STOCK_S if is_bundled(model) else int(compat.stock_deadline_s())
+    return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens, guard=guard, server=server)
 
 
 # --- reading the outcome ---------------------------------------------------------------
@@ -111,6 +114,14 @@ def mode_of(nodeid: str) -> str:
     return "?"
 
 
+def verdict_of(test: Mapping[str, Any]) -> str:
+    """A test row's verdict as the table says it; a failure with no verdict is "failed"."""
+    word = verdict_word(test.get("verdict"))
+    if test.get("verdict") is None and test.get("outcome") == "failed":
+        return "failed"
+    return word
+
+
 def rows_from_report(report: Mapping[str, Any]) -> list[Row]:
     """One row per regression test (its call phase, or the phase that failed)."""
     by_node: dict[str, Mapping[str, Any]] = {}
@@ -119,34 +130,44 @@ def rows_from_report(report: Mapping[str, Any]) -> list[Row]:
             by_node[t["nodeid"]] = t
     rows = []
     for nodeid, t in by_node.items():
-        word = verdict_word(t.get("verdict"))
-        if t.get("verdict") is None and t["outcome"] == "failed":
-            word = "failed"
         rows.append(
             Row(
                 int(t["batch_size"]), mode_of(nodeid), float(t["timeout_s"]),
                 str(t.get("deadline_source", "")), int(t.get("steps") or 0),
-                t.get("step_p50_s"), t.get("step_max_s"), word, nodeid,
+                t.get("step_p50_s"), t.get("step_max_s"), verdict_of(t), nodeid,
                 bool(t.get("step_max_running")),
             )
         )
     return sorted(rows, key=lambda r: (r.batch_size, MODES.index(r.mode) if r.mode in MODES else 9))
 
 
-def format_table(rows: Sequence[Row]) -> str:
-    def secs(x: float | None, running: bool = False) -> str:
-        return "-" if x is None else f"{'>=' if running else ''}{x:.3f}s"
+def _secs(x: float | None, running: bool = False) -> str:
+    return "-" if x is None else f"{'>=' if running else ''}{x:.3f}s"
 
+
+def format_table(rows: Sequence[Row]) -> str:
     lines = [
         f"{'batch':>5}  {'run':<7} {'deadline':>9}  {'steps':>5}  {'step p50':>9}  {'step max':>9}  verdict",
     ]
     for r in rows:
         lines.append(
             f"{r.batch_size:>5}  {r.mode:<7} {r.deadline_s:>8g}s  {r.steps:>5}  "
-            f"{secs(r.p50_s):>9}  {secs(r.max_s, r.max_running):>9}  {r.verdict}"
+            f"{_secs(r.p50_s):>9}  {_secs(r.max_s, r.max_running):>9}  {r.verdict}"
         )
     return "\n".join(lines)
 
 
 def false_deaths_under_policy(rows: Sequence[Row]) -> list[Row]:
-    return [r for r in rows if r.mode == "policy" and r.verdict == "false death"]
+    """False deaths where the check promises none: under the policy, and under the guard."""
+    return [r for r in rows if r.mode in ("policy", "guard") and r.verdict == "false death"]
+
+
+def progress_line(event: Mapping[str, Any]) -> str:
+    """One run as the command reports it while it works."""
+    steps = f"{event.get('steps', 0)} steps"
+    if event.get("step_max_s") is not None:
+        steps += f", longest {event['step_max_s']:.2f} s"
+    return (
+        f"  batch {event['batch_size']:>4}  {event['mode']:<6}  {event['verdict']:<13} "
+        f"{event['duration_s']:5.1f} s ({steps})  [{event['elapsed_s']:.0f} s]"
+    )

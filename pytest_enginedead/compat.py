@@ -13,6 +13,7 @@ import importlib.util
 import os
 import re
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -358,6 +359,27 @@ def sampling_params(max_tokens: int) -> Any:
 def token_prompt(token_ids: list[int]) -> Any:
     """A prompt given as token ids (the engine has no tokenizer)."""
     return {"prompt_token_ids": token_ids}
+
+
+def generate_arriving(llm: Any, prompts: list[Any], params: Any, per_step: int) -> list[Any]:
+    """Like ``llm.generate``, but ``per_step`` requests arrive before each engine step.
+
+    As under a server's clients, the decode batch grows while each step prefills only
+    the newcomers.  ``LLMEngine.add_request(request_id, prompt, params)`` / ``step()``
+    / ``has_unfinished_requests()`` are the same in 0.27.1-0.32.0.
+    """
+    engine = llm.llm_engine
+    tag = f"enginedead-{id(prompts):x}-{time.monotonic_ns()}"
+    waiting = list(enumerate(prompts))
+    done: dict[str, Any] = {}
+    while waiting or engine.has_unfinished_requests():
+        for i, prompt in waiting[:per_step]:
+            engine.add_request(f"{tag}-{i}", prompt, params)
+        waiting = waiting[per_step:]
+        for out in engine.step():
+            if getattr(out, "finished", False):
+                done[out.request_id] = out
+    return [done[f"{tag}-{i}"] for i in range(len(prompts))]
 
 
 def output_token_ids(request_output: Any) -> list[int]:

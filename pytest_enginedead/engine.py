@@ -273,8 +273,13 @@ class Engine(EngineBase):
         # a broken engine's processes are ended by pid first; its client sockets after
         _bounded(functools.partial(compat.shutdown_llm, llm), 5.0 if self.broken else 10.0)
 
-    def generate(self, n: int, max_tokens: int = 8, prompt_len: int = 4) -> list[list[int]]:
-        """One concurrent decode batch of ``n`` sequences; token ids per sequence."""
+    def generate(
+        self, n: int, max_tokens: int = 8, prompt_len: int = 4, arriving: int | None = None
+    ) -> list[list[int]]:
+        """One concurrent decode batch of ``n`` sequences; token ids per sequence.
+
+        ``arriving``: that many requests join before each step instead of all at once.
+        """
         if self.llm is None:
             raise RuntimeError("engine is stopped")
         if self.broken:
@@ -288,7 +293,10 @@ class Engine(EngineBase):
         params = compat.sampling_params(max_tokens)
         ok = False
         try:
-            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            if arriving:
+                outputs = compat.generate_arriving(self.llm, prompts, params, arriving)
+            else:
+                outputs = self.llm.generate(prompts, params, use_tqdm=False)
             ok = True
         finally:
             if not ok:
@@ -406,10 +414,14 @@ class EngineHandle(Handle):
     _engine: Engine
 
     def generate(
-        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4
+        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4, arriving: int | None = None
     ) -> list[list[int]]:
-        """Run one concurrent decode batch of ``n`` sequences (default: the batch size)."""
-        return self._engine.generate(self.batch_size if n is None else n, max_tokens, prompt_len)
+        """Run one concurrent decode batch of ``n`` sequences (default: the batch size).
+
+        ``arriving=k``: k requests join before each engine step, as a server's clients
+        would, so the decode batch grows while each step prefills only the newcomers.
+        """
+        return self._engine.generate(self.batch_size if n is None else n, max_tokens, prompt_len, arriving)
 
 
 # --- helpers ------------------------------------------------------------------------

@@ -98,24 +98,54 @@ def read_architectures(path: str) -> list[str]:
     return _architectures(data, config)
 
 
-def check_architectures(model: str, source: str) -> None:
-    """An architecture the installed vLLM lacks is a usage error, said once, before any engine starts."""
+def architecture_problem(model: str) -> str | None:
+    """Why the installed vLLM cannot build this model's architecture, in one line, or None."""
     path = os.path.join(model, "config.json")
     try:
         archs = read_architectures(path)
     except BadValue as exc:
-        raise pytest.UsageError(f"enginedead: {exc}") from None
+        return str(exc)
     try:
         known = compat.known_architectures()
     except Exception:
-        return  # cannot ask this vLLM; the engine start will say
+        return None  # cannot ask this vLLM; the engine start will say
     unknown = [a for a in archs if a not in known]
     if unknown or not archs:
-        raise pytest.UsageError(
-            f"enginedead: {path} names architecture {', '.join(unknown) or '(none)'}, "
-            f"which vLLM {compat.installed_version()} does not know "
-            f"(--enginedead-model, from {source}); use one it supports, e.g. LlamaForCausalLM"
+        return (
+            f"{path} names architecture {', '.join(unknown) or '(none)'}, which vLLM "
+            f"{compat.installed_version()} does not know; use one it supports, e.g. LlamaForCausalLM"
         )
+    return None
+
+
+def check_architectures(model: str, source: str) -> None:
+    """An architecture the installed vLLM lacks is a usage error, said once, before any engine starts."""
+    problem = architecture_problem(model)
+    if problem:
+        raise pytest.UsageError(f"enginedead: {problem} (--enginedead-model, from {source})")
+
+
+def validate_output_path(raw: str) -> str:
+    """A file path we can write later: checked now, so no result is lost at the end."""
+    text = raw.strip()
+    if not text:
+        raise BadValue("no path given")
+    try:
+        path = Path(text).expanduser()
+    except RuntimeError as exc:  # ~user that does not exist
+        raise BadValue(f"{text!r} cannot be expanded: {exc}") from None
+    if path.is_dir():
+        raise BadValue(f"{str(path)!r} is a directory; give a file path")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise BadValue(f"{str(path)!r} cannot be created: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK):
+        raise BadValue(f"{str(path)!r} cannot be created: {str(parent)!r} is not writable")
+    if len(path.name.encode()) > 255:
+        raise BadValue(f"{path.name[:40]!r}... is too long a file name (at most 255 bytes)")
+    return str(path)
 
 
 def parse_fraction(raw: str) -> float:
@@ -190,7 +220,7 @@ OPTIONS = (
     Option(
         "enginedead_report",
         "Write the JSON report of engines, steps and verdicts to this path.",
-        None, str.strip, "PATH",
+        None, validate_output_path, "PATH",
     ),
     Option(
         "enginedead_guard",

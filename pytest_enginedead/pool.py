@@ -37,17 +37,18 @@ class EnginePool:
         self.progress = progress
         self._live: dict[EngineSpec, EngineBase] = {}
         self._records: list[EngineRecord] = []
+        self._died: set[EngineSpec] = set()  # specs whose shared engine was dropped broken
         self._reaper: Reaper | None = None
 
     def acquire(self, spec: EngineSpec, instructions: Instructions, test: str = "") -> EngineBase:
         """The shared engine for ``spec``, told ``instructions``; started or restarted if need be."""
         engine = self._live.get(spec)
-        restart = False
         if engine is not None and not engine.alive:
             self.drop(engine)
-            engine, restart = None, True
+            engine = None
         if engine is None:
-            engine = self.start_dedicated(spec, instructions, restart=restart)
+            engine = self.start_dedicated(spec, instructions, restart=spec in self._died)
+            self._died.discard(spec)
             self._live[spec] = engine
         else:
             engine.instruct(instructions)
@@ -82,6 +83,8 @@ class EnginePool:
         for spec, live in list(self._live.items()):
             if live is engine:
                 del self._live[spec]
+                if not engine.alive:
+                    self._died.add(spec)
         self._stop(engine)
 
     def _stop(self, engine: EngineBase) -> None:

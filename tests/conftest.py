@@ -1,28 +1,35 @@
-"""Shared helpers: run pytest as a downstream repo would (``-p enginedead``)."""
+"""Shared fixtures: a downstream repo (``downstream``) and a decoy ``VLLM::Worker``.
+
+The helpers behind them live in ``downstream.py``; ``examples/`` holds the downstream
+suites (copied into ``pytester`` directories, never collected here).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
 
+from downstream import Downstream
+
+collect_ignore = ["examples"]
+
 
 @pytest.fixture
-def downstream(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """A pytester whose runs load only what a downstream repo names: ``-p enginedead``."""
+def downstream(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Iterator[Downstream]:
+    """A downstream repo whose runs load only what it names (``-p enginedead``), with no
+    ``ENGINEDEAD_*`` settings from our own environment."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     for name in list(os.environ):
         if name.startswith("ENGINEDEAD_"):
             monkeypatch.delenv(name)
-    return pytester
-
-
-def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """In-process pytest with the plugin, as ``pytest -p enginedead ARGS``."""
-    return pytester.runpytest("-p", "enginedead", *args)
+    repo = Downstream(pytester)
+    yield repo
+    repo.close()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -44,7 +51,12 @@ def decoy() -> Iterator[psutil.Process]:
     """A process titled like a vLLM worker that no harness started: it must survive."""
     proc = subprocess.Popen(["bash", "-c", "exec -a VLLM::Worker sleep 3600"])
     try:
-        yield psutil.Process(proc.pid)
+        decoy = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 10
+        while decoy.cmdline()[:1] != ["VLLM::Worker"]:  # until bash has exec'd
+            assert time.monotonic() < deadline, decoy.cmdline()
+            time.sleep(0.01)
+        yield decoy
     finally:
         proc.kill()
         proc.wait()

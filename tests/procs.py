@@ -2,8 +2,9 @@
 
 A "worker" is a Python subprocess (this file, run as a script) that, like vLLM's
 ``VLLM::Worker``, owes its caller one reply.  It either computes (a Python busy
-loop), idles (sleeps), or exits at once.  ``call_worker`` is the "API side": it waits for the reply with a fixed
-deadline and, when the deadline passes, raises a stand-in for ``EngineDeadError``,
+loop), idles (sleeps), or exits at once.  ``call_worker`` is the "API side": it
+waits for the reply with a fixed deadline and, when the deadline passes, raises a
+stand-in for ``EngineDeadError``,
 which is exactly the control flow of vLLM's execute-model RPC.
 
 This file is also copied into ``pytester`` directories, so it imports nothing from

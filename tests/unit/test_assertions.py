@@ -7,51 +7,28 @@ Whether that death is false depends only on what the worker was doing.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run
 
 import procs
+from downstream import Downstream, Outcome
 from pytest_enginedead import Verdict, assert_no_false_death, compat
-from pytest_enginedead.engine import StepTime
-
-PROCS_SOURCE = Path(procs.__file__).read_text()
-
-REPRO = """
-from pathlib import Path
-
-import procs
-from pytest_enginedead import assert_no_false_death
-
-
-def test_engine_step():
-    with procs.worker({mode!r}, {seconds}) as proc:
-        Path("worker.pid").write_text(str(proc.pid))
-        engine = procs.FakeEngine([proc.pid])
-        raised = []
-        try:
-            with assert_no_false_death(engine, errors=procs.StandInError):
-                procs.call_worker(proc, deadline_s=2.0, raised=raised)
-        except procs.StandInError as exc:
-            same = bool(raised) and exc is raised[0] and type(exc) is procs.StandInError
-            Path("same-object").write_text(str(same))
-            raise
-        finally:
-            Path("verdicts").write_text(",".join(d["verdict"] for d in engine.deaths))
-"""
+from pytest_enginedead.assertions import innermost_frames, step_summary
+from pytest_enginedead.liveness import LivenessSettings
+from pytest_enginedead.record import StepTime
 
 
 @dataclass
 class Repro:
-    result: pytest.RunResult
+    result: Outcome
     pid: int
     wall_s: float
     text: str
@@ -59,11 +36,12 @@ class Repro:
     verdicts: str
 
 
-def repro(downstream: pytest.Pytester, mode: str, seconds: float, *args: str) -> Repro:
+def repro(downstream: Downstream, mode: str, seconds: float, *args: str) -> Repro:
     """Run the 2 s-deadline call against a worker in ``mode`` as a downstream test."""
-    downstream.makepyfile(procs=PROCS_SOURCE, test_repro=REPRO.format(mode=mode, seconds=seconds))
+    downstream.copy("repro").copy_procs()
+    (downstream.path / "worker.json").write_text(json.dumps({"mode": mode, "seconds": seconds}))
     t0 = time.monotonic()
-    result = run(downstream, *args)
+    result = downstream.run(*args)
     wall = time.monotonic() - t0
     same = downstream.path / "same-object"
     return Repro(
@@ -79,7 +57,7 @@ def repro(downstream: pytest.Pytester, mode: str, seconds: float, *args: str) ->
 # --- the bug's control flow, as a downstream repo would see it --------------------------
 
 
-def test_busy_worker_past_the_deadline_is_a_false_death(downstream: pytest.Pytester) -> None:
+def test_busy_worker_past_the_deadline_is_a_false_death(downstream: Downstream) -> None:
     """A worker computing for 5 s when the 2 s deadline fires: the test fails, naming it."""
     r = repro(downstream, "busy", 5.0)
     r.result.assert_outcomes(failed=1)
@@ -105,7 +83,7 @@ def test_false_death_report_is_not_chained_to_the_engine_error(busy_pid: int) ->
     assert "During handling" not in str(info.getrepr(style="value", chain=True))
 
 
-def test_idle_worker_is_hung_and_the_error_propagates(downstream: pytest.Pytester) -> None:
+def test_idle_worker_is_hung_and_the_error_propagates(downstream: Downstream) -> None:
     """A sleeping worker is HUNG: a genuine death, the very same error object goes through."""
     r = repro(downstream, "idle", 30.0)
     r.result.assert_outcomes(failed=1)
@@ -116,7 +94,7 @@ def test_idle_worker_is_hung_and_the_error_propagates(downstream: pytest.Pyteste
     assert r.wall_s < 20  # no hang: the harness did not wait for the worker
 
 
-def test_exited_worker_is_dead_and_the_error_propagates(downstream: pytest.Pytester) -> None:
+def test_exited_worker_is_dead_and_the_error_propagates(downstream: Downstream) -> None:
     """A worker that exited at once is DEAD: the error goes through unchanged."""
     r = repro(downstream, "exit", 0.0)
     r.result.assert_outcomes(failed=1)
@@ -127,7 +105,7 @@ def test_exited_worker_is_dead_and_the_error_propagates(downstream: pytest.Pytes
     assert r.wall_s < 20  # no hang
 
 
-def test_busy_threshold_option_reaches_the_assertion(downstream: pytest.Pytester) -> None:
+def test_busy_threshold_option_reaches_the_assertion(downstream: Downstream) -> None:
     """--enginedead-busy-threshold above what one process can use: busy no longer counts."""
     r = repro(downstream, "busy", 5.0, "--enginedead-busy-threshold=6400%")
     r.result.assert_outcomes(failed=1)
@@ -257,13 +235,18 @@ class RichEngine:
     pids: list[int]
     worker_pids: list[int]
     step: StepTime | None
-    batch_size: int = 64
-    timeout_s: float = 2.0
-    timeout_source: str = "the enginedead_timeout marker"
-    policy_name: str = "reference"
-    policy_timeout_s: float = 1240.0
     deaths: list[dict[str, Any]] = field(default_factory=list)
     stacks_for: list[int] = field(default_factory=list)
+    liveness_settings: LivenessSettings = field(default_factory=LivenessSettings)
+
+    def death_facts(self) -> dict[str, Any]:
+        return {
+            "batch_size": 64,
+            "deadline_s": 2.0,
+            "deadline_source": "the enginedead_timeout marker",
+            "policy": "reference",
+            "policy_deadline_s": 1240.0,
+        }
 
     def has_record(self, pid: int) -> bool:
         return pid in self.worker_pids
@@ -271,7 +254,7 @@ class RichEngine:
     def running_step(self, pid: int) -> StepTime | None:
         return self.step
 
-    def step_times(self) -> list[StepTime]:
+    def step_times_since_start(self) -> list[StepTime]:
         done = StepTime(1, 8, time.monotonic() - 10, 0.25, self.worker_pids[0])
         return [done] + ([self.step] if self.step else [])
 
@@ -322,3 +305,39 @@ def test_busy_outside_a_model_step_is_not_a_false_death(busy_pid: int) -> None:
     [death] = engine.deaths
     assert death["verdict"] == Verdict.HUNG.name
     assert engine.stacks_for == []  # no stack taken for a genuine death
+
+
+# --- the pieces of the message --------------------------------------------------------------
+
+
+def test_innermost_frames_are_the_main_threads() -> None:
+    """The thread named by the ``main-thread`` line, wherever faulthandler lists it."""
+    frames = innermost_frames(STACK_DUMP)
+    assert frames == [
+        "Current thread 0x00007f00000000aa (most recent call first)",
+        'File "/site/pytest_enginedead/worker.py", line 82 in burn',
+        'File "/site/pytest_enginedead/worker.py", line 111 in run_step',
+        'File "/site/vllm/v1/worker/worker_base.py", line 300 in execute_model',
+    ]
+    assert innermost_frames(STACK_DUMP, frames=1) == frames[:2]
+    other_main = STACK_DUMP.replace("main-thread 0x00007f00000000aa", "main-thread 0x00007f00000000bb")
+    assert innermost_frames(other_main)[1].endswith("line 320 in wait")
+
+
+def test_innermost_frames_without_a_main_thread_line_show_the_first_thread() -> None:
+    dump = STACK_DUMP.split("\n", 1)[1]
+    assert innermost_frames(dump)[0] == "Thread 0x00007f00000000bb (most recent call first)"
+    assert innermost_frames("") == [] and innermost_frames("main-thread 0x1\nno dump\n") == []
+
+
+def test_step_summary() -> None:
+    t = time.monotonic()
+    assert step_summary([]) == "no step had finished"
+    assert step_summary([StepTime(1, 8, t, None, 1)]) == "no step had finished"
+    steps = [
+        StepTime(1, 8, t, 0.5, 1),
+        StepTime(2, 64, t, 2.0, 1),
+        StepTime(3, 8, t, 0.25, 1),
+        StepTime(4, 64, t, None, 1),  # running: not counted
+    ]
+    assert step_summary(steps) == "3 finished so far, p50 0.500 s, max 2.000 s at batch 64"

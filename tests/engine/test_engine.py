@@ -1,0 +1,155 @@
+"""Real vLLM CPU engines: the false death reproduced and caught, genuine deaths let through.
+
+Each test runs a downstream suite from ``examples/`` in a subprocess as a downstream
+repo would (``pytest -p enginedead``) and reads its JSON report.  Engines are the
+expensive part (~15-45 s each), so every inner run shares them: one per distinct
+config.  After every run the engine processes it started (from the report, pinned by
+pid and creation time) must be gone, with their ``/dev/shm`` segments, while a decoy
+process titled ``VLLM::Worker`` that the harness did not start lives on.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import psutil
+import pytest
+
+from downstream import Downstream, Outcome, assert_nothing_left, engine_processes
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+pytestmark = pytest.mark.engine
+
+
+def run_engines(downstream: Downstream, *args: str, dynamic: int = 0) -> tuple[Outcome, dict[str, Any]]:
+    """The copied suite under ``pytest -p enginedead -p timeout -rA``, with its report."""
+    out = downstream.run("-rA", *args, plugins=["timeout"], in_subprocess=True, report=True)
+    data = out.report
+    assert data is not None
+    # one engine per distinct configuration: sharing worked, no death forced a restart
+    # (``dynamic``: engines the factory fixture made, which collection cannot plan)
+    assert data["engines_started"] == data["configurations"] + dynamic, data["engines"]
+    return out, data
+
+
+@pytest.mark.smoke
+def test_stock_deadline_false_death_caught_and_policy_survives(
+    downstream: Downstream, decoy: psutil.Process
+) -> None:
+    """Stock 2 s deadline, busy 0.05 s/seq: batch 2 passes, batch 64 is a false death;
+    the reference policy survives batch 64 with a non-empty step record."""
+    junit = downstream.path / "junit.xml"
+    result, data = run_engines(downstream.copy("stock_vs_policy"), f"--junitxml={junit}")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "PASSED test_stock_vs_policy.py::test_stock_deadline[[]bs2[]]",
+            "PASSED test_stock_vs_policy.py::test_reference_policy[[]bs64[]]",
+            "FAILED test_stock_vs_policy.py::test_stock_deadline[[]bs64[]]*false engine d*",
+        ]
+    )
+    out = result.stdout.str()
+    # the evidence a person needs at 3 a.m.
+    for needle in (
+        "false engine death: vLLM raised EngineDeadError while its worker was still computing",
+        "VLLM::Worker (pid ",
+        "% of a core over the last",
+        ", had run ",
+        "deadline:   2 s (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=2, set from the enginedead_timeout marker)",
+        "policy:     reference allows 1240 s at batch 64 on CPU",
+        "worker stack (innermost first):",
+        "in burn",
+        "what to change:",
+    ):
+        assert needle in out, needle
+    assert re.search(r"step:       step \d+, batch \d+, had run [2-9]\.\d s and was still running", out)
+    assert "During handling of the above exception" not in out
+    # one engine for both stock-deadline batches (same deadline), one for the policy
+    assert data["engines_started"] == 2
+    stock = next(e for e in data["engines"] if e["deadline_s"] == 2)
+    assert stock["batch_size"] == 64 and stock["false_deaths"] == 1
+    policy = next(e for e in data["engines"] if e["deadline_s"] >= 1240)
+    assert policy["false_deaths"] == 0 and policy["steps"] > 0
+    verdicts = {t["nodeid"].split("::")[-1]: t["verdict"] for t in data["tests"] if t["when"] == "call"}
+    assert verdicts == {
+        "test_stock_deadline[bs2]": None,
+        "test_stock_deadline[bs64]": "SLOW",
+        "test_reference_policy[bs64]": None,
+    }
+    slow = next(t for t in data["tests"] if t["verdict"] == "SLOW")["deaths"][0]
+    assert slow["verdict_s"] < 0.5, "the verdict must come fast"
+    # the JSON report, junitxml properties and the terminal summary tell one story
+    props = {
+        case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
+        for case in ElementTree.parse(junit).getroot().iter("testcase")
+    }
+    for test in (t for t in data["tests"] if t["when"] == "call"):
+        mine = props[test["nodeid"].split("::")[-1]]
+        assert mine["enginedead_batch_size"] == str(test["batch_size"])
+        assert float(mine["enginedead_deadline_s"]) == test["timeout_s"]
+        assert mine["enginedead_verdict"] == ("false death" if test["verdict"] == "SLOW" else "ok")
+        assert mine["enginedead_step_max_s"] == str(test["step_max_s"])
+    for engine in data["engines"]:
+        summary = [ln for ln in out.splitlines() if ln.lstrip().startswith(f"{engine['batch_size']} ")
+                   and f"{engine['deadline_s']:g}s" in ln]
+        assert summary, engine["label"]
+        assert summary[0].split()[4] == f"{engine['step_max_s']:.3f}s"
+        assert f"engines started: {data['engines_started']};" in out
+    assert_nothing_left(*engine_processes(data), decoy)
+
+
+@pytest.mark.smoke
+def test_genuine_deaths_propagate(downstream: Downstream, decoy: psutil.Process) -> None:
+    """A crashed worker (DEAD) and a hung one (HUNG) are not false deaths: the original
+    EngineDeadError reaches the test unchanged."""
+    result, data = run_engines(downstream.copy("genuine_deaths"))
+    result.assert_outcomes(passed=2)
+    assert data["engines_started"] == 2
+    assert sum(e["genuine_deaths"] for e in data["engines"]) == 2
+    assert sum(e["false_deaths"] for e in data["engines"]) == 0
+    assert_nothing_left(*engine_processes(data), decoy)
+
+
+def test_real_compute_outlives_short_deadline(downstream: Downstream, decoy: psutil.Process) -> None:
+    """No injection: a 12-layer dummy Llama under a 1 s deadline survives a small batch
+    and dies on a large one while the worker computes — SLOW, from real compute."""
+    result, data = run_engines(
+        downstream.copy("real_compute"), f"--enginedead-model={FIXTURES / 'heavy-llama'}"
+    )
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_real_compute.py::test_real_compute[[]bs64[]]*false engine d*"])
+    out = result.stdout.str()
+    assert "in burn" not in out  # no injected burn: the worker was in the model
+    assert "worker stack (innermost first):" in out
+    assert data["engines_started"] == 1
+    assert data["engines"][0]["false_deaths"] == 1
+    assert data["engines"][0]["injection"] == "none"
+    assert_nothing_left(*engine_processes(data), decoy)
+
+
+def test_factory_engine_with_explicit_arguments(downstream: Downstream, decoy: psutil.Process) -> None:
+    """vllm_engine_factory: explicit deadline, faults and engine args; stopped afterwards."""
+    result, data = run_engines(downstream.copy("factory"), dynamic=1)
+    result.assert_outcomes(passed=1)
+    (engine,) = data["engines"]
+    assert engine["deadline_s"] == 30 and engine["batch_size"] == 4
+    assert engine["deadline_source"] == "vllm_engine_factory(timeout_s=...)"
+    assert "max_model_len=256" in engine["label"]
+    assert_nothing_left(*engine_processes(data), decoy)
+
+
+def test_malformed_and_unknown_model_are_usage_errors(downstream: Downstream) -> None:
+    """A broken config.json or an architecture vLLM lacks: one line naming the file, exit 4."""
+    downstream.copy("needs_engine")
+    for model, needle in (
+        ("bad-json", "bad-json/config.json is not valid JSON"),
+        ("unknown-arch", "unknown-arch/config.json names architecture NoSuchModelForCausalLM"),
+    ):
+        result = downstream.run(f"--enginedead-model={FIXTURES / model}", in_subprocess=True, timeout=120)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        assert needle in result.stderr.str()
+        assert "Traceback" not in result.stderr.str() + result.stdout.str()

@@ -1,0 +1,51 @@
+"""Under pytest-xdist: engines per worker, one config per worker, one merged report."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from downstream import Downstream, assert_nothing_left, engine_processes
+
+pytestmark = pytest.mark.engine
+
+
+def test_two_workers_one_report(downstream: Downstream, decoy: psutil.Process) -> None:
+    """-n 2 --dist loadgroup: outcomes as without xdist, engines = configurations,
+    both workers used, one merged table and JSON report, nothing left behind."""
+    result = downstream.copy("xdist_suite").run(
+        "-n", "2", "--dist", "loadgroup", plugins=["timeout", "xdist"], in_subprocess=True, report=True,
+    )
+    result.assert_outcomes(passed=3, failed=1)
+    out = result.stdout.str()
+    assert out.count("engines started: 3;") == 1, out[-3000:]
+    assert "--dist" not in out.split("collected")[0]  # no loadgroup warning in the header
+    data = result.report
+    assert data is not None
+    assert data["engines_started"] == 3 == data["configurations"]
+    assert {e["worker"] for e in data["engines"]} == {"gw0", "gw1"}
+    assert sum(e["false_deaths"] for e in data["engines"]) == 1
+    assert sum(e["genuine_deaths"] for e in data["engines"]) == 1
+    assert len([t for t in data["tests"] if t["when"] == "call"]) == 4
+    assert_nothing_left(*engine_processes(data), decoy)
+
+
+def test_killed_worker_leaves_no_engine(downstream: Downstream, decoy: psutil.Process) -> None:
+    """SIGKILL the xdist worker in mid-step: the controller survives and reports the
+    crash; the worker's reaper ends its engine processes."""
+    run = downstream.copy("long_step_under_xdist").start("-n", "2", "--dist", "loadgroup", plugins=["xdist"])
+    marker = run.path / "generating"
+
+    def xdist_worker() -> int | None:
+        """The xdist worker running the step (it wrote its pid into the marker)."""
+        text = marker.read_text().strip()
+        return int(text) if text else None
+
+    run.watch(extra_s=2, under=xdist_worker)
+    worker = xdist_worker()
+    assert worker is not None
+    psutil.Process(worker).kill()
+    code = run.wait(timeout=180)
+    out = run.output()
+    assert "crashed" in out and code == pytest.ExitCode.TESTS_FAILED, out[-3000:]
+    assert_nothing_left(run.seen, run.shm, decoy, within_s=20, require_shm=True, context=out[-3000:])

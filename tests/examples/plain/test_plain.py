@@ -1,0 +1,5 @@
+"""A downstream suite without engines."""
+
+
+def test_plain():
+    pass

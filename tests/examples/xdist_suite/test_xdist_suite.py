@@ -1,0 +1,30 @@
+"""Three engine configurations for two xdist workers: a false death, a pass, a crash."""
+
+import pytest
+
+from pytest_enginedead import Verdict, assert_no_false_death
+
+
+@pytest.mark.enginedead_batch_sizes(2, 64)
+@pytest.mark.enginedead_timeout(2)
+@pytest.mark.enginedead_inject(slow_s_per_seq=0.05)
+def test_stock_deadline(vllm_engine):
+    with assert_no_false_death(vllm_engine):
+        vllm_engine.generate(max_tokens=4)
+
+
+@pytest.mark.enginedead_batch_sizes(8)
+def test_policy(vllm_engine):
+    with assert_no_false_death(vllm_engine):
+        assert len(vllm_engine.generate(max_tokens=4)) == 8
+
+
+@pytest.mark.enginedead_batch_sizes(4)
+@pytest.mark.enginedead_timeout(2)
+@pytest.mark.enginedead_inject(crash_at_step=2)
+def test_crash(vllm_engine):
+    with pytest.raises(Exception) as info:
+        with assert_no_false_death(vllm_engine):
+            vllm_engine.generate(max_tokens=8)
+    assert type(info.value).__name__ == "EngineDeadError"
+    assert vllm_engine.deaths[-1]["verdict"] == Verdict.DEAD.name

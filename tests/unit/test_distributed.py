@@ -1,0 +1,112 @@
+"""pytest-xdist without engines: cores per worker, groups per engine configuration, the header."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from downstream import Downstream
+from pytest_enginedead import distributed
+from pytest_enginedead.distributed import cpu_bind, dist_note, group_name, item_group, worker_index
+from pytest_enginedead.planning import EngineSpec, GuardSpec
+
+
+class _Config:
+    """Just enough of pytest.Config for cpu_bind."""
+
+    def __init__(self, workerid: str | None, count: int) -> None:
+        if workerid is not None:
+            self.workerinput = {"workerid": workerid, "workercount": count}
+
+
+@pytest.mark.parametrize(
+    ("workerid", "count", "cpus", "expected"),
+    [
+        (None, 0, [0, 1], None),  # not under xdist: vLLM decides
+        ("gw0", 2, [0, 1], "0"),
+        ("gw1", 2, [0, 1], "1"),
+        ("gw1", 2, [0, 1, 2, 3], "2,3"),
+        ("gw2", 3, [0, 1], "0"),  # more workers than cores: round-robin
+        ("gw0", 1, [4, 5], "4,5"),
+    ],
+)
+def test_each_worker_gets_its_own_cores(workerid, count, cpus, expected) -> None:
+    assert cpu_bind(_Config(workerid, count), cpus) == expected  # type: ignore[arg-type]
+
+
+def test_worker_index() -> None:
+    assert worker_index(_Config(None, 0)) is None  # type: ignore[arg-type]
+    assert worker_index(_Config("gw3", 4)) == (3, 4)  # type: ignore[arg-type]
+    assert worker_index(_Config("odd", 2)) == (0, 2)  # type: ignore[arg-type]
+
+
+def test_group_name_is_one_per_configuration() -> None:
+    a = EngineSpec("/m/tiny", 8)
+    assert group_name(a) == group_name(EngineSpec("/m/tiny", 8))  # stable: workers agree
+    assert group_name(a).startswith("enginedead-bs8-")
+    others = [
+        EngineSpec("/m/tiny", 64), EngineSpec("/m/other", 8), EngineSpec("/m/tiny", 8, guard=GuardSpec(60.0)),
+    ]
+    assert len({group_name(s) for s in [a, *others]}) == 4
+
+
+class _Item:
+    """Just enough of pytest.Item for item_group: its xdist_group marks."""
+
+    def __init__(self, *marks: pytest.MarkDecorator) -> None:
+        self.marks = [m.mark for m in marks]
+
+    def iter_markers(self, name: str) -> list[pytest.Mark]:
+        return [m for m in self.marks if m.name == name]
+
+
+def test_item_group_joins_engine_configuration_and_xdist_group() -> None:
+    spec = EngineSpec("/m/tiny", 8)
+    assert item_group(_Item(), None) is None  # type: ignore[arg-type]  # xdist decides
+    assert item_group(_Item(), spec) == group_name(spec)  # type: ignore[arg-type]
+    mine = pytest.mark.xdist_group("db")
+    assert item_group(_Item(mine), None) == "db"  # type: ignore[arg-type]
+    assert item_group(_Item(mine), spec) == f"db_{group_name(spec)}"  # type: ignore[arg-type]
+    by_name = pytest.mark.xdist_group(name="zz")
+    assert item_group(_Item(by_name, mine), None) == "db_zz"  # type: ignore[arg-type]  # sorted
+
+
+def config_for_note(
+    xdist: bool = True, numprocesses: int | None = 2, dist: str = "load", worker: bool = False
+) -> Any:
+    config = SimpleNamespace(
+        pluginmanager=SimpleNamespace(hasplugin=lambda name: xdist and name == "xdist"),
+        option=SimpleNamespace(numprocesses=numprocesses, dist=dist),
+    )
+    if worker:
+        config.workerinput = {"workerid": "gw0"}
+    return config
+
+
+def test_dist_note_only_when_groups_would_be_split() -> None:
+    note = dist_note(config_for_note())
+    assert note is not None and note.startswith("--dist load: ") and note.endswith("use --dist loadgroup")
+    assert "--dist worksteal" in (dist_note(config_for_note(dist="worksteal")) or "")
+    assert dist_note(config_for_note(dist="loadgroup")) is None
+    assert dist_note(config_for_note(dist="no")) is None
+    assert dist_note(config_for_note(numprocesses=None)) is None  # -n not given
+    assert dist_note(config_for_note(xdist=False)) is None
+    assert dist_note(config_for_note(worker=True)) is None  # the controller says it, once
+
+
+def test_publish_groups_writes_one_file_per_worker(tmp_path: Path) -> None:
+    config: Any = SimpleNamespace(workerinput={"workerid": "gw1", distributed.GROUPS_KEY: str(tmp_path)})
+    distributed.publish_groups(config, [("t.py::a", "g1"), ("t.py::b", None), ("t.py::c", "g1")])
+    assert [p.name for p in tmp_path.iterdir()] == ["gw1.json"]
+    assert json.loads((tmp_path / "gw1.json").read_text()) == {"t.py::a": "g1", "t.py::c": "g1"}
+    distributed.publish_groups(SimpleNamespace(workerinput={}), [("t.py::a", "g1")])  # type: ignore[arg-type]
+
+
+def test_header_says_when_dist_is_not_loadgroup(downstream: Downstream) -> None:
+    result = downstream.copy("plain").run("-n", "2", plugins=["xdist"], in_subprocess=True, timeout=120)
+    result.stdout.fnmatch_lines(["enginedead: --dist load: *use --dist loadgroup"])
+    result.assert_outcomes(passed=1)

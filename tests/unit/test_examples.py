@@ -1,0 +1,52 @@
+"""Every downstream suite under ``examples/`` collects as a downstream repo would see it.
+
+Most of them run only in the engine tests; collecting them here (no engine starts at
+collection) catches a broken example, and pins the test ids the engine tests expect.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from downstream import EXAMPLES, Downstream
+from pytest_enginedead import options
+
+SUITES = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+
+#: the ids the engine tests match their outcomes against
+IDS = {
+    "stock_vs_policy": [
+        "test_stock_vs_policy.py::test_stock_deadline[bs2]",
+        "test_stock_vs_policy.py::test_stock_deadline[bs64]",
+        "test_stock_vs_policy.py::test_reference_policy[bs64]",
+    ],
+    "genuine_deaths": ["test_genuine_deaths.py::test_crash[bs4]", "test_genuine_deaths.py::test_hang[bs4]"],
+    "real_compute": [
+        "test_real_compute.py::test_real_compute[bs2]",
+        "test_real_compute.py::test_real_compute[bs64]",
+    ],
+    "xdist_suite": [
+        "test_xdist_suite.py::test_stock_deadline[bs2]",
+        "test_xdist_suite.py::test_stock_deadline[bs64]",
+        "test_xdist_suite.py::test_policy[bs8]",
+        "test_xdist_suite.py::test_crash[bs4]",
+    ],
+}
+
+
+def test_every_suite_is_checked() -> None:
+    assert set(IDS) <= set(SUITES) and len(SUITES) >= 15
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_suite_collects(downstream: Downstream, suite: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the model's architecture is asked of vLLM's registry at collection: not here
+    monkeypatch.setattr(options, "check_architectures", lambda model, source: None)
+    if suite == "repro":
+        downstream.copy_procs()
+    result = downstream.copy(suite).run("--collect-only", "-q")
+    assert result.ret == pytest.ExitCode.OK, result.text
+    ids = [line for line in result.stdout.lines if "::" in line]
+    assert ids, result.text
+    if suite in IDS:
+        assert sorted(ids) == sorted(IDS[suite])
