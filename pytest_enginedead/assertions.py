@@ -163,6 +163,14 @@ class Finding:
         if self.stack:
             lines.append("  worker stack (innermost first):")
             lines.extend("    " + ln for ln in innermost_frames(self.stack))
+        cap = f.get("guard_cap_s")
+        if cap is not None:
+            lines.append(
+                f"  what to change: the guard's cap ({cap:g} s) is shorter than one step of this batch. "
+                "Give the guard a policy whose cap covers it (ENGINEDEAD_GUARD_POLICY, or "
+                "enginedead_guard(policy=...)), or size it with `enginedead calibrate`."
+            )
+            return "\n".join(lines)
         setting = (
             f"`export {compat.DEADLINE_ENV}={compat.deadline_env_value(allowed)}`"
             if allowed is not None else f"a larger {compat.DEADLINE_ENV}"
@@ -236,7 +244,8 @@ def judge(
     if inspectable is not None:
         if finding.false_death:
             finding.stack = inspectable.capture_stack(next(iter(steps), next(iter(judged))))
-        facts = {**inspectable.death_facts(), "step_summary": step_summary(inspectable.step_times_since_start())}
+        summary = step_summary(inspectable.step_times_since_start())
+        facts = {**inspectable.death_facts(), "step_summary": summary}
         finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
     finding.verdict_s = time.monotonic() - t0
     return finding
@@ -269,7 +278,10 @@ def assert_no_false_death(
         yield
     except BaseException as exc:
         extra = errors if isinstance(errors, tuple) else (errors,)
-        died = engine.is_engine_death(exc) if isinstance(engine, JudgesErrors) else compat.is_engine_death(exc)
+        if isinstance(engine, JudgesErrors):
+            died = engine.is_engine_death(exc)
+        else:
+            died = compat.is_engine_death(exc)
         if not (died or (extra and isinstance(exc, extra))):
             raise
         finding = judge(engine, sampler, started, type(exc).__name__, settings)

@@ -100,7 +100,7 @@ def format_calibration(out: dict[str, Any], policy: TimeoutPolicy) -> str:
         f"step time on this machine (vLLM {out.get('vllm')}, "
         f"{os.path.basename(str(out.get('model', '')).rstrip('/'))}), "
         f"fitted: {fit['a_s']:.4f} s + {fit['b_s_per_seq']:.5f} s x batch",
-        f"{'batch':>5}  {'p50':>9}  {'p99':>9}  {'stock ' + format(stock, 'g') + ' s':>12}  recommended deadline",
+        f"{'batch':>5}  {'p50':>9}  {'p99':>9}  {f'stock {stock:g} s':>12}  recommended deadline",
     ]
     for r in out["results"]:
         fires = "FIRES" if r["stock_fires"] else "ok"

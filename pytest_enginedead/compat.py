@@ -13,6 +13,7 @@ import importlib.util
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -121,21 +122,46 @@ def deadline_facts(version: str | Version | None) -> DeadlineFacts:
 def stock_deadline_s(
     environ: Mapping[str, str] | None = None, version: str | Version | None = None
 ) -> float:
-    """The deadline an unmodified vLLM applies: the variable if set, else the stock value."""
+    """The deadline an unmodified vLLM applies: the variable if set, else the stock value.
+
+    A value vLLM itself could not use raises ``ValueError`` naming the variable and
+    the value (``deadline_env_problem``).
+    """
     environ = os.environ if environ is None else environ
     facts = deadline_facts(version) if version else None
     if facts is not None and not facts.settable:
         return facts.stock_s or STOCK_DEADLINE_S
     raw = environ.get(DEADLINE_ENV)
-    if raw is None or not raw.strip():
+    if raw is None:
         return facts.stock_s if facts and facts.stock_s else STOCK_DEADLINE_S
+    problem = deadline_env_problem(raw)
+    if problem:
+        raise ValueError(problem)
+    return float(int(raw))
+
+
+#: The longest wait Python can make (``threading.TIMEOUT_MAX``): a deadline beyond it overflows.
+MAX_DEADLINE_S = int(threading.TIMEOUT_MAX)
+
+
+def deadline_env_problem(raw: str) -> str | None:
+    """Why vLLM could not use ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=raw``, in one line, or None.
+
+    vLLM reads it as ``int(os.getenv(...))`` (0.9.2 on): an empty or non-integer value
+    crashes its engine core at the first step; below 1 s every step times out at once.
+    """
+    where = f"{DEADLINE_ENV}={raw!r} (from environment)"
+    if not raw.strip():
+        return f"{where} is empty, which vLLM cannot parse (int()); unset it or give whole seconds >= 1"
     try:
-        return float(int(raw))
+        seconds = int(raw)
     except ValueError:
-        raise ValueError(
-            f"{DEADLINE_ENV}={raw!r} in the environment is not an integer "
-            "(vLLM parses it with int())"
-        ) from None
+        return f"{where} is not an integer; vLLM parses it with int(), so give whole seconds >= 1"
+    if seconds < 1:
+        return f"{where} must be at least 1 (whole seconds); below that every engine step times out at once"
+    if seconds > MAX_DEADLINE_S:
+        return f"{where} is longer than any wait Python can make (at most {MAX_DEADLINE_S} s)"
+    return None
 
 
 def deadline_env_value(seconds: float) -> str:

@@ -59,7 +59,8 @@ def cpu_bind(config: pytest.Config, cpus: list[int] | None = None) -> str | None
         return None
     index, count = where
     if cpus is None:
-        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+        cpus = (sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else list(range(os.cpu_count() or 1)))
     if count >= len(cpus):
         return str(cpus[index % len(cpus)])
     per = len(cpus) // count
@@ -161,5 +162,5 @@ class ControllerHooks:
 
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         output = getattr(node, "workeroutput", None) or {}
-        worker = str(getattr(node, "gateway", None) and node.gateway.id or "?")
+        worker = str((getattr(node, "gateway", None) and node.gateway.id) or "?")
         self.results.absorb(output.get(WIRE_KEY), worker)

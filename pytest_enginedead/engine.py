@@ -84,7 +84,7 @@ class EngineBase:
             env[guard.GUARD_ENV] = "1"
             env[guard.GUARD_HANG_ENV] = repr(self.spec.guard.hang_s)
             env[guard.GUARD_POLICY_ENV] = self.spec.guard.policy
-            env[guard.GUARD_PATH_ENV] = os.pathsep.join(sys.path[:1] + [os.getcwd()])
+            env[guard.GUARD_PATH_ENV] = os.pathsep.join([*sys.path[:1], os.getcwd()])
         return env
 
     def instruct(self, instructions: Instructions) -> None:
@@ -391,13 +391,27 @@ class Handle:
 
     def death_facts(self) -> dict[str, Any]:
         """What a verdict on this engine's death reports beside the process evidence."""
-        return {
+        facts: dict[str, Any] = {
             "batch_size": self.batch_size,
             "deadline_s": self.timeout_s,
             "deadline_source": self.deadline_source,
             "policy": self.policy_name or None,
             "policy_deadline_s": self.policy_deadline_s,
         }
+        if self.spec.guard is not None:
+            events = self.guard_events()
+            if events:
+                last = events[-1]
+                if last.outcome.startswith("past the cap"):
+                    facts["guard_cap_s"] = last.cap_s
+                facts["guard"] = (
+                    f"{last.verdict}, {last.outcome}: {last.method} had run {last.waited_s:.1f} s "
+                    f"(vLLM's deadline {last.deadline_s:g} s, the guard's cap {last.cap_s:g} s; "
+                    f"{self.spec.guard.describe()})"
+                )
+            else:
+                facts["guard"] = f"{self.spec.guard.describe()}: no decision recorded"
+        return facts
 
     def note_death(self, finding: dict[str, Any]) -> None:
         self.deaths.append(finding)

@@ -146,8 +146,10 @@ class Watch:
 
     def past_cap(self) -> None:
         """vLLM's wait is about to raise at the guard's cap: say so, once."""
-        self._decide(time.monotonic(), self._probe(time.monotonic()), "past the cap: the engine dies as stock vLLM would",
-                     f"still {'computing' if self._cores >= BUSY_CORES else 'idle'}")
+        now = time.monotonic()
+        verdict = self._probe(now)
+        self._decide(now, verdict, "past the cap: the engine dies as stock vLLM would",
+                     f"still {'computing' if verdict == 'SLOW' else 'idle'}")
 
     def _probe(self, now: float) -> str:
         procs = self.core.worker_procs()
@@ -211,7 +213,8 @@ class Core:
         self.guard = guard
         self.control = record.ControlReader(run_dir) if run_dir else None
         self.steps = 0
-        self._batch, self._tokens = 0, None
+        self._batch: int = 0
+        self._tokens: int | None = None
         self._procs: list[psutil.Process] | None = None
         self._executor: Any = None
         self._warned_policy = False
@@ -297,9 +300,9 @@ def _wrap_rpc(original: Callable[..., Any], core: Core) -> Callable[..., Any]:
         if watch is None:
             return original(self, method, timeout, *rest, **kw)
         result = _with_watch(watch, lambda: original(self, method, timeout, *rest, **kw))
-        if isinstance(result, Future) and callable(getattr(result, "get_response", None)):
-            inner = result.get_response  # non_block: the reply is read later, by result()
-            result.get_response = lambda: _with_watch(watch, inner)  # type: ignore[attr-defined]
+        inner = getattr(result, "get_response", None) if isinstance(result, Future) else None
+        if callable(inner):  # non_block: the reply is read later, by result()
+            result.get_response = lambda: _with_watch(watch, inner)
         return result
 
     collective_rpc.__enginedead__ = True  # type: ignore[attr-defined]
@@ -307,7 +310,7 @@ def _wrap_rpc(original: Callable[..., Any], core: Core) -> Callable[..., Any]:
 
 
 def _guarded_read_timeout(base: type[Any]) -> type[Any]:
-    class GuardedReadTimeout(base):  # type: ignore[misc, valid-type]
+    class GuardedReadTimeout(base):  # type: ignore[misc]
         """vLLM's reply wait, which also asks the guard on every pass (rate-limited)."""
 
         __enginedead__ = True

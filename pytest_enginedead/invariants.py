@@ -6,6 +6,7 @@ Each check returns the messages of what breaks it, with the numbers, e.g.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -68,7 +69,7 @@ def check_grows_with_batch(inp: InvariantInput, probe: Probe) -> list[str]:
     for backend in Backend:
         declared = _ceiling(inp, backend)
         values = [(n, probe(backend, n)) for n in inp.batch_sizes]
-        largest = max(v for _, v in values + [(HUGE_BATCH, probe(backend, HUGE_BATCH))])
+        largest = max(v for _, v in [*values, (HUGE_BATCH, probe(backend, HUGE_BATCH))])
         ceiling = largest if math.isinf(declared) else declared
         if len({v for _, v in values}) == 1 and len(values) > 1:
             (n1, t1), (n2, t2) = values[0], values[-1]
@@ -77,7 +78,7 @@ def check_grows_with_batch(inp: InvariantInput, probe: Probe) -> list[str]:
                 "it never grows with the batch"
             )
             continue
-        for (n1, t1), (n2, t2) in zip(values, values[1:]):
+        for (n1, t1), (n2, t2) in itertools.pairwise(values):
             if t2 < t1 or (t2 == t1 and t1 < ceiling):
                 problems.append(
                     f"grows_with_batch: {_fmt(backend, n1, t1)} but {_fmt(backend, n2, t2)}"
@@ -178,16 +179,29 @@ def violations(
     inp = InvariantInput(policy, batch_grid(batch_sizes), cap_s, headroom, step_times)
 
     def probe(backend: Backend, n: int) -> float:
-        raw = policy.timeout_s(backend, n)
-        value = float(raw)
+        call = f"timeout_s({backend.name}, {n})"
+        try:
+            raw = policy.timeout_s(backend, n)
+        except Exception as exc:
+            raise _PolicyBroke(f"{call} raised {type(exc).__name__}: {exc}") from None
+        try:
+            value = float(raw)
+        except (TypeError, ValueError, OverflowError):
+            raise _PolicyBroke(f"{call} returned {raw!r}, not a number of seconds") from None
         if math.isnan(value):
-            raise ValueError(f"timeout_s({backend.name}, {n}) returned {raw!r}")
+            raise _PolicyBroke(f"{call} returned {raw!r}")
         return value
 
     problems: list[str] = []
     for name in names:
         try:
             problems.extend(CHECKS[name](inp, probe))
-        except Exception as exc:  # the user's policy raised: report it, with the call
+        except _PolicyBroke as exc:  # the user's policy raised or returned junk: say which call
+            problems.append(f"{name}: {exc}")
+        except Exception as exc:  # e.g. the policy's ceiling_s
             problems.append(f"{name}: the policy raised {type(exc).__name__}: {exc}")
     return problems
+
+
+class _PolicyBroke(Exception):
+    """One call of the policy raised, or returned what is not a number of seconds."""

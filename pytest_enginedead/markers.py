@@ -138,10 +138,12 @@ def guard(marker: pytest.Mark) -> tuple[float | None, str | None]:
 
 
 def factory_arguments(
-    batch_size: Any, timeout_s: Any, inject: Injection | Mapping[str, Any] | None
+    batch_size: Any,
+    timeout_s: Any,
+    inject: Injection | Mapping[str, Any] | None,
+    what: str = "vllm_engine_factory",
 ) -> tuple[int, float | None, Injection]:
-    """``vllm_engine_factory``'s arguments, checked: (batch size, deadline or None, faults)."""
-    what = "vllm_engine_factory"
+    """A factory's arguments, checked: (batch size, deadline or None, faults)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise BadMarker(f"{what}: batch_size={batch_size!r} is not a positive integer")
     seconds = None if timeout_s is None else _seconds(what, "timeout_s", timeout_s)

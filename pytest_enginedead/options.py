@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,26 +58,64 @@ def check_batch_sizes(values: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(dict.fromkeys(values))
 
 
+def _expand(text: str) -> Path:
+    """``~`` and ``~user`` expanded; a path the OS cannot take is a BadValue."""
+    if "\0" in text:
+        raise BadValue(f"{text!r} contains a NUL byte")
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # ~user that does not exist, or no home directory
+        head = text.split(os.sep, 1)[0]
+        raise BadValue(f"{text!r} cannot be expanded: no home directory for {head!r}") from None
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` exists; a path the OS refuses to look up (too long, a loop) is a BadValue."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        shown = str(path) if len(str(path)) <= 80 else str(path)[:60] + "..."
+        raise BadValue(f"{shown!r} cannot be used: {exc.strerror or exc}") from None
+    return True
+
+
 def validate_model(path: str) -> str:
     """A HF-style model directory with a readable ``config.json`` object."""
-    p = Path(path).expanduser()
-    if not p.exists():
+    if not path.strip():
+        raise BadValue("no model directory given; give a directory holding a config.json")
+    p = _expand(path)
+    if not _exists(p):
         raise BadValue(f"model directory {str(p)!r} does not exist")
     if not p.is_dir():
         raise BadValue(f"model path {str(p)!r} is not a directory")
     config = p / "config.json"
     if not config.is_file():
         raise BadValue(f"model directory {str(p)!r} has no config.json")
+    _architectures(read_config(config), config)
+    return str(p.resolve())
+
+
+def read_config(config: Path) -> dict[str, Any]:
+    """A model's ``config.json`` as a dict; anything the JSON parser cannot hold is a BadValue."""
     try:
-        data = json.loads(config.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadValue(f"cannot read {config}: {exc}") from None
-    except ValueError as exc:
+        raw = config.read_bytes()
+    except OSError as exc:
+        raise BadValue(f"cannot read {config}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadValue(f"{config} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise BadValue(f"{config} nests too deeply for Python's JSON parser") from None
+    except ValueError as exc:  # malformed, or a number too long to convert
         raise BadValue(f"{config} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadValue(f"{config} must hold a JSON object, not {type(data).__name__}")
-    _architectures(data, config)
-    return str(p.resolve())
+    return data
 
 
 def _architectures(data: dict[str, Any], config: Path) -> list[str]:
@@ -89,13 +128,68 @@ def _architectures(data: dict[str, Any], config: Path) -> list[str]:
 def read_architectures(path: str) -> list[str]:
     """The ``architectures`` a model's config.json names."""
     config = Path(path)
+    return _architectures(read_config(config), config)
+
+
+#: config.json keys every engine needs as whole numbers >= 1, where the config gives them
+SIZE_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "intermediate_size", "max_position_embeddings",
+)
+#: above this a size cannot be a tensor dimension vLLM allocates (int32 indexing)
+MAX_SIZE = 2**31 - 1
+
+
+def config_problem(data: dict[str, Any], config: Path | str, prefix: str = "") -> str | None:
+    """Why vLLM could not build a model from this config, in one line, or None.
+
+    Checks what a weightless engine needs before it starts: the sizes are whole
+    numbers >= 1, the hidden size splits evenly into attention heads (when no
+    ``head_dim`` says otherwise), the query heads into key/value heads.  A nested
+    ``text_config`` (multimodal configs) is checked the same way.
+    """
+    for key in SIZE_KEYS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f'{config}: "{prefix}{key}": {value!r} is not a whole number'
+        if value < 1:
+            return f'{config}: "{prefix}{key}": {value!r} must be at least 1'
+        if value > MAX_SIZE:
+            return f'{config}: "{prefix}{key}": {value!r} is too large (at most {MAX_SIZE})'
+    hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
+    kv_heads = data.get("num_key_value_heads")
+    if data.get("head_dim") is None and hidden is not None and heads is not None and hidden % heads:
+        return (
+            f'{config}: "{prefix}hidden_size" {hidden} does not split into "{prefix}num_attention_heads" '
+            f'{heads} (no "{prefix}head_dim" is given)'
+        )
+    if heads is not None and kv_heads is not None and heads % kv_heads:
+        return (
+            f'{config}: "{prefix}num_attention_heads" {heads} is not a multiple of '
+            f'"{prefix}num_key_value_heads" {kv_heads}'
+        )
+    text = data.get("text_config")
+    if isinstance(text, dict) and not prefix:
+        return config_problem(text, config, "text_config.")
+    return None
+
+
+def model_problem(model: str) -> str | None:
+    """Why this model directory cannot give an engine (before vLLM is asked), or None."""
+    config = Path(model) / "config.json"
     try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadValue(f"cannot read {config}: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadValue(f"{config} must hold a JSON object")
-    return _architectures(data, config)
+        return config_problem(read_config(config), config)
+    except BadValue as exc:
+        return str(exc)
+
+
+def check_model(model: str, source: str) -> None:
+    """A model config no engine can run is a usage error, said once, before any engine starts."""
+    problem = model_problem(model)
+    if problem:
+        raise pytest.UsageError(f"enginedead: {problem} (--enginedead-model, from {source})")
 
 
 def architecture_problem(model: str) -> str | None:
@@ -130,22 +224,27 @@ def validate_output_path(raw: str) -> str:
     text = raw.strip()
     if not text:
         raise BadValue("no path given")
-    try:
-        path = Path(text).expanduser()
-    except RuntimeError as exc:  # ~user that does not exist
-        raise BadValue(f"{text!r} cannot be expanded: {exc}") from None
-    if path.is_dir():
+    path = _expand(text)
+    if len(os.fsencode(path.name)) > 255:
+        raise BadValue(f"{path.name[:40]!r}... is too long a file name (at most 255 bytes)")
+    if len(os.fsencode(str(path.absolute()))) >= 4096:
+        raise BadValue(f"{str(path)[:40]!r}... is too long a path (at most 4095 bytes)")
+    if _exists(path) and path.is_dir():
         raise BadValue(f"{str(path)!r} is a directory; give a file path")
-    parent = path.parent
-    while not parent.exists():
+    parent = path.absolute().parent
+    while not _exists(parent):
         parent = parent.parent
     if not parent.is_dir():
         raise BadValue(f"{str(path)!r} cannot be created: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK):
+    if not os.access(parent, os.W_OK | os.X_OK):
         raise BadValue(f"{str(path)!r} cannot be created: {str(parent)!r} is not writable")
-    if len(path.name.encode()) > 255:
-        raise BadValue(f"{path.name[:40]!r}... is too long a file name (at most 255 bytes)")
+    if _exists(path) and not os.access(path, os.W_OK):
+        raise BadValue(f"{str(path)!r} exists and is not writable")
     return str(path)
+
+
+#: the busy threshold's largest value: a share of one core, so 64 means 64 cores at work
+MAX_BUSY_THRESHOLD = 64
 
 
 def parse_fraction(raw: str) -> float:
@@ -155,8 +254,11 @@ def parse_fraction(raw: str) -> float:
         value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
     except ValueError:
         raise BadValue(f"{raw!r} is not a number; use a share of one core like 0.05 or 5%") from None
-    if not 0 < value <= 64:
-        raise BadValue(f"{raw!r} must be above 0 (a share of one core, like 0.05)")
+    if not 0 < value <= MAX_BUSY_THRESHOLD:
+        raise BadValue(
+            f"{raw!r} must be above 0 and at most {MAX_BUSY_THRESHOLD} "
+            "(a share of one core, like 0.05 or 5%; 64 = 64 cores busy)"
+        )
     return value
 
 
@@ -178,6 +280,14 @@ def parse_seconds(raw: str) -> float:
     if not 0 < value <= 60:
         raise BadValue(f"{raw!r} must be above 0 and at most 60 seconds")
     return value
+
+
+def parse_policy(raw: str) -> str:
+    """A policy spec as given: ``reference``, ``vllm-stock`` or ``module:attr`` (loaded later)."""
+    text = raw.strip()
+    if not text:
+        raise BadValue("no policy given; use reference, vllm-stock or module:attr")
+    return text
 
 
 @dataclass(frozen=True)
@@ -215,7 +325,7 @@ OPTIONS = (
         "enginedead_policy",
         "Timeout policy: reference, vllm-stock (vLLM's fixed deadline, shows the bug) "
         "or module:attr (an object with timeout_s). Default: reference.",
-        None, str.strip, "POLICY",
+        None, parse_policy, "POLICY",
     ),
     Option(
         "enginedead_report",
@@ -267,7 +377,12 @@ class Value:
 
 
 def resolve(config: pytest.Config, opt: Option) -> Value:
-    """The option's value from the first source that sets it, parsed, or UsageError."""
+    """The option's value from the first source that sets it, parsed, or UsageError.
+
+    An empty value is a value: given on the command line, in the environment or in
+    the ini file, it is parsed like any other (a switch reads it as off; every other
+    option refuses it), so an empty setting never silently falls through to another.
+    """
     raw: str | None = config.getoption(opt.name, default=None)
     source = "command line"
     where = f"{opt.flag}={raw!r}"
@@ -275,12 +390,11 @@ def resolve(config: pytest.Config, opt: Option) -> Value:
         raw, source = os.environ[opt.env], "environment"
         where = f"{opt.env}={raw!r}"
     if raw is None:
-        ini = config.getini(opt.name)
-        if ini not in (None, "", []):
-            raw = ini if isinstance(ini, str) else str(ini)
-            source = config.inipath.name if config.inipath else "ini"
-            where = f"{opt.name} = {raw!r}"
-            if opt.name == "enginedead_model" and config.inipath and not os.path.isabs(raw):
+        found = _ini(config, opt)
+        if found is not None:
+            raw, source, where = found
+            if (opt.name == "enginedead_model" and config.inipath and raw.strip()
+                    and not raw.startswith("~") and not os.path.isabs(raw)):
                 raw = str(config.inipath.parent / raw)
     if raw is None:
         if opt.default is None:
@@ -290,6 +404,44 @@ def resolve(config: pytest.Config, opt: Option) -> Value:
         return Value(opt.parse(raw), source, where)
     except BadValue as exc:
         raise pytest.UsageError(f"enginedead: {where} (from {source}): {exc}") from None
+
+
+#: what pytest 9 warns of when an ini value is a TOML list for a string option; we read lists ourselves
+_NOT_A_STRING = getattr(pytest, "PytestRemovedIn10Warning", DeprecationWarning)
+
+
+def _ini(config: pytest.Config, opt: Option) -> tuple[str, str, str] | None:
+    """``(raw, source, where)`` from the ini file, or None when it does not set ``opt``.
+
+    ``[tool.pytest.ini_options]`` in pyproject.toml may hold a TOML list or number:
+    a list of batch sizes is read as the comma list it means; a list anywhere else
+    is refused, as is a value pytest's own ``[tool.pytest]`` table refuses.
+    """
+    overrides = config.getoption("override_ini", default=None) or []
+    if any(str(o).split("=", 1)[0].strip() == opt.name for o in overrides):
+        source = "-o/--override-ini"
+    else:
+        source = config.inipath.name if config.inipath else "ini"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", _NOT_A_STRING)
+            ini = config.getini(opt.name)
+    except (pytest.UsageError, TypeError, ValueError) as exc:
+        raise pytest.UsageError(
+            f"enginedead: {opt.name} (from {source}): {str(exc).splitlines()[0]}; "
+            f'write it as a string, e.g. {opt.name} = "{opt.default or opt.metavar}"'
+        ) from None
+    if ini is None:
+        return None
+    where = f"{opt.name} = {ini!r}"
+    if isinstance(ini, list):
+        if opt.name != "enginedead_batch_sizes":
+            raise pytest.UsageError(
+                f"enginedead: {where} (from {source}): a list, where one value is expected; "
+                f'write it as a string, e.g. {opt.name} = "{opt.default or opt.metavar}"'
+            )
+        return ",".join(str(item).strip() for item in ini), source, where
+    return (ini if isinstance(ini, str) else str(ini)), source, where
 
 
 @dataclass(frozen=True)
@@ -313,6 +465,7 @@ class Settings:
 def resolve_settings(config: pytest.Config) -> Settings:
     """Every option from its highest-precedence source, parsed once; UsageError on a bad one."""
     get = {o.name: resolve(config, o) for o in OPTIONS}
+    check_vllm_environment()
     policy, policy_name, policy_source = _resolve_policy(config, get["enginedead_policy"])
     chosen = get["enginedead_policy"].value
     model = get["enginedead_model"]
@@ -334,6 +487,41 @@ def resolve_settings(config: pytest.Config) -> Settings:
     )
 
 
+def vllm_environment_problem() -> str | None:
+    """A variable of vLLM's own that vLLM could not use (the deadline), in one line, or None."""
+    try:
+        compat.stock_deadline_s(version=compat.installed_version())
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_vllm_environment() -> None:
+    """vLLM's deadline variable, checked once at the start, before any policy reads it."""
+    problem = vllm_environment_problem()
+    if problem:
+        raise pytest.UsageError(f"enginedead: {problem}")
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message``: how user code's exceptions are reported."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0] + (" ..." if len(lines) > 1 else "") if lines else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _hook_location(exc: BaseException) -> str:
+    """Where the ``pytest_enginedead_policy`` implementation that raised lives (file:line)."""
+    tb = exc.__traceback__
+    where = "a conftest.py"
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name == "pytest_enginedead_policy":
+            where = f"{code.co_filename}:{code.co_firstlineno}"
+        tb = tb.tb_next
+    return where
+
+
 def _resolve_policy(config: pytest.Config, chosen: Value) -> tuple[PolicyLike, str, str]:
     """(policy, its name, where it came from): the option, else the conftest hook, else reference."""
     if chosen.value is not None:
@@ -344,13 +532,22 @@ def _resolve_policy(config: pytest.Config, chosen: Value) -> tuple[PolicyLike, s
         return policy, policy_name(policy, chosen.value), chosen.source
     try:
         hooked = config.hook.pytest_enginedead_policy(config=config)
-    except Exception as exc:
+    except (pytest.UsageError, pytest.exit.Exception):
+        raise  # the user's own refusal, or a deliberate pytest.exit()
+    except (Exception, SystemExit) as exc:
         raise pytest.UsageError(
-            f"enginedead: the pytest_enginedead_policy hook raised {type(exc).__name__}: {exc}"
+            f"enginedead: the pytest_enginedead_policy hook ({_hook_location(exc)}) raised {one_line(exc)}"
         ) from None
     if hooked is None:
         return TimeoutPolicy.reference(), "reference", "default"
-    if not callable(getattr(hooked, "timeout_s", None)):
+    try:
+        usable = callable(getattr(hooked, "timeout_s", None))
+    except Exception as exc:
+        raise pytest.UsageError(
+            f"enginedead: pytest_enginedead_policy returned a {type(hooked).__name__}; "
+            f"reading its timeout_s raised {one_line(exc)}"
+        ) from None
+    if not usable:
         raise pytest.UsageError(
             "enginedead: pytest_enginedead_policy returned "
             f"{type(hooked).__name__}, which has no callable timeout_s"

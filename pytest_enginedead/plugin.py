@@ -11,7 +11,7 @@ import contextlib
 import os
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -48,6 +48,12 @@ ENGINE_FIXTURES = ("vllm_engine", "vllm_server")
 
 def _run(config: pytest.Config) -> Run:
     return config.stash[run_key]
+
+
+def _fail(message: str) -> NoReturn:
+    """Fail the test with ``message`` alone: no traceback, no chained exception."""
+    __tracebackhide__ = True
+    raise pytest.fail.Exception(message, pytrace=False) from None
 
 
 def settings_of(config: pytest.Config) -> Settings:
@@ -176,17 +182,53 @@ def _uses_engine(item: pytest.Item) -> bool:
     return any(f in getattr(item, "fixturenames", ()) for f in ENGINE_FIXTURES)
 
 
+#: engine markers and the fixtures they act through
+ENGINE_MARKERS = {
+    "enginedead_timeout": ENGINE_FIXTURES,
+    "enginedead_inject": ENGINE_FIXTURES,
+    "enginedead_guard": ENGINE_FIXTURES,
+    "enginedead_batch_sizes": ("engine_batch_size", *ENGINE_FIXTURES),
+}
+
+
+def _stray_markers(item: pytest.Item) -> str | None:
+    """Why a test without an engine cannot carry its engine markers, or None.
+
+    Only markers written on the test itself (or on its ``pytest.param``) count: a
+    class's or module's ``pytestmark`` applies to the engine tests it covers and is
+    ignored by the others.  A bad batch-size marker on a test that takes only
+    ``engine_batch_size`` fails it too.
+    """
+    names = getattr(item, "fixturenames", ())
+    stray = sorted({m.name for m in item.own_markers
+                    if m.name in ENGINE_MARKERS and not any(f in names for f in ENGINE_MARKERS[m.name])})
+    if stray:
+        return (
+            f"{', '.join('@pytest.mark.' + n for n in stray)} on a test that uses no engine: "
+            f"engine markers apply to tests that use {' or '.join(ENGINE_FIXTURES)}"
+            + (" (or engine_batch_size, for enginedead_batch_sizes)"
+               if "enginedead_batch_sizes" in stray else "")
+            + ("; vllm_engine_factory and vllm_server_factory take their own arguments"
+               if any(f.endswith("_factory") for f in names) else "")
+        )
+    callspec = getattr(item, "callspec", None)
+    batch = callspec.params.get("engine_batch_size") if callspec else None
+    return str(batch) if isinstance(batch, Exception) else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run = _run(config)
     plan = planning.plan(
-        [_need(item, run) if _uses_engine(item) else None for item in items],
+        [_need(item, run) if _uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
     )
-    if plan.engine_specs and compat.vllm_missing_reason() is None:
-        options.check_architectures(run.settings.model, run.settings.model_source)
+    if plan.engine_specs:  # the model is checked once, before the first engine starts
+        options.check_model(run.settings.model, run.settings.model_source)
+        if compat.vllm_missing_reason() is None:
+            options.check_architectures(run.settings.model, run.settings.model_source)
     run.results.configurations = plan.configurations
     budget = config.pluginmanager.hasplugin("timeout")
-    for item, test in zip(items, plan.tests):
+    for item, test in zip(items, plan.tests, strict=True):
         if test is None:
             continue
         item.stash[plan_key] = test
@@ -210,7 +252,7 @@ def _planned_spec(item: pytest.Item) -> EngineSpec | None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     test = item.stash.get(plan_key, None)
     if test is not None and test.error:
-        pytest.fail(test.error, pytrace=False)
+        _fail(test.error)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -221,7 +263,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     try:
         req = markers.invariant_request(marker)
     except markers.BadMarker as exc:
-        pytest.fail(str(exc), pytrace=False)
+        _fail(str(exc))
     run = _run(item.config)
     handle = item.stash.get(handle_key, None)
     # with an engine and no given step times, headroom is judged on the steps it ran
@@ -313,7 +355,7 @@ def _started(start: Callable[[], EngineBase]) -> EngineBase:
     try:
         return start()
     except EngineStartError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        _fail(str(exc))
 
 
 def _handle(run: Run, engine: EngineBase, batch_size: int, instructions: Instructions) -> Handle:
@@ -370,16 +412,33 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
-        batch, seconds, faults = markers.factory_arguments(batch_size, timeout_s, inject)
+        batch, seconds, faults = markers.factory_arguments(batch_size, timeout_s, inject, what)
         if seconds is None:
             seconds = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         else:
             source = f"{what}(timeout_s=...)"
-    except (markers.BadMarker, PolicyFailure) as exc:
-        pytest.fail(f"{what}: {exc}", pytrace=False)
-    guard_spec = GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference") if run.settings.guard else None
+    except markers.BadMarker as exc:
+        _fail(str(exc))
+    except PolicyFailure as exc:
+        _fail(f"{what}: {exc}")
+    guard_spec = (GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference")
+                  if run.settings.guard else None)
     return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
+
+
+def _factory_model(model: Any, server: bool) -> str:
+    """A factory's ``model=``: a directory holding a config an engine can run, or the test fails."""
+    __tracebackhide__ = True
+    what = "vllm_server_factory" if server else "vllm_engine_factory"
+    try:
+        model_dir = options.validate_model(os.fspath(model))
+    except (options.BadValue, TypeError) as exc:
+        _fail(f"{what}: model={model!r}: {exc}")
+    problem = options.model_problem(model_dir)
+    if problem:
+        _fail(f"{what}: model={model!r}: {problem}")
+    return model_dir
 
 
 def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[..., Any]]:
@@ -397,10 +456,7 @@ def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[
     ) -> Handle:
         __tracebackhide__ = True
         need = _factory_need(run, batch_size, timeout_s, inject, server)
-        try:
-            model_dir = run.settings.model if model is None else options.validate_model(str(model))
-        except options.BadValue as exc:
-            pytest.fail(f"{'vllm_server_factory' if server else 'vllm_engine_factory'}: {exc}", pytrace=False)
+        model_dir = run.settings.model if model is None else _factory_model(model, server)
         spec = replace(planning.spec_for(need, model_dir, run.cpu_bind),
                        extra_args=tuple(sorted(engine_args.items())))
         engine = _started(lambda: run.pool.start_dedicated(spec, need.instructions))

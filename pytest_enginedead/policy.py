@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 import importlib
 import math
+import numbers
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -76,7 +77,7 @@ class Rule:
         return min(self.cap_s, max(self.floor_s, raw))
 
 
-def _freeze(rules: Mapping[Backend | str, Rule]) -> Mapping[Backend, Rule]:
+def _freeze(rules: Mapping[Any, Rule]) -> Mapping[Backend, Rule]:
     return MappingProxyType({Backend.parse(b): r for b, r in rules.items()})
 
 
@@ -142,8 +143,10 @@ class TimeoutPolicy:
     @classmethod
     def fixed(cls, seconds: float, name: str | None = None, origin: str = "") -> TimeoutPolicy:
         """The same deadline for every backend and batch (vLLM's behaviour)."""
-        if not seconds > 0:
-            raise ValueError(f"a deadline must be > 0 s, got {seconds!r}")
+        if not _real(seconds) or not 0 < seconds < math.inf:
+            raise ValueError(
+                f"TimeoutPolicy.fixed: a deadline must be > 0 s and finite, got {seconds!r}"
+            )
         rule = Rule(seconds, 0.0, 0.0, floor_s=0.0, cap_s=math.inf)
         return cls(name or f"fixed-{seconds:g}s", dict.fromkeys(Backend, rule), origin=origin)
 
@@ -170,11 +173,18 @@ class TimeoutPolicy:
         ``a + b × batch`` (least squares, never negative), lifted so that it predicts
         no less than any sample.  Other backends keep the reference rule.
         """
-        if not headroom > 0:
-            raise ValueError(f"headroom must be > 0, got {headroom!r}")
-        a, b = fit_step_time(samples)
+        what = "TimeoutPolicy.calibrated"
+        if not _real(headroom) or not 0 < headroom < math.inf:
+            raise ValueError(f"{what}: headroom must be > 0 and finite, got {headroom!r}")
+        if not _real(floor_s) or not 0 <= floor_s < math.inf:
+            raise ValueError(f"{what}: floor_s must be a finite number >= 0, got {floor_s!r}")
+        if not _real(cap_s) or math.isnan(cap_s) or cap_s < floor_s or cap_s <= 0:
+            raise ValueError(
+                f"{what}: cap_s must be a number >= floor_s ({floor_s!r}) and > 0, got {cap_s!r}"
+            )
+        pairs = _samples(samples, what)
+        a, b = fit_step_time(pairs)
         # lift the line over every sample: a deadline must cover each measured step
-        pairs = list(samples.items() if isinstance(samples, Mapping) else samples)
         a += max(0.0, max(s - (a + b * n) for n, s in pairs))
         backend = Backend.parse(backend)
         rules = _reference_rules()
@@ -186,26 +196,54 @@ class TimeoutPolicy:
         )
 
 
+def _real(value: object) -> bool:
+    """A real number (int, float, numpy's), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _samples(
+    samples: Mapping[int, float] | Iterable[tuple[int, float]], what: str = "calibration"
+) -> list[tuple[int, float]]:
+    """``(batch_size, step_seconds)`` pairs, checked: positive whole batches, finite steps >= 0."""
+    try:
+        items = list(samples.items() if isinstance(samples, Mapping) else samples)
+    except TypeError:
+        raise ValueError(
+            f"{what}: samples must be a {{batch_size: step_seconds}} mapping or (batch_size, "
+            f"step_seconds) pairs, not {type(samples).__name__}"
+        ) from None
+    if not items:
+        raise ValueError(f"{what}: calibration needs at least one (batch_size, step_seconds) sample")
+    pairs = []
+    for item in items:
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ValueError(f"{what}: bad calibration sample {item!r}; give (batch_size, step_seconds)")
+        n, s = item
+        if not _real(n) or n != int(n) or n < 1:
+            raise ValueError(f"{what}: bad calibration sample: batch {n!r} is not a whole number >= 1")
+        if not _real(s) or not 0 <= s < math.inf:
+            raise ValueError(
+                f"{what}: bad calibration sample: batch {n!r}, step {s!r} s is not a finite number >= 0"
+            )
+        pairs.append((int(n), float(s)))
+    return pairs
+
+
 def fit_step_time(samples: Mapping[int, float] | Iterable[tuple[int, float]]) -> tuple[float, float]:
     """Least-squares ``step ≈ a + b × batch`` with ``a, b ≥ 0``."""
-    pairs = list(samples.items() if isinstance(samples, Mapping) else samples)
-    if not pairs:
-        raise ValueError("calibration needs at least one (batch_size, step_seconds) sample")
-    for n, s in pairs:
-        if n < 1 or s < 0 or not math.isfinite(s):
-            raise ValueError(f"bad calibration sample: batch {n!r}, step {s!r} s")
+    pairs = _samples(samples, "fit_step_time")
     xs = [float(n) for n, _ in pairs]
     ys = [float(s) for _, s in pairs]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     var = sum((x - mx) ** 2 for x in xs)
     if var == 0:  # one batch size: proportional to the batch
         return 0.0, my / mx
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var
     a = my - b * mx
     if b < 0:
         return my, 0.0
     if a < 0:  # through the origin instead
-        return 0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs)
+        return 0.0, sum(x * y for x, y in zip(xs, ys, strict=True)) / sum(x * x for x in xs)
     return a, b
 
 
@@ -219,10 +257,15 @@ def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
     if spec == "reference":
         return TimeoutPolicy.reference()
     if spec == "vllm-stock":
-        return TimeoutPolicy.vllm_stock(version=compat.installed_version())
+        try:
+            return TimeoutPolicy.vllm_stock(version=compat.installed_version())
+        except ValueError as exc:  # vLLM's own variable is bad, not the name: say which
+            raise PolicyError(str(exc)) from None
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise PolicyError(f"use reference, vllm-stock or module:attr, not {spec!r}")
+    if not all(part.isidentifier() for part in module_name.split(".")):
+        raise PolicyError(f"{module_name!r} is not a module name; use reference, vllm-stock or module:attr")
     added = [p for p in search_path if p not in sys.path]
     sys.path[:0] = added
     try:

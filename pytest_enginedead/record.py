@@ -102,16 +102,16 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
         if event == BEGIN:
             batch[step] = int(rec.get(KEY_BATCH, 0))
     steps = []
-    for i, t in sorted(times.items()):
-        if BEGIN not in t:
+    for i, at in sorted(times.items()):
+        if BEGIN not in at:
             continue
-        running = END not in t or (SAMPLE_BEGIN in t and SAMPLE_END not in t)
+        running = END not in at or (SAMPLE_BEGIN in at and SAMPLE_END not in at)
         seconds = None
         if not running:
-            seconds = t[END] - t[BEGIN]
-            if SAMPLE_BEGIN in t:
-                seconds += t[SAMPLE_END] - t[SAMPLE_BEGIN]
-        steps.append(StepTime(i, batch[i], t[BEGIN], seconds, pid))
+            seconds = at[END] - at[BEGIN]
+            if SAMPLE_BEGIN in at:
+                seconds += at[SAMPLE_END] - at[SAMPLE_BEGIN]
+        steps.append(StepTime(i, batch[i], at[BEGIN], seconds, pid))
     return steps
 
 

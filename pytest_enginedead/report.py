@@ -134,7 +134,9 @@ class Results:
         data = json.loads(wire)
         self.tests.extend(data.get("tests", []))
         self.configurations = max(self.configurations, int(data.get("configurations", 0)))
-        self.engines.extend(EngineRow(**e, worker=worker) for e in data.get("engines", []))
+        for row in data.get("engines", []):
+            row["worker"] = worker
+            self.engines.append(row)
 
 
 def junit_properties(test: TestRow) -> list[tuple[str, object]]:
@@ -220,21 +222,22 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
         return
     tr.write_sep("=", "enginedead")
     tr.write_line(
-        f"{'batch':>5}  {'deadline':>9}  {'steps':>5}  {'p50':>8}  {'max':>8}  "
-        f"{'headroom':>8}  {'start':>6}  {'false':>5}  {'genuine':>7}  deadline from; faults"
+        f"{'batch':>5}  {'kind':<6}  {'deadlines':<14} {'steps':>5}  {'p50':>8}  {'max':>8}  "
+        f"{'start':>6}  {'false':>5}  {'genuine':>7}  configuration; faults"
     )
     for r in rows:
-        room = "-" if r["headroom"] is None else f"{r['headroom']:.1f}x"
         start = "-" if r["start_s"] is None else f"{r['start_s']:.1f}s"
+        deadlines = ",".join(f"{d:g}s" for d in dict.fromkeys(r.get("deadlines") or [r["deadline_s"]]))
+        extra = (" (restart)" if r.get("restart") else "") + (f"; {r['guard']}" if r.get("guard") else "")
         tr.write_line(
-            f"{r['batch_size']:>5}  {r['deadline_s']:>8g}s  {r['steps']:>5}  "
-            f"{_fmt_s(r['step_p50_s']):>8}  {_fmt_s(r['step_max_s']):>8}  {room:>8}  "
-            f"{start:>6}  {r['false_deaths']:>5}  {r['genuine_deaths']:>7}  "
-            f"{r['deadline_source']}; faults: {r['injection']}"
+            f"{r['batch_size']:>5}  {r.get('kind', 'engine'):<6}  {deadlines:<14} {r['steps']:>5}  "
+            f"{_fmt_s(r['step_p50_s']):>8}  {_fmt_s(r['step_max_s']):>8}  {start:>6}  "
+            f"{r['false_deaths']:>5}  {r['genuine_deaths']:>7}  {r['label']}{extra}; faults: {r['injection']}"
         )
+    restarts = sum(1 for r in rows if r.get("restart"))
     tr.write_line(
-        f"engines started: {len(rows)}; false deaths: {false}; genuine deaths: {genuine}; "
-        f"policy: {policy_name}"
+        f"engines started: {len(rows)}; restarts after a death: {restarts}; "
+        f"false deaths: {false}; genuine deaths: {genuine}; policy: {policy_name}"
     )
     for worker in results.lost_workers:
         tr.write_line(f"enginedead: no results from xdist worker {worker} (it crashed)", red=True)

@@ -108,7 +108,8 @@ class Server(EngineBase):
                              self.spec.extra_args)
         env = {**os.environ, **self.environment(first)}
         t0 = time.monotonic()
-        with open(self.log_path, "wb") as log, _Ticker(progress, f"starting server ({self.spec.label()})", t0):
+        ticker = _Ticker(progress, f"starting server ({self.spec.label()})", t0)
+        with open(self.log_path, "wb") as log, ticker:
             self.proc = subprocess.Popen(
                 cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C in the terminal reaches it through us only

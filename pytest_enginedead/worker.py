@@ -50,7 +50,8 @@ class StepRecorder:
         self._fd = os.open(
             record.steps_path(run_dir, pid), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
-        self._stack: IO[str] = open(record.stack_path(run_dir, pid), "w")
+        # kept open for the process's life: faulthandler writes into it on a signal
+        self._stack: IO[str] = open(record.stack_path(run_dir, pid), "w")  # noqa: SIM115
         # the harness picks the main thread's frames out of an all-threads dump
         self._stack.write(f"{record.MAIN_THREAD_PREFIX}0x{threading.main_thread().ident or 0:016x}\n")
         self._stack.flush()

@@ -32,7 +32,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     s = settings_of(metafunc.config)
     plan = CheckPlan.from_env(os.environ, s.model, s.batch_sizes)
-    inject = [pytest.mark.enginedead_inject(slow_s_per_seq=plan.slow_s_per_seq)] if plan.slow_s_per_seq else []
+    slow = plan.slow_s_per_seq
+    inject = [pytest.mark.enginedead_inject(slow_s_per_seq=slow)] if slow else []
     stock = pytest.mark.enginedead_timeout(plan.stock_s)
     marks = {
         "stock": [stock, *inject],

@@ -37,11 +37,47 @@ def test_check_exit_code_follows_false_deaths_under_the_policy(
     assert verdict_line in done.stdout
     data = json.loads(report.read_text())
     assert data["policy"]["name"] == policy
+    # what a person reads: progress, the table, one verdict line; details in the log
+    assert len(done.stdout.splitlines()) < 30, done.stdout
+    for noise in ("Traceback", "ERROR", "FAILURES"):
+        assert noise not in done.stdout + done.stderr, noise
+    log = Path(done.stdout.split("log: ")[1].split()[0])
+    text = log.read_text()
+    assert "EngineDeadError" in text and "false engine death" in text
+    log.unlink()
+    if code == 0:  # one engine, dies last: the stock deadline's batch 16
+        assert data["engines_started"] == 1, data["engines"]
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def test_check_and_calibrate_on_the_reports_model_family(tmp_path: Path) -> None:
+    """The shrunk Gemma-4 MoE, nothing injected, vLLM's deadline at 1 s: batch 128 dies
+    falsely under it, lives under the policy and under the guard; calibrate measures
+    steps that grow with the batch and recommends deadlines that let 128 live."""
+    gemma = str(FIXTURES / "gemma4-moe")
+    done = enginedead("check", "--model", gemma, "--batch-sizes", "8,128", "--stock-deadline", "1",
+                      "--guard", timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {tuple(ln.split()[:2]): ln for ln in done.stdout.splitlines() if ln[:5].strip().isdigit()}
+    assert rows[("128", "stock")].endswith("false death")
+    for run in ("policy", "guard"):
+        assert rows[("128", run)].endswith("ok") and rows[("8", run)].endswith("ok")
+    assert rows[("8", "stock")].endswith("ok")
+    cal = enginedead("calibrate", "--model", gemma, "--batch-sizes", "8,64,128", "--steps", "8", "--json",
+                     timeout=900, cwd=tmp_path)
+    assert cal.returncode == 0, cal.stderr[-3000:]
+    results = json.loads(cal.stdout)["results"]
+    p50 = [r["p50_s"] for r in results]
+    assert p50 == sorted(p50) and p50[0] < 1.0 < p50[-1], p50
+    assert results[-1]["stock_fires"] is False  # vLLM's own 300 s is plenty here
+    assert all(r["recommended_s"] >= 3 * r["p99_s"] for r in results)
 
 
 def test_calibrate_tiny_model(tmp_path: Path) -> None:
-    """Batch sizes 1, 8, 64 on the tiny model: monotone step times, recommendations that
-    meet the reference constraints, and a real PNG."""
+    """Batch sizes 1, 8, 64 on one engine of the tiny model: monotone step times,
+    recommendations that meet the reference constraints, and a real PNG."""
     png = tmp_path / "steps.png"
     done = enginedead(
         "calibrate", "--batch-sizes", "1,8,64", "--steps", "24", "--json", "--plot", str(png),
@@ -61,3 +97,4 @@ def test_calibrate_tiny_model(tmp_path: Path) -> None:
     assert rec == sorted(rec) and rec[0] >= STOCK_DEADLINE_S and rec[-1] <= 7200
     assert all(rec_s >= 3 * r["p99_s"] for rec_s, r in zip(rec, results, strict=True))
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len({r["start_s"] for r in results}) == 1  # one engine measured them all

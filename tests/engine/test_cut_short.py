@@ -57,3 +57,37 @@ def test_harness_killed_in_mid_step(downstream: Downstream, decoy: psutil.Proces
     run.proc.kill()
     run.wait()
     assert_run_left_nothing(run, decoy, within_s=20)
+
+
+def test_server_ctrl_c_in_mid_step(downstream: Downstream, decoy: psutil.Process) -> None:
+    """The API server, its engine core and worker: all gone after Ctrl-C in a 16 s step."""
+    run = downstream.copy("server_cut").start("-k", "long_step", plugins=["timeout"])
+    run.watch(extra_s=3)
+    assert any("api_server" in " ".join(_cmdline(r)) for r in run.seen), "no API server was seen"
+    os.killpg(run.proc.pid, signal.SIGINT)
+    code = run.wait()
+    out = run.output()
+    assert code in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.TESTS_FAILED), out
+    assert "INTERNALERROR" not in out
+    assert_run_left_nothing(run, decoy)
+
+
+def test_server_hang_cut_by_pytest_timeout(downstream: Downstream, decoy: psutil.Process) -> None:
+    """A hung worker behind the server, cut by pytest-timeout: the whole tree goes."""
+    run = downstream.copy("server_cut").start(
+        "-k", "hangs", "-o", "timeout_func_only=true", plugins=["timeout"]
+    )
+    run.watch(extra_s=0)
+    code = run.wait(timeout=180)
+    out = run.output()
+    assert code == pytest.ExitCode.TESTS_FAILED, out
+    assert "Timeout" in out
+    assert_run_left_nothing(run, decoy)
+
+
+def _cmdline(ref: object) -> list[str]:
+    proc = ref.process()  # type: ignore[attr-defined]
+    try:
+        return proc.cmdline() if proc else []
+    except psutil.Error:
+        return []

@@ -21,7 +21,10 @@ from pytest_enginedead.policy import STOCK_DEADLINE_S
             ["check", "--model", "/no/such/dir"],
             "argument --model: model directory '/no/such/dir' does not exist",
         ),
-        (["check", "--policy", "nosuch_mod:attr"], "argument --policy: no module named 'nosuch_mod'"),
+        (
+            ["check", "--policy", "nosuch_mod:attr"],
+            "enginedead check: error: --policy 'nosuch_mod:attr': no module named 'nosuch_mod'",
+        ),
         (["check", "--stock-deadline", "0.5"], "argument --stock-deadline: '0.5'"),
         (["calibrate", "--headroom", "0"], "argument --headroom: '0' must be above 0"),
         (["calibrate", "--headroom", "-1"], "argument --headroom: '-1' must be above 0"),

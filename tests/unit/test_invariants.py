@@ -145,10 +145,10 @@ def test_headroom_without_step_times_is_reported() -> None:
 
 
 def test_a_raising_policy_is_reported_not_raised() -> None:
-    """A user's policy that raises becomes one line per check, naming the error."""
+    """A user's policy that raises becomes one line per check, naming the call and the error."""
     assert check(Raising(), ["cpu_gt_gpu", "capped"]) == [
-        "cpu_gt_gpu: the policy raised RuntimeError: no rule for this backend",
-        "capped: the policy raised RuntimeError: no rule for this backend",
+        "cpu_gt_gpu: timeout_s(CPU, 1) raised RuntimeError: no rule for this backend",
+        "capped: timeout_s(CPU, 1048576) raised RuntimeError: no rule for this backend",
     ]
 
 

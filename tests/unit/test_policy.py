@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 import sys
 
 import pytest
@@ -154,14 +155,18 @@ def test_vllm_stock_reads_the_variable() -> None:
     """VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS sets it, at every backend and batch."""
     stock = TimeoutPolicy.vllm_stock(environ={DEADLINE_ENV: "17"})
     assert {stock.timeout_s(b, n) for b in Backend for n in (1, 64)} == {17.0}
-    blank = TimeoutPolicy.vllm_stock(environ={DEADLINE_ENV: "  "})
-    assert blank.timeout_s(Backend.CPU, 8) == 300.0
 
 
-def test_vllm_stock_rejects_what_vllm_cannot_parse() -> None:
-    """vLLM parses the variable with int(): '1.5' would crash it, so it is an error here."""
-    with pytest.raises(ValueError, match=r"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS='1.5'.*not an integer"):
-        TimeoutPolicy.vllm_stock(environ={DEADLINE_ENV: "1.5"})
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [("1.5", "not an integer"), ("abc", "not an integer"), ("  ", "is empty"), ("", "is empty"),
+     ("0", "must be at least 1"), ("-5", "must be at least 1"), ("9" * 30, "longer than any wait")],
+)
+def test_vllm_stock_rejects_what_vllm_cannot_use(raw: str, why: str) -> None:
+    """vLLM parses the variable with int(): '1.5' or a blank would crash it, 0 kills every step."""
+    pattern = rf"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS={re.escape(repr(raw))} \(from environment\).*{why}"
+    with pytest.raises(ValueError, match=pattern):
+        TimeoutPolicy.vllm_stock(environ={DEADLINE_ENV: raw})
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,48 @@
+"""vLLM's OpenAI-compatible API server, real clients, real engine deaths."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from downstream import Downstream, assert_nothing_left, engine_processes
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.mark.smoke
+def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psutil.Process) -> None:
+    """Stock 2 s deadline, busy 0.05 s/seq: 2 requests complete; 64 requests (plain,
+    streaming, or the user's own clients in 64 threads) end in a false death whose
+    message carries the worker evidence and what the clients saw; the reference
+    policy survives 64; a crash is genuine; the guard lets 64 clients finish."""
+    result = downstream.copy("server").run("-rA", plugins=["timeout"], in_subprocess=True, report=True)
+    result.assert_outcomes(passed=5, failed=3)
+    result.stdout.fnmatch_lines(
+        [
+            "PASSED test_server.py::test_stock_deadline[[]bs2[]]",
+            "PASSED test_server.py::test_reference_policy[[]bs64[]]",
+            "PASSED test_server.py::test_text_chat_streaming_and_plain_http[[]bs64[]]",
+            "PASSED test_server.py::test_crash_is_genuine[[]bs64[]]",
+            "PASSED test_server.py::test_the_guard_lets_64_clients_finish[[]bs64[]]",
+        ]
+    )
+    out = result.stdout.str()
+    for name in ("test_stock_deadline[[]bs64[]]", "test_stock_deadline_streaming[[]bs64[]]",
+                 "test_stock_deadline_own_clients[[]bs64[]]"):
+        result.stdout.fnmatch_lines([f"FAILED test_server.py::{name} - Failed: false*"])
+    assert "clients:    64 requests: 64 failed (64 with HTTP 500 InternalServerError)" in out, out[-5000:]
+    assert "server exited (status " in out
+    assert "false engine death: vLLM raised APIError" in out  # inside the stream
+    assert out.count("VLLM::Worker (pid ") >= 3 and out.count("in burn") >= 3
+    data = result.report
+    assert data is not None
+    assert {e["kind"] for e in data["engines"]} == {"server"}
+    verdicts = {t["nodeid"].split("::")[-1]: t["verdict"] for t in data["tests"] if t["when"] == "call"}
+    assert verdicts["test_stock_deadline[bs64]"] == verdicts["test_stock_deadline_streaming[bs64]"] == "SLOW"
+    assert verdicts["test_stock_deadline_own_clients[bs64]"] == "SLOW"
+    assert verdicts["test_crash_is_genuine[bs64]"] == "DEAD"
+    # one server configuration plus the guarded one; every death but the last restarts
+    assert data["configurations"] == 2
+    assert data["engines_started"] == data["configurations"] + data["restarts"]
+    assert_nothing_left(*engine_processes(data), decoy)
