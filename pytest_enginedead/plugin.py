@@ -232,13 +232,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if test is None:
             continue
         item.stash[plan_key] = test
-        if test.instructions is not None and budget and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(planning.budget_s(test.instructions)))
+        if budget and item.get_closest_marker("timeout") is None:
+            _add_budget(item, test)
     items[:] = [items[i] for i in plan.order]
     if distributed.is_worker(config):
         distributed.publish_groups(
             config, ((it.nodeid, distributed.item_group(it, _planned_spec(it))) for it in items)
         )
+
+
+def _add_budget(item: pytest.Item, test: TestPlan) -> None:
+    """A pytest-timeout budget for an engine test that sets none: start-up plus its longest waits."""
+    if test.instructions is None or test.spec is None:
+        return
+    cap = None
+    if test.spec.guard is not None:  # a busy step may run up to the guard's cap
+        with contextlib.suppress(PolicyError, PolicyFailure):
+            policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()])
+            cap = planning.policy_deadline(policy, test.spec.guard.policy, test.batch_size)
+    item.add_marker(pytest.mark.timeout(planning.budget_s(test.instructions, cap)))
 
 
 def _planned_spec(item: pytest.Item) -> EngineSpec | None:
@@ -461,7 +473,9 @@ def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[
                        extra_args=tuple(sorted(engine_args.items())))
         engine = _started(lambda: run.pool.start_dedicated(spec, need.instructions))
         made.append(engine)
-        return _handle(run, engine, spec.max_num_seqs, need.instructions)
+        handle = _handle(run, engine, spec.max_num_seqs, need.instructions)
+        request.node.stash[handle_key] = handle  # the report follows the latest one made
+        return handle
 
     try:
         yield make

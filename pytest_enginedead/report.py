@@ -9,7 +9,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
@@ -141,13 +141,29 @@ class Results:
 
 def junit_properties(test: TestRow) -> list[tuple[str, object]]:
     """The per-test numbers CI dashboards show (junitxml ``<property>``)."""
-    return [
+    props: list[tuple[str, object]] = [
         ("enginedead_batch_size", test["batch_size"]),
         ("enginedead_deadline_s", test["deadline_s"]),
         ("enginedead_step_p50_s", test["step_p50_s"]),
         ("enginedead_step_max_s", test["step_max_s"]),
         ("enginedead_verdict", verdict_word(test["verdict"])),
     ]
+    events = test.get("guard_events") or []
+    if events:
+        props.append(("enginedead_guard_decisions", guard_tally(events)))
+    return props
+
+
+def guard_tally(events: Iterable[Mapping[str, Any]]) -> str:
+    """The guard's decisions in a few words: ``2 SLOW (waited), 1 HUNG (ended)``."""
+    counts: dict[str, int] = {}
+    for e in events:
+        outcome = str(e.get("outcome", ""))
+        what = ("waited" if outcome.startswith("waiting") else "cap" if outcome.startswith("past the cap")
+                else "ended" if outcome.startswith("ending the wait") else "noted")
+        key = f"{e.get('verdict')} ({what})"
+        counts[key] = counts.get(key, 0) + 1
+    return ", ".join(f"{n} {key}" for key, n in counts.items())
 
 
 def verdict_word(verdict: str | None) -> str:
@@ -229,6 +245,8 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
         start = "-" if r["start_s"] is None else f"{r['start_s']:.1f}s"
         deadlines = ",".join(f"{d:g}s" for d in dict.fromkeys(r.get("deadlines") or [r["deadline_s"]]))
         extra = (" (restart)" if r.get("restart") else "") + (f"; {r['guard']}" if r.get("guard") else "")
+        if r.get("guard_events"):
+            extra += f"; guard decisions: {guard_tally(r['guard_events'])}"
         tr.write_line(
             f"{r['batch_size']:>5}  {r.get('kind', 'engine'):<6}  {deadlines:<14} {r['steps']:>5}  "
             f"{_fmt_s(r['step_p50_s']):>8}  {_fmt_s(r['step_max_s']):>8}  {start:>6}  "

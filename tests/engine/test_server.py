@@ -11,6 +11,23 @@ pytestmark = pytest.mark.engine
 
 
 @pytest.mark.smoke
+def test_server_false_death(downstream: Downstream, decoy: psutil.Process) -> None:
+    """The short server case every vLLM release runs: 64 concurrent requests under the
+    stock 2 s deadline and a busy 0.05 s/seq step end in a false death, with the clients'
+    side in the evidence, and the server's whole process tree is gone afterwards."""
+    result = downstream.copy("server_false_death").run("-rA", plugins=["timeout"], in_subprocess=True,
+                                                        report=True)
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "clients:    64 requests: 64 failed (64 with HTTP 500 InternalServerError)" in out, out[-5000:]
+    data = result.report
+    assert data is not None
+    (test,) = [t for t in data["tests"] if t["when"] == "call"]
+    assert test["verdict"] == "SLOW"
+    assert data["engines_started"] == 1 and data["engines"][0]["kind"] == "server"
+    assert_nothing_left(*engine_processes(data), decoy)
+
+
 def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psutil.Process) -> None:
     """Stock 2 s deadline, busy 0.05 s/seq: 2 requests complete; 64 requests (plain,
     streaming, or the user's own clients in 64 threads) end in a false death whose
