@@ -33,7 +33,8 @@ def measure(
 
     Each size is warmed up first (not measured), then the sizes take turns in
     ``rounds`` rounds, the order reversed every other round, so that the machine's
-    noise lands on all of them alike.
+    noise lands on all of them alike.  Prompts are one token, so a round's prefill step
+    costs what a decode step of the same batch costs: every step measured is decode-sized.
     """
     sizes = list(batch_sizes)
     largest = max(sizes)
@@ -44,13 +45,13 @@ def measure(
     try:
         engine.start(Instructions(deadline, "calibration (reference policy)"), progress)
         for n in sizes:
-            engine.generate(n, max_tokens=4, prompt_len=4)  # warm-up, not measured
+            engine.generate(n, max_tokens=4, prompt_len=1)  # warm-up, not measured
         for r in range(rounds):
             if progress:
                 progress(f"measuring round {r + 1}/{rounds}: batch sizes {', '.join(map(str, sizes))}")
             for n in sizes if r % 2 == 0 else reversed(sizes):
                 seen = len(engine.steps())
-                engine.generate(n, max_tokens=per_round + 1, prompt_len=4)
+                engine.generate(n, max_tokens=per_round + 1, prompt_len=1)
                 measured[n] += [s.seconds for s in engine.steps()[seen:]
                                 if s.seconds is not None and s.batch_size == n]
         start_s = engine.start_s

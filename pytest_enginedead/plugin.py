@@ -453,6 +453,13 @@ def _factory_model(model: Any, server: bool) -> str:
     return model_dir
 
 
+def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any], server: bool) -> EngineSpec:
+    __tracebackhide__ = True
+    model_dir = run.settings.model if model is None else _factory_model(model, server)
+    spec = planning.spec_for(need, model_dir, run.cpu_bind)
+    return replace(spec, extra_args=tuple(sorted(engine_args.items())))
+
+
 def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[..., Any]]:
     _require_vllm()
     run = _run(request.config)
@@ -468,9 +475,7 @@ def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[
     ) -> Handle:
         __tracebackhide__ = True
         need = _factory_need(run, batch_size, timeout_s, inject, server)
-        model_dir = run.settings.model if model is None else _factory_model(model, server)
-        spec = replace(planning.spec_for(need, model_dir, run.cpu_bind),
-                       extra_args=tuple(sorted(engine_args.items())))
+        spec = _factory_spec(run, need, model, engine_args, server)
         engine = _started(lambda: run.pool.start_dedicated(spec, need.instructions))
         made.append(engine)
         handle = _handle(run, engine, spec.max_num_seqs, need.instructions)
