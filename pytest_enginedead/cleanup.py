@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -134,7 +135,9 @@ class Reaper:
     def __init__(self) -> None:
         fd, self.registry = tempfile.mkstemp(prefix="enginedead-reaper-", suffix=".json")
         os.close(fd)
-        self._write([], set())
+        #: per engine (by key): its processes, segments and run directory
+        self._engines: dict[str, tuple[list[ProcRef], set[str], str | None]] = {}
+        self._write([], set(), [])
         me = psutil.Process()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", REAPER_MAIN, str(me.pid), repr(me.create_time()), self.registry],
@@ -142,16 +145,28 @@ class Reaper:
             start_new_session=True,  # Ctrl-C in the terminal must not reach it
         )
 
-    def _write(self, refs: Iterable[ProcRef], shm: set[str]) -> None:
-        data = {"procs": [[r.pid, r.create_time] for r in refs], "shm": sorted(shm)}
+    def _write(self, refs: Iterable[ProcRef], shm: set[str], dirs: Iterable[str]) -> None:
+        data = {"procs": [[r.pid, r.create_time] for r in refs], "shm": sorted(shm), "dirs": sorted(dirs)}
         tmp = self.registry + ".tmp"
         with open(tmp, "w") as f:
             json.dump(data, f)
         os.replace(tmp, self.registry)
 
-    def track(self, refs: Iterable[ProcRef], shm: set[str]) -> None:
-        """Replace the set of processes (and segments) to clean up if we die."""
-        self._write(list(refs), shm)
+    def track(self, key: str, refs: Iterable[ProcRef], shm: set[str], run_dir: str | None = None) -> None:
+        """What to clean up of engine ``key`` if we die: its processes, segments, run directory."""
+        self._engines[key] = (list(refs), set(shm), run_dir)
+        self._flush()
+
+    def forget(self, key: str) -> None:
+        """Engine ``key`` was stopped and cleaned up by us."""
+        if self._engines.pop(key, None) is not None:
+            self._flush()
+
+    def _flush(self) -> None:
+        refs = [r for procs, _, _ in self._engines.values() for r in procs]
+        shm = set().union(*(s for _, s, _ in self._engines.values()))
+        dirs = [d for _, _, d in self._engines.values() if d]
+        self._write(refs, shm, dirs)
 
     def close(self) -> None:
         _remove_registry(self.registry)
@@ -175,6 +190,9 @@ def _reap(registry: str) -> None:
     shm = set(data.get("shm", [])) | mapped_shm(refs)
     terminate(refs, grace_s=2.0)
     unlink_shm(shm)
+    for run_dir in data.get("dirs", []):
+        if os.path.basename(str(run_dir)).startswith("enginedead-"):  # only our run directories
+            shutil.rmtree(str(run_dir), ignore_errors=True)
     _remove_registry(registry)
 
 

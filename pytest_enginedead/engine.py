@@ -117,7 +117,7 @@ class EngineBase:
                 self.procs.append(ProcRef.of(proc))
         self.shm |= mapped_shm(self.procs)
         if self._reaper is not None:
-            self._reaper.track(self.procs, self.shm)
+            self._reaper.track(self.run_dir, self.procs, self.shm, self.run_dir)
 
     @property
     def alive(self) -> bool:
@@ -140,6 +140,8 @@ class EngineBase:
         # the records outlive their run directory
         self._final_steps, self._final_events = self.steps(), self.guard_events()
         shutil.rmtree(self.run_dir, ignore_errors=True)
+        if self._reaper is not None and not leftover:
+            self._reaper.forget(self.run_dir)
         if leftover:
             raise RuntimeError(f"engine processes survived SIGKILL: {leftover}")
 

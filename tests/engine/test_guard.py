@@ -27,7 +27,7 @@ def test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones(
     result = downstream.copy("guard").run("-rA", plugins=["timeout"], in_subprocess=True, report=True)
     result.assert_outcomes(passed=3, failed=1)
     out = result.stdout.str()
-    result.stdout.fnmatch_lines(["FAILED test_guard.py::test_the_guard_never_waits_past_its_cap*"])
+    result.stdout.fnmatch_lines(["FAILED test_guard_suite.py::test_the_guard_never_waits_past_its_cap*"])
     assert "false engine death: vLLM raised EngineDeadError while its worker was still computing" in out
     # the cap's death carries the guard's evidence: it waited, and stopped at the cap
     assert "guard:      SLOW, past the cap: the engine dies as stock vLLM would" in out, out[-4000:]

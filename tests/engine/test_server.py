@@ -34,20 +34,21 @@ def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psuti
     message carries the worker evidence and what the clients saw; the reference
     policy survives 64; a crash is genuine; the guard lets 64 clients finish."""
     result = downstream.copy("server").run("-rA", plugins=["timeout"], in_subprocess=True, report=True)
-    result.assert_outcomes(passed=5, failed=3)
+    result.assert_outcomes(passed=6, failed=3)
     result.stdout.fnmatch_lines(
         [
-            "PASSED test_server.py::test_stock_deadline[[]bs2[]]",
-            "PASSED test_server.py::test_reference_policy[[]bs64[]]",
-            "PASSED test_server.py::test_text_chat_streaming_and_plain_http[[]bs64[]]",
-            "PASSED test_server.py::test_crash_is_genuine[[]bs64[]]",
-            "PASSED test_server.py::test_the_guard_lets_64_clients_finish[[]bs64[]]",
+            "PASSED test_server_suite.py::test_stock_deadline[[]bs2[]]",
+            "PASSED test_server_suite.py::test_reference_policy[[]bs64[]]",
+            "PASSED test_server_suite.py::test_text_chat_streaming_and_plain_http[[]bs64[]]",
+            "PASSED test_server_suite.py::test_crash_is_genuine[[]bs64[]]",
+            "PASSED test_server_suite.py::test_the_guard_lets_64_clients_finish[[]bs64[]]",
+            "PASSED test_server_suite.py::test_server_factory",
         ]
     )
     out = result.stdout.str()
     for name in ("test_stock_deadline[[]bs64[]]", "test_stock_deadline_streaming[[]bs64[]]",
                  "test_stock_deadline_own_clients[[]bs64[]]"):
-        result.stdout.fnmatch_lines([f"FAILED test_server.py::{name} - Failed: false*"])
+        result.stdout.fnmatch_lines([f"FAILED test_server_suite.py::{name} - Failed: false*"])
     assert "clients:    64 requests: 64 failed (64 with HTTP 500 InternalServerError)" in out, out[-5000:]
     assert "server exited (status " in out
     assert "false engine death: vLLM raised APIError" in out  # inside the stream
@@ -59,7 +60,9 @@ def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psuti
     assert verdicts["test_stock_deadline[bs64]"] == verdicts["test_stock_deadline_streaming[bs64]"] == "SLOW"
     assert verdicts["test_stock_deadline_own_clients[bs64]"] == "SLOW"
     assert verdicts["test_crash_is_genuine[bs64]"] == "DEAD"
-    # one server configuration plus the guarded one; every death but the last restarts
+    # one server configuration plus the guarded one; every death but the last restarts;
+    # one more server from the factory, with its --max-model-len
     assert data["configurations"] == 2
-    assert data["engines_started"] == data["configurations"] + data["restarts"]
+    assert data["engines_started"] == data["configurations"] + data["restarts"] + 1
+    assert any("max_model_len=256" in e["label"] for e in data["engines"])
     assert_nothing_left(*engine_processes(data), decoy)

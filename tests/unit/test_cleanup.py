@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -208,14 +209,14 @@ PARENT = textwrap.dedent(
     import psutil
     from pytest_enginedead.cleanup import ProcRef, Reaper
 
-    holder, mapped, listed = sys.argv[1], sys.argv[2], sys.argv[3]
+    holder, mapped, listed, run_dir = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     reaper = Reaper()
     child = subprocess.Popen([sys.executable, "-c", holder, mapped, "0"], stdout=subprocess.PIPE, text=True)
     child.stdout.readline()
     with open("/dev/shm/" + listed, "wb") as f:
         f.write(b"x")
     ref = ProcRef.of(psutil.Process(child.pid))
-    reaper.track([ref], {"/dev/shm/" + listed})
+    reaper.track("engine", [ref], {"/dev/shm/" + listed}, run_dir)
     print(json.dumps({"child": [ref.pid, ref.create_time], "reaper": reaper.proc.pid,
                       "registry": reaper.registry}), flush=True)
     time.sleep(600)
@@ -227,10 +228,13 @@ def test_reaper_ends_the_engines_of_a_harness_that_died(
     spawned: list[subprocess.Popen[str]], segments: list[str], decoy: psutil.Process
 ) -> None:
     """SIGKILL the harness: its reaper ends the registered processes and removes the shm
-    entries, both the listed one and the one the process had mapped; then it exits."""
+    entries, both the listed one and the one the process had mapped, and the engine's run
+    directory; then it exits."""
     mapped, listed = shm_name(), shm_name()
     segments += [mapped, listed]
-    parent = start(spawned, sys.executable, "-c", PARENT, HOLDER, mapped, listed)
+    run_dir = tempfile.mkdtemp(prefix="enginedead-")
+    Path(run_dir, "steps-1.jsonl").write_text("")
+    parent = start(spawned, sys.executable, "-c", PARENT, HOLDER, mapped, listed, run_dir)
     assert parent.stdout is not None
     made = json.loads(parent.stdout.readline())
     child = ProcRef(*made["child"])
@@ -248,6 +252,7 @@ def test_reaper_ends_the_engines_of_a_harness_that_died(
     )
     reaper.wait(timeout=10)  # its work done, the reaper exits
     assert not os.path.exists(made["registry"])
+    assert not os.path.exists(run_dir)
 
 
 def test_reaper_closed_normally_stops_nothing(spawned: list[subprocess.Popen[str]]) -> None:
@@ -256,9 +261,16 @@ def test_reaper_closed_normally_stops_nothing(spawned: list[subprocess.Popen[str
     ref = ProcRef.of(psutil.Process(proc.pid))
     reaper = Reaper()
     try:
-        reaper.track([ref], set())
+        reaper.track("a", [ref], set())
         registered = json.loads(Path(reaper.registry).read_text())
-        assert registered == {"procs": [[ref.pid, ref.create_time]], "shm": []}
+        assert registered == {"procs": [[ref.pid, ref.create_time]], "shm": [], "dirs": []}
+        reaper.track("b", [], {"/dev/shm/psm_x"}, "/tmp/enginedead-b")  # a second engine adds, not replaces
+        both = json.loads(Path(reaper.registry).read_text())
+        assert both == {
+            "procs": [[ref.pid, ref.create_time]], "shm": ["/dev/shm/psm_x"], "dirs": ["/tmp/enginedead-b"]
+        }
+        reaper.forget("a")
+        assert json.loads(Path(reaper.registry).read_text())["procs"] == []
         watchdog = psutil.Process(reaper.proc.pid)
         assert watchdog.is_running()
     finally:

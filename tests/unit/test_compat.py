@@ -113,3 +113,20 @@ def test_version_parsing() -> None:
     assert compat.as_version(None) == compat.NEWEST
     with pytest.raises(ValueError):
         compat.parse_version("cpu")
+
+
+def test_engines_never_phone_home() -> None:
+    """Every engine and server the harness starts runs with usage statistics off and no hub."""
+    from pytest_enginedead.engine import EngineBase
+    from pytest_enginedead.planning import EngineSpec, Instructions
+
+    env = compat.engine_environment()
+    assert {k: env[k] for k in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_HUB_OFFLINE")} == {
+        "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
+    }
+    engine = EngineBase(EngineSpec("/m", 8, server=True))
+    try:
+        started_with = engine.environment(Instructions(2.0, "test"))
+    finally:
+        engine.stop()
+    assert started_with["VLLM_NO_USAGE_STATS"] == "1" and started_with["HF_HUB_OFFLINE"] == "1"

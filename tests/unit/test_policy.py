@@ -287,3 +287,19 @@ def test_load_policy_errors(pytester: pytest.Pytester, spec: str, message: str) 
         load_policy(spec, [str(pytester.path)])
     assert message in str(info.value)
     assert isinstance(info.value, ValueError)
+
+
+# --- the original report's own tests, ported by renaming its policy class ---------------------
+
+
+def test_the_reports_tests_pass_on_a_default_timeout_policy() -> None:
+    """``TimeoutPolicy()`` with no arguments is the reference policy."""
+    policy = TimeoutPolicy()
+    assert policy.timeout_s(Backend.CPU, 64) > policy.timeout_s(Backend.GPU, 64)
+    assert policy.timeout_s(Backend.CPU, 128) > policy.timeout_s(Backend.CPU, 8)
+    huge = policy.timeout_s(Backend.CPU, 100_000)
+    assert math.isfinite(huge) and huge == policy.timeout_s(Backend.CPU, 10**7)
+    assert policy.timeout_s(Backend.CPU, 1) >= 300
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        policy.name = "changed"  # type: ignore[misc]
+    assert policy.name == TimeoutPolicy.reference().name == "reference"

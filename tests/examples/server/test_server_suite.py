@@ -107,3 +107,12 @@ def test_the_guard_lets_64_clients_finish(vllm_server):
         out = vllm_server.complete(max_tokens=4)
     assert [len(t) for t in out] == [4] * 64
     assert {e.verdict for e in vllm_server.guard_events()} == {"SLOW"}
+
+
+def test_server_factory(vllm_server_factory):
+    """Explicit arguments; extra keywords become the server's --flags."""
+    server = vllm_server_factory(4, timeout_s=30, max_model_len=256)
+    assert server.timeout_s == 30 and server.batch_size == 4
+    out = server.complete(max_tokens=3, prompt_len=2)
+    assert [len(t) for t in out] == [3] * 4
+    assert server.health() == 200 and server.exit_code is None
