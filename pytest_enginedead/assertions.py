@@ -8,6 +8,7 @@ worker's stack to the evidence.
 from __future__ import annotations
 
 import contextlib
+import re
 import statistics
 import time
 from collections.abc import Iterator, Sequence
@@ -67,7 +68,7 @@ class Inspectable(Protocol):
 
     def has_record(self, pid: int) -> bool: ...
 
-    def capture_stack(self, pid: int) -> str | None: ...
+    def capture_stacks(self, pid: int, samples: int = 8) -> list[str]: ...
 
     def step_times_since_start(self) -> list[StepTime]: ...
 
@@ -101,6 +102,8 @@ class Finding:
     settings: LivenessSettings
     steps: dict[int, StepTime] = field(default_factory=dict)  # pid -> its running step
     stack: str | None = None
+    #: where the worker was, over several stack samples: place -> how many samples
+    places: dict[str, int] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
     verdict_s: float = 0.0  # how long judging took
 
@@ -127,6 +130,7 @@ class Finding:
                 for e in self.judged.values()
             ],
             "stack": self.stack,
+            "stack_samples": dict(self.places),
             **self.facts,
         }
 
@@ -159,6 +163,12 @@ class Finding:
             lines.append(
                 f"  policy:     {f.get('policy') or 'the active policy'} allows "
                 f"{allowed:.0f} s at batch {f.get('batch_size')} on CPU"
+            )
+        if self.places:
+            total = sum(self.places.values())
+            lines.append(
+                "  where:      "
+                + "; ".join(f"{n} of {total} stack samples in {place}" for place, n in self.places.items())
             )
         if self.stack:
             lines.append("  worker stack (innermost first):")
@@ -208,6 +218,30 @@ def innermost_frames(stack: str, frames: int = 10) -> list[str]:
     return chosen[: frames + 1]
 
 
+def place_of(frames: Sequence[str]) -> str:
+    """The innermost function that says where the work is (vLLM's or our code, not torch's).
+
+    ``File "/x/cpu_moe.py", line 303 in apply`` → ``/x/cpu_moe.py in apply``: samples in
+    one function count as one place, whatever line they were on.
+    """
+    useful = [
+        f for f in frames[1:] if ("/vllm/" in f or "pytest_enginedead" in f) and "_custom_ops.py" not in f
+    ]
+    frame = (useful or frames[1:] or ["unknown"])[0]
+    return re.sub(r'^File "(.*)", line \d+ in (.*)$', r"\1 in \2", frame)
+
+
+def sample_places(dumps: Sequence[str]) -> tuple[str | None, dict[str, int]]:
+    """(the dump of the most common place, place -> count, most common first)."""
+    places: dict[str, list[str]] = {}
+    for dump in dumps:
+        frames = innermost_frames(dump)
+        if frames:
+            places.setdefault(place_of(frames), []).append(dump)
+    ranked = sorted(places.items(), key=lambda kv: -len(kv[1]))
+    return (ranked[0][1][0] if ranked else None), {p: len(d) for p, d in ranked}
+
+
 def step_summary(steps: Sequence[StepTime]) -> str:
     """Finished steps so far: count, p50 and the longest, with its batch."""
     done = [(s.seconds, s) for s in steps if s.seconds is not None]
@@ -241,13 +275,14 @@ def judge(
                 steps[pid] = step
         verdicts.append(v)
     finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps)
+    finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
         if finding.false_death:
-            finding.stack = inspectable.capture_stack(next(iter(steps), next(iter(judged))))
+            dumps = inspectable.capture_stacks(next(iter(steps), next(iter(judged))))
+            finding.stack, finding.places = sample_places(dumps)
         summary = step_summary(inspectable.step_times_since_start())
         facts = {**inspectable.death_facts(), "step_summary": summary}
         finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
-    finding.verdict_s = time.monotonic() - t0
     return finding
 
 

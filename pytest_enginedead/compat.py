@@ -31,7 +31,8 @@ DEADLINE_ENV = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"
 #: The V1 multiprocessing switch; off means the uniprocess executor and no deadline.
 MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
-#: The title vLLM gives its worker processes (setproctitle).
+#: The titles vLLM gives its engine core and worker processes (setproctitle).
+ENGINE_CORE_TITLE = "VLLM::EngineCore"
 WORKER_TITLE = "VLLM::Worker"
 
 Version = tuple[int, ...]

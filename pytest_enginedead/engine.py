@@ -210,6 +210,18 @@ class EngineBase:
             text = f.read()
         return header + text if text else None
 
+    def capture_stacks(self, pid: int, samples: int = 8, interval_s: float = 0.02) -> list[str]:
+        """``samples`` stack dumps of a worker, ``interval_s`` apart: where it spends its time."""
+        dumps = []
+        for i in range(samples):
+            if i:
+                time.sleep(interval_s)
+            dump = self.capture_stack(pid)
+            if dump is None:
+                break
+            dumps.append(dump)
+        return dumps
+
     def liveness(self, window_s: float = 0.2) -> dict[int, ProcessEvidence]:
         return snapshot(self.pids, window_s)
 
@@ -384,8 +396,8 @@ class Handle:
     def has_record(self, pid: int) -> bool:
         return self._engine.has_record(pid)
 
-    def capture_stack(self, pid: int) -> str | None:
-        return self._engine.capture_stack(pid)
+    def capture_stacks(self, pid: int, samples: int = 8) -> list[str]:
+        return self._engine.capture_stacks(pid, samples)
 
     def liveness(self) -> dict[int, ProcessEvidence]:
         """A snapshot of every engine process: status, CPU over 0.2 s, RSS."""

@@ -190,6 +190,15 @@ class Server(EngineBase):
     def health(self) -> int:
         return http_status("127.0.0.1", self.port)
 
+    def engine_core_alive(self) -> bool:
+        """Whether the server's ``VLLM::EngineCore`` process still runs (it exits when it dies)."""
+        for ref in self.procs:
+            proc = ref.process()
+            with contextlib.suppress(psutil.Error):
+                if proc is not None and compat.ENGINE_CORE_TITLE in " ".join(proc.cmdline()):
+                    return True
+        return False
+
     def shutdown(self) -> None:
         """SIGTERM to the server (by pid): it stops its engine; ``stop`` ends what remains."""
         self.stopping = True
@@ -345,18 +354,27 @@ class ServerHandle(Handle):
         return tokens
 
     def _engine_healthy(self) -> bool:
-        return self._engine.exit_code is None and self.health() == 200
+        """Server running, its engine core alive, and /health 200.
+
+        All three: while vLLM's server shuts down after its engine's death, /health can
+        answer 200 again (the route finds no engine client and takes it for a render-only
+        server), but the engine core process has already exited.
+        """
+        engine = self._engine
+        return engine.exit_code is None and engine.engine_core_alive() and self.health() == 200
 
     def is_engine_death(self, exc: BaseException) -> bool:
         """Whether a client error means the server's engine died (not a plain bad request)."""
         if compat.is_engine_death(exc) or not compat.is_openai_failure(exc):
             return compat.is_engine_death(exc)
-        for _ in range(20):  # the engine may take a moment to be reported dead
+        deadline = time.monotonic() + 12.0  # the server exits within ~5 s of its engine
+        while True:
             if not self._engine_healthy():
                 self._engine.broken = True
                 return True
+            if time.monotonic() >= deadline:
+                return False
             time.sleep(0.1)
-        return False
 
     def death_facts(self) -> dict[str, Any]:
         facts = super().death_facts()

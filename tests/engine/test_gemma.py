@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import psutil
@@ -27,8 +26,9 @@ def test_gemma4_moe_decode_batch_outlives_1s(downstream: Downstream, decoy: psut
     out = result.stdout.str()
     assert "false engine death: vLLM raised EngineDeadError while its worker was still computing" in out
     assert "in burn" not in out  # nothing injected: the model itself
-    stack = out[out.index("worker stack (innermost first):"):]
-    assert re.search(r"moe", stack[:3000], re.IGNORECASE), stack[:3000]
+    # where the worker spent its time, over the stack samples taken at the death: the MoE layers
+    where = next(line for line in out.splitlines() if line.startswith("  where:"))
+    assert "fused_moe" in where, where
     data = result.report
     assert data is not None
     (test,) = [t for t in data["tests"] if t["when"] == "call"]

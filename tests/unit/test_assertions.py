@@ -228,6 +228,15 @@ Current thread 0x00007f00000000aa (most recent call first):
 """
 
 
+#: a second place, seen once: the message names the most common place first
+OTHER_DUMP = """main-thread 0x00007f00000000aa
+Current thread 0x00007f00000000aa (most recent call first):
+  File "/site/torch/_ops.py", line 1279 in __call__
+  File "/site/vllm/_custom_ops.py", line 4498 in cpu_fused_moe
+  File "/site/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py", line 303 in apply
+"""
+
+
 @dataclass
 class RichEngine:
     """Duck-types the parts of ``EngineHandle`` the assertion uses for its evidence."""
@@ -258,9 +267,9 @@ class RichEngine:
         done = StepTime(1, 8, time.monotonic() - 10, 0.25, self.worker_pids[0])
         return [done] + ([self.step] if self.step else [])
 
-    def capture_stack(self, pid: int) -> str:
+    def capture_stacks(self, pid: int, samples: int = 8) -> list[str]:
         self.stacks_for.append(pid)
-        return STACK_DUMP
+        return [STACK_DUMP, STACK_DUMP, OTHER_DUMP]
 
     def note_death(self, finding: dict[str, Any]) -> None:
         self.deaths.append(finding)
@@ -285,12 +294,21 @@ def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
     assert "steps:      1 finished so far, p50 0.250 s, max 0.250 s at batch 8" in text
     assert 'File "/site/pytest_enginedead/worker.py", line 82 in burn' in text
     assert "threading.py" not in text  # the main thread's frames, not another thread's
+    # where it spent its time over the samples, the most common place first, not torch's frames
+    assert (
+        "where:      2 of 3 stack samples in /site/pytest_enginedead/worker.py in burn; "
+        "1 of 3 stack samples in /site/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py in apply"
+    ) in text
     assert compat.DEADLINE_ENV in text  # what to change
     assert engine.stacks_for == [busy_pid]
     [death] = engine.deaths
     assert death["verdict"] == "SLOW"
     assert [p["pid"] for p in death["processes"]] == [busy_pid]
     assert death["processes"][0]["step"] == {"step": 3, "batch_size": 64}
+    assert death["stack_samples"] == {
+        "/site/pytest_enginedead/worker.py in burn": 2,
+        "/site/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py in apply": 1,
+    }
 
 
 def test_busy_outside_a_model_step_is_not_a_false_death(busy_pid: int) -> None:
