@@ -229,7 +229,9 @@ class ClientOutcome:
             return f"{self.requests} requests: all completed"
         failed = sum(self.failures.values())
         kinds = ", ".join(f"{n} with {kind}" for kind, n in self.failures.most_common())
-        return f"{self.requests} requests: {failed} failed ({kinds})"
+        done = self.requests - failed
+        completed = f"{done} completed, " if done > 0 else ""
+        return f"{self.requests} requests: {completed}{failed} failed ({kinds})"
 
 
 def describe_client_error(exc: BaseException) -> str:

@@ -359,3 +359,18 @@ def test_step_summary() -> None:
         StepTime(4, 64, t, None, 1),  # running: not counted
     ]
     assert step_summary(steps) == "3 finished so far, p50 0.500 s, max 2.000 s at batch 64"
+
+
+def test_client_outcome_counts_completed_requests_beside_the_failed_ones() -> None:
+    from collections import Counter
+
+    from pytest_enginedead.server import ClientOutcome
+
+    assert ClientOutcome(64, Counter(), 0.0).describe() == "64 requests: all completed"
+    everyone = ClientOutcome(64, Counter({"HTTP 500 InternalServerError": 64}), 0.0)
+    assert everyone.describe() == "64 requests: 64 failed (64 with HTTP 500 InternalServerError)"
+    some = ClientOutcome(64, Counter({"HTTP 500 InternalServerError": 58, "APIConnectionError": 3}), 0.0)
+    assert some.describe() == (
+        "64 requests: 3 completed, 61 failed "
+        "(58 with HTTP 500 InternalServerError, 3 with APIConnectionError)"
+    )
