@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import statistics
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -231,10 +232,24 @@ def place_of(frames: Sequence[str]) -> str:
     return re.sub(r'^File "(.*)", line \d+ in (.*)$', r"\1 in \2", frame)
 
 
+#: Frames that are on a worker's stack only while it runs a model step.
+STEP_FRAMES = (" in execute_model", " in sample_tokens")
+
+
+def in_step(dump: str) -> bool:
+    """Whether a stack dump was taken while the worker ran a model step."""
+    return any(f.endswith(STEP_FRAMES) for f in innermost_frames(dump, frames=10_000))
+
+
 def sample_places(dumps: Sequence[str]) -> tuple[str | None, dict[str, int]]:
-    """(the dump of the most common place, place -> count, most common first)."""
+    """(the dump of the most common place, place -> count, most common first).
+
+    Only samples taken inside a model step count when there are any: a step that ends
+    just after the deadline leaves the worker shutting down, which says nothing about
+    where the step spent its time.
+    """
     places: dict[str, list[str]] = {}
-    for dump in dumps:
+    for dump in [d for d in dumps if in_step(d)] or dumps:
         frames = innermost_frames(dump)
         if frames:
             places.setdefault(place_of(frames), []).append(dump)
@@ -259,8 +274,11 @@ def judge(
 ) -> Finding:
     """Decide SLOW / HUNG / DEAD from the evidence as it stands right now."""
     t0 = time.monotonic()
-    evidence = sampler.evidence(fresh=True)
     inspectable = engine if isinstance(engine, Inspectable) else None
+    # the stack is sampled now, while the fresh CPU window runs: a step only just past
+    # the deadline is over a second later, and the samples would miss it
+    stacks = _StackSampler.start(inspectable)
+    evidence = sampler.evidence(fresh=True)
     workers = [p for p in (inspectable.worker_pids if inspectable else ()) if p in evidence]
     judged = {pid: evidence[pid] for pid in (workers or evidence)}
     steps: dict[int, StepTime] = {}
@@ -277,13 +295,42 @@ def judge(
     finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps)
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
+        dumps = stacks.result() if stacks else []
         if finding.false_death:
-            dumps = inspectable.capture_stacks(next(iter(steps), next(iter(judged))))
+            dumps = dumps or inspectable.capture_stacks(next(iter(steps), next(iter(judged))))
             finding.stack, finding.places = sample_places(dumps)
         summary = step_summary(inspectable.step_times_since_start())
         facts = {**inspectable.death_facts(), "step_summary": summary}
         finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
     return finding
+
+
+class _StackSampler:
+    """Stack samples of the worker whose step is running, taken in a thread of their own."""
+
+    def __init__(self, engine: Inspectable, pid: int) -> None:
+        self.dumps: list[str] = []
+        self._thread = threading.Thread(
+            target=lambda: self.dumps.extend(engine.capture_stacks(pid)),
+            name="enginedead-stacks",
+            daemon=True,
+        )
+
+    @classmethod
+    def start(cls, engine: Inspectable | None) -> _StackSampler | None:
+        """Start sampling when a worker is inside a step (only then can the death be false)."""
+        if engine is None:
+            return None
+        pid = next((p for p in engine.worker_pids if engine.has_record(p) and engine.running_step(p)), None)
+        if pid is None:
+            return None
+        sampler = cls(engine, pid)
+        sampler._thread.start()
+        return sampler
+
+    def result(self, timeout_s: float = 10.0) -> list[str]:
+        self._thread.join(timeout_s)
+        return list(self.dumps)
 
 
 @contextmanager

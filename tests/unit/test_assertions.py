@@ -21,7 +21,7 @@ import pytest
 import procs
 from downstream import Downstream, Outcome
 from pytest_enginedead import Verdict, assert_no_false_death, compat
-from pytest_enginedead.assertions import innermost_frames, step_summary
+from pytest_enginedead.assertions import in_step, innermost_frames, sample_places, step_summary
 from pytest_enginedead.liveness import LivenessSettings
 from pytest_enginedead.record import StepTime
 
@@ -234,6 +234,15 @@ Current thread 0x00007f00000000aa (most recent call first):
   File "/site/torch/_ops.py", line 1279 in __call__
   File "/site/vllm/_custom_ops.py", line 4498 in cpu_fused_moe
   File "/site/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py", line 303 in apply
+  File "/site/vllm/v1/worker/gpu_model_runner.py", line 3100 in execute_model
+"""
+
+#: the worker after its step ended and the engine core told it to stop
+SHUTDOWN_DUMP = """main-thread 0x00007f00000000aa
+Current thread 0x00007f00000000aa (most recent call first):
+  File "/site/vllm/v1/worker/gpu_model_runner.py", line 6738 in _cleanup_profiling_kv_cache
+  File "/site/vllm/v1/worker/gpu_model_runner.py", line 6692 in shutdown
+  File "/site/vllm/v1/executor/multiproc_executor.py", line 973 in worker_main
 """
 
 
@@ -374,3 +383,15 @@ def test_client_outcome_counts_completed_requests_beside_the_failed_ones() -> No
         "64 requests: 3 completed, 61 failed "
         "(58 with HTTP 500 InternalServerError, 3 with APIConnectionError)"
     )
+
+
+def test_only_samples_inside_a_step_say_where_the_step_was() -> None:
+    """A step just past the deadline ends while the samples are taken: the samples of the
+    worker shutting down afterwards do not count when some were taken inside the step."""
+    assert in_step(STACK_DUMP) and in_step(OTHER_DUMP) and not in_step(SHUTDOWN_DUMP)
+    stack, places = sample_places([SHUTDOWN_DUMP, OTHER_DUMP, SHUTDOWN_DUMP, SHUTDOWN_DUMP])
+    assert places == {"/site/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py in apply": 1}
+    assert stack == OTHER_DUMP
+    # none inside a step: all of them, rather than nothing
+    _, places = sample_places([SHUTDOWN_DUMP])
+    assert places == {"/site/vllm/v1/worker/gpu_model_runner.py in _cleanup_profiling_kv_cache": 1}
