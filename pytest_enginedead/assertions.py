@@ -295,8 +295,8 @@ def judge(
     finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps)
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
-        dumps = stacks.result() if stacks else []
-        if finding.false_death:
+        if finding.false_death:  # a genuine death propagates without waiting for the samples
+            dumps = stacks.result() if stacks else []
             dumps = dumps or inspectable.capture_stacks(next(iter(steps), next(iter(judged))))
             finding.stack, finding.places = sample_places(dumps)
         summary = step_summary(inspectable.step_times_since_start())
