@@ -33,6 +33,8 @@ MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 #: The titles vLLM gives its engine core and worker processes (setproctitle).
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
+#: Where a model's own code lives (``vllm.model_executor.models.<family>``), every release.
+MODEL_CODE = "/vllm/model_executor/models/"
 WORKER_TITLE = "VLLM::Worker"
 
 Version = tuple[int, ...]

@@ -20,11 +20,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psutil
 
-from . import compat, guard, record
+from . import cleanup, compat, guard, record
 from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
 from .liveness import LivenessSettings, ProcessEvidence, snapshot
 from .planning import EngineSpec, Instructions
@@ -66,6 +66,8 @@ class EngineBase:
         self._final_steps: list[StepTime] | None = None
         self._final_events: list[record.GuardEvent] | None = None
         self._reaper = reaper
+        #: the run was interrupted: stop without waiting for vLLM's graceful shutdown
+        self.hurry = False
 
     # --- what the code inside vLLM is told ------------------------------------------
 
@@ -127,15 +129,36 @@ class EngineBase:
         """Start vLLM, running under ``first`` until told otherwise (subclasses)."""
         raise NotImplementedError
 
-    def shutdown(self) -> None:
-        """Ask vLLM to stop (subclasses); what it leaves is ended by pid in ``stop``."""
+    def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
+        """Ask vLLM to stop (subclasses); what it leaves is ended by pid in ``stop``.
+
+        The wait ends early once ``give_up()`` is true; without ``give_up`` the processes
+        are gone already and only the client's side is closed, briefly.
+        """
 
     def stop(self) -> None:
-        """Shut the engine down, then end what remains of its process tree by pid."""
-        self.stopped = True
-        self.shm |= mapped_shm(self.procs)
-        self.shutdown()
-        leftover = terminate(self.procs)
+        """Shut the engine down, then end what remains of its process tree by pid.
+
+        Ctrl-C is held while it runs (``cleanup.held``) and raised when it is done; once
+        one came, or the run was interrupted before (``hurry``), vLLM's graceful shutdown
+        is skipped: the processes are ended by pid at once, the client closed after.
+        """
+        with cleanup.held:
+            self.stopped = True
+            self.shm |= mapped_shm(self.procs)
+
+            def fast() -> bool:
+                return self.hurry or cleanup.held.interrupted
+
+            if not fast():
+                self.shutdown(give_up=fast)
+            leftover = terminate(self.procs, grace_s=1.0 if fast() else 3.0)
+            self.shutdown()
+            self._clean_up(leftover)
+        if not cleanup.held.holding and cleanup.held.take():
+            raise KeyboardInterrupt  # what the user pressed, now that nothing is half-stopped
+
+    def _clean_up(self, leftover: list[ProcRef]) -> None:
         unlink_shm(self.shm)
         # the records outlive their run directory
         self._final_steps, self._final_events = self.steps(), self.guard_events()
@@ -210,17 +233,23 @@ class EngineBase:
             text = f.read()
         return header + text if text else None
 
-    def capture_stacks(self, pid: int, samples: int = 8, interval_s: float = 0.02) -> list[str]:
-        """``samples`` stack dumps of a worker, ``interval_s`` apart: where it spends its time."""
-        dumps = []
-        for i in range(samples):
-            if i:
-                time.sleep(interval_s)
-            dump = self.capture_stack(pid)
-            if dump is None:
-                break
-            dumps.append(dump)
-        return dumps
+    def deadline_stack(
+        self, pid: int, step: StepTime, deadline_s: float, wait_s: float = 0.5
+    ) -> record.DeadlineStack | None:
+        """The worker's own stack at the deadline of ``step`` (``worker.DeadlineWatch``).
+
+        vLLM's deadline runs from when it sent the step, a moment before the worker
+        began it, so the dump may still be due: wait for it until ``wait_s`` past due.
+        """
+        path = record.deadline_stack_path(self.run_dir, pid)
+        until = max(time.monotonic(), step.started + deadline_s) + wait_s
+        while True:
+            dump = record.read_deadline_stack(path)
+            if dump is not None and dump.step == step.step:
+                return dump
+            if time.monotonic() >= until:
+                return None
+            time.sleep(0.02)
 
     def liveness(self, window_s: float = 0.2) -> dict[int, ProcessEvidence]:
         return snapshot(self.pids, window_s)
@@ -249,13 +278,16 @@ class Engine(EngineBase):
             with _environ(env), ticker:
                 from vllm import LLM  # here: the plugin loads without vLLM
 
-                self.llm = LLM(**kwargs)
+                self.llm = interruptible(lambda: LLM(**kwargs), "enginedead-start")
             compat.quiet_repr(self.llm)
             self.adopt(me, before)
             self.check_core_ready()
         except BaseException as exc:
             if progress:
                 progress(f"engine failed to start after {time.monotonic() - t0:.1f} s", done=True)
+            if not isinstance(exc, Exception):  # Ctrl-C, pytest-timeout: stop at once
+                self.hurry = True
+                self._settle(me, before)
             self.adopt(me, before)
             self.broken = True
             self.stop()
@@ -276,16 +308,25 @@ class Engine(EngineBase):
             )
         return self
 
+    def _settle(self, me: psutil.Process, before: set[int], limit_s: float = 5.0) -> None:
+        """After an interrupted start: wait (briefly) for the engine core vLLM's start thread
+        is about to spawn, so that it is stopped with the rest instead of left behind."""
+        def spawned() -> bool:
+            self.adopt(me, before)
+            return bool(self.procs)
+
+        cleanup.wait_until(spawned, limit_s, give_up=lambda: False)
+
     @property
     def alive(self) -> bool:
         return self.llm is not None and not self.broken
 
-    def shutdown(self) -> None:
+    def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
         llm, self.llm = self.llm, None
         if llm is None:
             return
-        # a broken engine's processes are ended by pid first; its client sockets after
-        _bounded(functools.partial(compat.shutdown_llm, llm), 5.0 if self.broken else 10.0)
+        wait_s = 1.0 if give_up is None else 5.0 if self.broken else 10.0
+        _bounded(functools.partial(compat.shutdown_llm, llm), wait_s, give_up or (lambda: False))
 
     def generate(
         self, n: int, max_tokens: int = 8, prompt_len: int = 4, arriving: int | None = None
@@ -307,10 +348,15 @@ class Engine(EngineBase):
         params = compat.sampling_params(max_tokens)
         ok = False
         try:
+            llm = self.llm
             if arriving:
-                outputs = compat.generate_arriving(self.llm, prompts, params, arriving)
+                outputs = interruptible(
+                    lambda: compat.generate_arriving(llm, prompts, params, arriving), "enginedead-generate"
+                )
             else:
-                outputs = self.llm.generate(prompts, params, use_tqdm=False)
+                outputs = interruptible(
+                    lambda: llm.generate(prompts, params, use_tqdm=False), "enginedead-generate"
+                )
             ok = True
         finally:
             if not ok:
@@ -396,8 +442,11 @@ class Handle:
     def has_record(self, pid: int) -> bool:
         return self._engine.has_record(pid)
 
-    def capture_stacks(self, pid: int, samples: int = 8) -> list[str]:
-        return self._engine.capture_stacks(pid, samples)
+    def deadline_stack(self, pid: int, step: StepTime) -> record.DeadlineStack | None:
+        return self._engine.deadline_stack(pid, step, self.timeout_s)
+
+    def capture_stack(self, pid: int) -> str | None:
+        return self._engine.capture_stack(pid)
 
     def liveness(self) -> dict[int, ProcessEvidence]:
         """A snapshot of every engine process: status, CPU over 0.2 s, RSS."""
@@ -495,11 +544,46 @@ class _Ticker:
             self._thread.join(timeout=1)
 
 
-def _bounded(fn: Callable[[], None], timeout_s: float) -> None:
-    """Run ``fn`` on a daemon thread; give up waiting after ``timeout_s``."""
+_T = TypeVar("_T")
+
+
+def interruptible(fn: Callable[[], _T], name: str, on_interrupt: Callable[[], None] | None = None) -> _T:
+    """``fn()``, run on a thread of its own while this thread waits for it.
+
+    The waiting thread stays interruptible: Ctrl-C (or pytest-timeout's alarm) raises
+    here at once.  vLLM's client blocks its caller where a signal's exception is lost:
+    in 0.32.0 the wait for the engine core to start is a pyzmq poll, which takes the
+    interrupted call up again instead of raising ``KeyboardInterrupt``, so a Ctrl-C
+    waited out the whole start.  On an exception while waiting ``on_interrupt`` runs
+    and the exception propagates; the thread is a daemon and ends with what it waits on.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.25)
+    except BaseException:
+        if on_interrupt is not None:
+            on_interrupt()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _bounded(fn: Callable[[], None], timeout_s: float, give_up: Callable[[], bool]) -> None:
+    """Run ``fn`` on a daemon thread; stop waiting after ``timeout_s``, or once ``give_up()``."""
     thread = threading.Thread(target=_quiet, args=(fn,), daemon=True)
     thread.start()
-    thread.join(timeout_s)
+    cleanup.wait_until(lambda: not thread.is_alive(), timeout_s, give_up)
 
 
 def _quiet(fn: Callable[[], None]) -> None:

@@ -69,6 +69,48 @@ def stack_path(run_dir: str, pid: int) -> str:
 MAIN_THREAD_PREFIX = "main-thread "
 
 
+def deadline_stack_path(run_dir: str, pid: int) -> str:
+    """The worker's own stack at the deadline of its latest step that outlived it."""
+    return os.path.join(run_dir, f"deadline-stack-{pid}.txt")
+
+
+#: The first line of a deadline stack: ``deadline-stack step=12 phase=execute_model ...``.
+DEADLINE_HEADER = "deadline-stack"
+
+
+@dataclass(frozen=True)
+class DeadlineStack:
+    """A stack the worker dumped itself when one of its steps reached the deadline in force."""
+
+    step: int
+    phase: str  # "execute_model" / "sample_tokens"
+    deadline_s: float
+    ran_s: float  # how long the phase had run when the dump was taken
+    at: float  # time.monotonic() of the dump
+    text: str  # MAIN_THREAD_PREFIX line + faulthandler's all-threads dump
+
+    def header(self) -> str:
+        return (
+            f"{DEADLINE_HEADER} step={self.step} phase={self.phase} deadline={self.deadline_s:g} "
+            f"ran={self.ran_s:.6f} at={self.at:.6f}\n"
+        )
+
+
+def read_deadline_stack(path: str) -> DeadlineStack | None:
+    """The latest deadline stack of one worker, or None (none written, or unreadable)."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        with open(path) as f:
+            first = f.readline()
+            text = f.read()
+        words = dict(w.split("=", 1) for w in first.split()[1:])
+        if first.startswith(DEADLINE_HEADER):
+            return DeadlineStack(
+                int(words["step"]), words["phase"], float(words["deadline"]), float(words["ran"]),
+                float(words["at"]), text,
+            )
+    return None
+
+
 @dataclass(frozen=True)
 class StepTime:
     """One step as the worker saw it; ``seconds`` is None while it runs."""

@@ -22,14 +22,15 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psutil
 
 from . import compat
-from .engine import EngineBase, EngineStartError, Handle, Progress, _Ticker
+from .cleanup import wait_until
+from .engine import EngineBase, EngineStartError, Handle, Progress, _Ticker, interruptible
 from .planning import Instructions
 
 #: How long a server may take to answer /health after it was started.
@@ -122,6 +123,7 @@ class Server(EngineBase):
             except BaseException as exc:
                 if progress:
                     progress(f"server failed to start after {time.monotonic() - t0:.1f} s", done=True)
+                self.hurry = not isinstance(exc, Exception)  # Ctrl-C, pytest-timeout: stop at once
                 self.broken = True
                 self.adopt_tree()
                 self.stop()
@@ -199,15 +201,15 @@ class Server(EngineBase):
                     return True
         return False
 
-    def shutdown(self) -> None:
+    def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
         """SIGTERM to the server (by pid): it stops its engine; ``stop`` ends what remains."""
         self.stopping = True
-        if self.proc is None or self.proc.poll() is not None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None or give_up is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+            proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: proc.poll() is not None, 10.0, give_up)
 
     def stop(self) -> None:
         self.adopt_tree()
@@ -246,26 +248,44 @@ def describe_client_error(exc: BaseException) -> str:
 _T = TypeVar("_T")
 
 
-def _run_async(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run a coroutine to completion, also from a thread that already runs an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
+def _run_async(coro: Coroutine[Any, Any, _T], cancel_wait_s: float = 2.0) -> _T:
+    """Run a coroutine to completion on an event loop of its own thread; this thread waits.
 
-    def target() -> None:
+    The waiting thread stays interruptible (``interruptible``): Ctrl-C raises here at
+    once, whatever the clients' libraries make of a task's cancellation (``asyncio.run``
+    in the main thread only *cancels* its task on SIGINT, and a request stack that takes
+    the cancellation in lets the run go on as if nothing was pressed).  Then the clients'
+    task is cancelled and given ``cancel_wait_s``.
+    """
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)
+    done = threading.Event()
+
+    def run() -> _T:
         try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:
-            box["error"] = exc
+            return loop.run_until_complete(task)
+        finally:
+            _close_loop(loop)
+            done.set()
 
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    def cancel() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(task.cancel)
+        done.wait(cancel_wait_s)
+
+    return interruptible(run, "enginedead-clients", on_interrupt=cancel)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left on ``loop``, finish its async generators, close it."""
+    with contextlib.suppress(Exception):
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
 
 
 class ServerHandle(Handle):
