@@ -100,10 +100,19 @@ def test_dist_note_only_when_groups_would_be_split() -> None:
 
 def test_publish_groups_writes_one_file_per_worker(tmp_path: Path) -> None:
     config: Any = SimpleNamespace(workerinput={"workerid": "gw1", distributed.GROUPS_KEY: str(tmp_path)})
-    distributed.publish_groups(config, [("t.py::a", "g1"), ("t.py::b", None), ("t.py::c", "g1")])
+    published = distributed.publish_groups(config, [("t.py::a", "g1"), ("t.py::b", None), ("t.py::c", "g1")],
+                                           engine_tests=2)
+    assert published is False  # the controller did not say it checks: the worker checks for itself
     assert [p.name for p in tmp_path.iterdir()] == ["gw1.json"]
-    assert json.loads((tmp_path / "gw1.json").read_text()) == {"t.py::a": "g1", "t.py::c": "g1"}
-    distributed.publish_groups(SimpleNamespace(workerinput={}), [("t.py::a", "g1")])  # type: ignore[arg-type]
+    assert json.loads((tmp_path / "gw1.json").read_text()) == {
+        "groups": {"t.py::a": "g1", "t.py::c": "g1"}, "engine_tests": 2,
+    }
+    config.workerinput[distributed.CHECKS_KEY] = True
+    assert distributed.publish_groups(config, [], engine_tests=1) is True
+    assert distributed.publish_groups(SimpleNamespace(workerinput={}), [("t.py::a", "g1")]) is False  # type: ignore[arg-type]
+    gone: Any = SimpleNamespace(workerinput={"workerid": "gw2", distributed.GROUPS_KEY: str(tmp_path / "gone"),
+                                             distributed.CHECKS_KEY: True})
+    assert distributed.publish_groups(gone, []) is False  # not reachable from here (a remote worker)
 
 
 def test_header_says_when_dist_is_not_loadgroup(downstream: Downstream) -> None:
