@@ -172,7 +172,8 @@ OUTPUT_FLAGS = (("log", "--log"), ("report", "--report"), ("plot", "--plot"))
 
 
 def claim_outputs(args: argparse.Namespace) -> dict[str, Output]:
-    """Every output path the command line names, claimed (created for real) before anything runs.
+    """Every output path the command line names, claimed (created for real) before anything runs,
+    and the log in the temp dir when ``--log`` names none.
 
     Two flags naming the same file are refused; so is any path that cannot take its output.
     """
@@ -182,6 +183,10 @@ def claim_outputs(args: argparse.Namespace) -> dict[str, Output]:
             raw = getattr(args, dest, None)
             if raw is not None:
                 claimed[dest] = outputs.claim(raw, f"{flag} {raw!r}", claimed.values())
+        if "log" not in claimed:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            path = os.path.join(tempfile.gettempdir(), f"enginedead-{args.command}-{stamp}-{os.getpid()}.log")
+            claimed["log"] = outputs.claim(path, f"the log {path!r} (set TMPDIR, or give --log)")
     except outputs.OutputError as exc:
         release(claimed)
         raise Refused(str(exc)) from None
@@ -288,15 +293,6 @@ def _quiet() -> Iterator[None]:
             os.close(fd)
 
 
-def _log(args: argparse.Namespace, claimed: dict[str, Output]) -> Output:
-    """The log: ``--log``, else a file of its own in the temp dir (named at the end)."""
-    if "log" in claimed:
-        return claimed["log"]
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = os.path.join(tempfile.gettempdir(), f"enginedead-{args.command}-{stamp}-{os.getpid()}.log")
-    return outputs.claim(path, f"the log {path!r}")
-
-
 def _say(message: str) -> None:
     print(message, flush=True)
 
@@ -307,7 +303,7 @@ def _say(message: str) -> None:
 def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
                              guard=args.guard, server=args.server)
-    log = _log(args, claimed)
+    log = claimed["log"]
     scratch = tempfile.mkdtemp(prefix="enginedead-check-")
     try:
         report = os.path.join(scratch, "report.json")  # read back here; --report gets a copy
@@ -494,7 +490,7 @@ def _output_to(log_out: Output, verbose: bool) -> Iterator[Progress]:
 def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     from . import calibration
 
-    log = _log(args, claimed)
+    log = claimed["log"]
     with _output_to(log, args.verbose) as progress:
         results = calibration.measure(args.model, args.batch_sizes, args.steps, progress)
     out, policy = calibration.calibration(
@@ -532,6 +528,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "check":
             return run_check(args, claimed)
         return run_calibrate(args, claimed)
+    except outputs.OutputError as exc:  # a log that stopped taking output since its claim
+        print(f"enginedead {args.command}: error: {_shown(str(exc), args.verbose)}", file=sys.stderr)
+        return 2
     finally:
         release(claimed)
 

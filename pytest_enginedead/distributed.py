@@ -205,8 +205,8 @@ class WorkerHooks:
         elif isinstance(exc, pytest.exit.Exception):
             output[ENDED_KEY] = {"exit": exc.msg, "returncode": exc.returncode}
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
+    def _watched(self) -> Generator[None, object, object]:
+        """The body of a hook wrapper that notes a usage error or ``pytest.exit`` passing through."""
         try:
             return (yield)
         except (pytest.UsageError, pytest.exit.Exception) as exc:
@@ -214,12 +214,12 @@ class WorkerHooks:
             raise
 
     @pytest.hookimpl(wrapper=True)
+    def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
+        return (yield from self._watched())
+
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        try:
-            return (yield)
-        except (pytest.UsageError, pytest.exit.Exception) as exc:
-            self._ended(exc)
-            raise
+        return (yield from self._watched())
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         if self._last_words is not None:

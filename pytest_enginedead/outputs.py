@@ -204,23 +204,19 @@ def _own_fd(absolute: str) -> int | None:
     return None
 
 
+def _stat(path: str, where: str, follow: bool = True) -> os.stat_result | None:
+    """``stat(path)`` (``lstat`` unless ``follow``), None when nothing is there; an OS refusal
+    (a name too long, a loop of links) is an OutputError."""
+    try:
+        return os.stat(path, follow_symlinks=follow)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise OutputError(f"{where}: {_shown(path)!r} cannot be used: {_reason(exc)}") from None
+
+
 def _lstat(path: str, where: str) -> os.stat_result | None:
-    """``lstat(path)``, None when nothing is there; an OS refusal (too long, a loop) is an OutputError."""
-    try:
-        return os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise OutputError(f"{where}: {_shown(path)!r} cannot be used: {_reason(exc)}") from None
-
-
-def _stat(path: str, where: str) -> os.stat_result | None:
-    try:
-        return os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise OutputError(f"{where}: {_shown(path)!r} cannot be used: {_reason(exc)}") from None
+    return _stat(path, where, follow=False)
 
 
 def _file_or_device(absolute: str, where: str) -> Output:
