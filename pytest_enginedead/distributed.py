@@ -298,6 +298,7 @@ class ControllerHooks:
         node.workerinput[GROUPS_KEY] = self.groups_dir
         node.workerinput[CHECKS_KEY] = self.check is not None
 
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: optional for older xdist
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         """Before any test is scheduled: the model, checked once, in the controller."""
         if self.checked or self.check is None or self.groups_dir is None:
@@ -328,6 +329,7 @@ class ControllerHooks:
         if "exit" in ended:
             pytest.exit(str(ended["exit"]), returncode=ended.get("returncode"))
 
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: optional for older xdist
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """A worker process that died: its test's failure says how, with the worker's last words."""
         node = getattr(report, "node", None)

@@ -993,6 +993,28 @@ def test_a_fifo_with_a_reader_gets_the_report(downstream: Downstream, private_tm
     assert leftovers(private_tmp) == []
 
 
+def test_a_report_path_that_stops_taking_output_is_one_line_at_the_end(downstream: Downstream) -> None:
+    """Proven at the start, the report's directory is replaced by a file during the run: the end
+    says so in one line and the exit status is not 0 (it was a traceback), the tests' outcome
+    stays in the summary."""
+    downstream.pytester.makepyfile(test_spoil="""
+        import os, shutil
+
+        def test_spoils_the_report_directory():
+            shutil.rmtree("out", ignore_errors=True)
+            with open("out", "w") as f:
+                f.write("not a directory")
+    """)
+    (downstream.path / "out").mkdir()
+    result = downstream.run(f"--enginedead-report={downstream.path / 'out' / 'r.json'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.text[-3000:]
+    assert_clean(result.text)
+    lines = [ln for ln in result.stderr.lines if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ERROR: enginedead: the report was not written: "), lines
+    assert "out/r.json' (from command line): cannot be written" in lines[0]
+    result.assert_outcomes(passed=1)
+
+
 def test_a_report_through_a_symlink_replaces_the_file_not_the_link(downstream: Downstream) -> None:
     """``latest.json -> runs/1.json``: the file the link names gets the report; the link stays."""
     downstream.copy("plain")
