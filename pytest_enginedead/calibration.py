@@ -7,6 +7,7 @@ clamped to [vLLM's stock 300 s, 2 h].
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import statistics
@@ -16,6 +17,7 @@ from typing import Any
 from . import compat
 from .cleanup import Reaper
 from .engine import Engine, Progress
+from .outputs import Output, claim
 from .planning import EngineSpec, Instructions
 from .policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
 
@@ -116,7 +118,12 @@ def format_calibration(out: dict[str, Any], policy: TimeoutPolicy) -> str:
     return "\n".join(lines)
 
 
-def plot(path: str, results: list[dict[str, Any]], stock: float, policy: TimeoutPolicy) -> None:
+def plot(out: Output | str, results: list[dict[str, Any]], stock: float, policy: TimeoutPolicy) -> None:
+    """Step time against batch size, drawn in the format the file name's extension names.
+
+    Drawn in memory and written through the one writer (``outputs``).
+    """
+    target = out if isinstance(out, Output) else claim(out, repr(out))
     try:
         import matplotlib
 
@@ -137,5 +144,7 @@ def plot(path: str, results: list[dict[str, Any]], stock: float, policy: Timeout
     ax.set_title("enginedead calibrate: step time vs deadline")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    drawn = io.BytesIO()
+    fig.savefig(drawn, format=os.path.splitext(target.path)[1].lstrip(".").lower() or None)
     plt.close(fig)
+    target.write_bytes(drawn.getvalue())

@@ -240,7 +240,7 @@ class Core:
             cap = float(self.guard.policy.timeout_s(Backend.CPU, self._batch, self._tokens))
             if not math.isfinite(cap):
                 raise ValueError(f"returned {cap!r}")
-            return cap
+            return min(cap, float(compat.MAX_DEADLINE_S))  # past it, Python's waits overflow
         except Exception as exc:  # the user's policy: say so once, fall back to vLLM's deadline
             if not self._warned_policy:
                 self._warned_policy = True

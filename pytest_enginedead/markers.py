@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from . import invariants
+from . import compat, invariants
 from .options import BadValue, check_batch_sizes
 from .record import Injection
 
@@ -72,6 +72,11 @@ def _seconds(what: str, name: str, value: Any) -> float:
         raise BadMarker(
             f"{what}: {name}={value!r} is not a whole number of seconds >= 1; vLLM's deadline "
             "(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) is parsed with int()"
+        )
+    if seconds > compat.MAX_DEADLINE_S:
+        raise BadMarker(
+            f"{what}: {name}={value!r} must be at most {compat.MAX_DEADLINE_S} s, the longest wait "
+            "vLLM can make (Python's threading.TIMEOUT_MAX)"
         )
     return seconds
 

@@ -6,10 +6,12 @@ Precedence: marker > command line > environment > ini > default.  A bad value is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -220,7 +222,11 @@ def check_architectures(model: str, source: str) -> None:
 
 
 def validate_output_path(raw: str) -> str:
-    """A file path we can write later: checked now, so no result is lost at the end."""
+    """An output path as text: not empty, ``~`` expanded, within the lengths the OS takes.
+
+    Whether it can take the output is proven when it is claimed (``outputs.claim``),
+    at the start of the run, by creating it for real.
+    """
     text = raw.strip()
     if not text:
         raise BadValue("no path given")
@@ -229,17 +235,6 @@ def validate_output_path(raw: str) -> str:
         raise BadValue(f"{path.name[:40]!r}... is too long a file name (at most 255 bytes)")
     if len(os.fsencode(str(path.absolute()))) >= 4096:
         raise BadValue(f"{str(path)[:40]!r}... is too long a path (at most 4095 bytes)")
-    if _exists(path) and path.is_dir():
-        raise BadValue(f"{str(path)!r} is a directory; give a file path")
-    parent = path.absolute().parent
-    while not _exists(parent):
-        parent = parent.parent
-    if not parent.is_dir():
-        raise BadValue(f"{str(path)!r} cannot be created: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise BadValue(f"{str(path)!r} cannot be created: {str(parent)!r} is not writable")
-    if _exists(path) and not os.access(path, os.W_OK):
-        raise BadValue(f"{str(path)!r} exists and is not writable")
     return str(path)
 
 
@@ -460,6 +455,8 @@ class Settings:
     guard: bool
     liveness: LivenessSettings
     vllm_version: str | None
+    #: how the report path was given, for messages: ``--enginedead-report='x' (from command line)``
+    report_where: str = ""
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
@@ -484,6 +481,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
             interval_s=get["enginedead_sample_interval"].value,
         ),
         vllm_version=compat.installed_version(),
+        report_where=f"{get['enginedead_report'].where} (from {get['enginedead_report'].source})",
     )
 
 
@@ -501,6 +499,44 @@ def check_vllm_environment() -> None:
     problem = vllm_environment_problem()
     if problem:
         raise pytest.UsageError(f"enginedead: {problem}")
+
+
+#: a one-line message longer than this has its long paths cut to their head and tail (``-v``: whole)
+SHOWN_LINE_CHARS = 200
+#: ... each path (or name) longer than this, in such a line
+SHOWN_PATH_CHARS = 80
+#: what a message holds a path as: a run of characters with no space or quote in it
+_TOKEN = re.compile(r"[^\s'\"]+")
+SHORTENED_NOTE = " [long paths shortened; -v shows them whole]"
+
+
+def shorten_paths(message: str, limit: int = SHOWN_PATH_CHARS, line: int = SHOWN_LINE_CHARS) -> str:
+    """``message``, if longer than ``line``, with every path longer than ``limit`` cut.
+
+    The tail is kept longer than the head: it names the file the message is about
+    (``.../models/m/config.json``).  A note at the end says how to see them whole.
+    """
+    if len(message) <= line:
+        return message
+    head = limit // 3
+
+    def cut(match: re.Match[str]) -> str:
+        text = match.group(0)
+        return text if len(text) <= limit else f"{text[:head]}...{text[-(limit - head - 3):]}"
+
+    shortened = _TOKEN.sub(cut, message)
+    return shortened if shortened == message else shortened + SHORTENED_NOTE
+
+
+@contextlib.contextmanager
+def shown_whole_if_verbose(config: pytest.Config) -> Iterator[None]:
+    """Usage errors raised inside keep their long paths under ``-v``, else are shortened."""
+    try:
+        yield
+    except pytest.UsageError as exc:
+        if (config.getoption("verbose", 0) or 0) > 0:
+            raise
+        raise pytest.UsageError(*(shorten_paths(str(a)) for a in exc.args)) from None
 
 
 def one_line(exc: BaseException) -> str:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import sys
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 import pytest
 
-from . import compat, distributed, guard, hooks, invariants, markers, options, planning, report
+from . import compat, distributed, guard, hooks, invariants, markers, options, outputs, planning, report
 from .assertions import run_settings
 from .engine import EngineBase, EngineHandle, EngineStartError, Handle, Progress
 from .options import Settings
@@ -36,6 +37,8 @@ class Run:
     pool: EnginePool
     results: Results
     cpu_bind: str | None = None
+    #: the JSON report's path, claimed at the start (never on an xdist worker: the controller writes it)
+    report: outputs.Output | None = None
     #: undoes what configure set up for the run (the liveness defaults)
     scope: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
@@ -76,14 +79,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in markers.DOCS:
         config.addinivalue_line("markers", line)
-    settings = options.resolve_settings(config)
+    with options.shown_whole_if_verbose(config):
+        settings = options.resolve_settings(config)
+        claimed = None
+        if settings.report and not distributed.is_worker(config):
+            try:
+                claimed = outputs.claim(settings.report, settings.report_where)
+            except outputs.OutputError as exc:
+                raise pytest.UsageError(f"enginedead: {exc}") from None
     pool = EnginePool(max_alive=1, progress=_progress_writer(config))
-    run = Run(settings, pool, Results(), distributed.cpu_bind(config))
+    run = Run(settings, pool, Results(), distributed.cpu_bind(config), claimed)
     run.scope.enter_context(run_settings(settings.liveness))
     config.stash[run_key] = run
     config.pluginmanager.register(_Interrupted(pool), "enginedead-interrupt")
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(distributed.ControllerHooks(run.results), "enginedead-xdist")
+    if distributed.is_worker(config):
+        config.pluginmanager.register(distributed.WorkerHooks(config), "enginedead-xdist-worker")
+    elif config.pluginmanager.hasplugin("xdist"):
+        controller = distributed.ControllerHooks(run.results, lambda: _check_model(config, settings))
+        config.pluginmanager.register(controller, "enginedead-xdist")
 
 
 class _Interrupted:
@@ -101,6 +114,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if run is not None:
         run.scope.close()
         run.pool.close()
+        if run.report is not None:
+            run.report.close()
         if run.pool.started:
             # an engine filled this process's heap with vLLM's and torch's objects (a
             # million and more): pytest collects garbage five times as it exits, and
@@ -239,10 +254,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         [_need(item, run) if _uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
     )
-    if plan.engine_specs:  # the model is checked once, before the first engine starts
-        options.check_model(run.settings.model, run.settings.model_source)
-        if compat.vllm_missing_reason() is None:
-            options.check_architectures(run.settings.model, run.settings.model_source)
     run.results.configurations = plan.configurations
     budget = config.pluginmanager.hasplugin("timeout")
     for item, test in zip(items, plan.tests, strict=True):
@@ -252,10 +263,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if budget and item.get_closest_marker("timeout") is None:
             _add_budget(item, test)
     items[:] = [items[i] for i in plan.order]
-    if distributed.is_worker(config):
-        distributed.publish_groups(
-            config, ((it.nodeid, distributed.item_group(it, _planned_spec(it))) for it in items)
-        )
+    controller_checks = distributed.is_worker(config) and distributed.publish_groups(
+        config, ((it.nodeid, distributed.item_group(it, _planned_spec(it))) for it in items),
+        engine_tests=len(plan.engine_specs),
+    )
+    if plan.engine_specs and not controller_checks:  # under xdist the controller checks, once
+        _check_model(config, run.settings)
+
+
+def _check_model(config: pytest.Config, settings: Settings) -> None:
+    """The model the planned engines run, checked once before the first starts: a UsageError."""
+    with options.shown_whole_if_verbose(config):
+        options.check_model(settings.model, settings.model_source)
+        if compat.vllm_missing_reason() is None:
+            options.check_architectures(settings.model, settings.model_source)
 
 
 def _add_budget(item: pytest.Item, test: TestPlan) -> None:
@@ -347,8 +368,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     run.results.add_engines(records)
     if distributed.is_worker(config):
         distributed.send(config, run.results.to_wire())
-    elif run.settings.report:
-        report.write(run.settings.report, report.build(run.results, run.settings))
+    elif run.report is not None:
+        try:
+            report.write(run.report, report.build(run.results, run.settings))
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            sys.stderr.write(f"ERROR: enginedead: the report was not written: {exc}\n")
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
     survivors = [r.stop_error for r in records if r.stop_error]
     if survivors:
         raise RuntimeError(survivors[0])

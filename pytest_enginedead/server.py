@@ -318,7 +318,9 @@ class ServerHandle(Handle):
 
     def client_timeout_s(self) -> float:
         """Longer than any wait the engine may make for one step, so clients never give up first."""
-        return 3600.0 if self.spec.guard is not None else 2 * self.timeout_s + 120.0
+        if self.spec.guard is not None:
+            return 3600.0
+        return min(2 * self.timeout_s + 120.0, float(compat.MAX_DEADLINE_S))
 
     def prompt(self, i: int, prompt_len: int) -> str | list[int]:
         rng = random.Random(i * 7919 + prompt_len)

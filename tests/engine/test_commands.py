@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -77,14 +79,25 @@ def test_check_and_calibrate_on_the_reports_model_family(tmp_path: Path) -> None
 
 def test_calibrate_tiny_model(tmp_path: Path) -> None:
     """Batch sizes 1, 8, 64 on one engine of the tiny model: monotone step times,
-    recommendations that meet the reference constraints, and a real PNG."""
+    recommendations that meet the reference constraints, and a real PNG.  The log is a
+    character device (what /dev/null is): vLLM's output goes through it, and it is still the
+    same device afterwards, never replaced by a file."""
     png = tmp_path / "steps.png"
+    nulldev = tmp_path / "nulldev"
+    if os.geteuid() == 0:
+        os.mknod(nulldev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    else:
+        nulldev = Path(os.devnull)
+    before = os.lstat(nulldev)
     done = enginedead(
         "calibrate", "--batch-sizes", "1,8,64", "--steps", "24", "--json", "--plot", str(png),
-        timeout=600,
+        "--log", str(nulldev), timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    after = os.lstat(nulldev)
+    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
     out = json.loads(done.stdout)
+    assert out["log"] == str(nulldev)
     results = out["results"]
     assert [r["batch_size"] for r in results] == [1, 8, 64]
     p50 = [r["p50_s"] for r in results]

@@ -125,7 +125,7 @@ def test_header_warns_when_multiprocessing_is_off(plain: Downstream, monkeypatch
 
 def test_model_that_does_not_exist(plain: Downstream) -> None:
     missing = plain.path / "no-such-model"
-    line = usage_error(plain.run(f"--enginedead-model={missing}"))
+    line = usage_error(plain.run(f"--enginedead-model={missing}", "-v"))  # -v: long paths whole
     assert f"--enginedead-model={str(missing)!r} (from command line): " in line
     assert "does not exist" in line
 

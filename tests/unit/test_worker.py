@@ -24,12 +24,12 @@ import pytest
 
 import procs
 from pytest_enginedead import record, worker
-from pytest_enginedead.stacks import innermost_frames
 from pytest_enginedead.cleanup import ProcRef
 from pytest_enginedead.engine import Engine
 from pytest_enginedead.options import BUNDLED_MODEL
 from pytest_enginedead.planning import EngineSpec
 from pytest_enginedead.record import Control, Injection, StepTime, read_steps, write_control
+from pytest_enginedead.stacks import innermost_frames
 
 ME = os.getpid()
 
