@@ -484,6 +484,92 @@ def test_the_table_is_large_enough() -> None:
     assert len(CASES) + len(COMMAND_CASES) >= 60
 
 
+# --- the handles' own arguments -------------------------------------------------------------
+
+#: (id, method, arguments, what the line must say[, the engine's arguments]): each refused before
+#: the engine sees it
+HANDLE_CASES = [
+    ("generate-arriving-negative", "generate", {"arriving": -1},
+     ("EngineHandle.generate: arriving=-1 is not a whole number >= 1", "None: all at once")),
+    ("generate-arriving-zero", "generate", {"arriving": 0}, ("arriving=0 is not a whole number >= 1",)),
+    ("generate-prompt-len-zero", "generate", {"prompt_len": 0}, ("EngineHandle.generate: prompt_len=0",)),
+    ("generate-n-zero", "generate", {"n": 0}, ("EngineHandle.generate: n=0 is not a whole number >= 1",)),
+    ("generate-n-fraction", "generate", {"n": 2.5}, ("n=2.5 is not a whole number",)),
+    ("generate-max-tokens-bool", "generate", {"max_tokens": True}, ("max_tokens=True is not a whole",)),
+    ("generate-max-tokens-text", "generate", {"max_tokens": "8"}, ("max_tokens='8' is not a whole",)),
+    ("generate-past-max-model-len", "generate", {"prompt_len": 500, "max_tokens": 20},
+     ("prompt_len=500 + max_tokens=20 is 520 tokens, more than the engine's max_model_len 512",
+      "max_model_len=N")),
+    ("complete-n-negative", "complete", {"n": -4}, ("ServerHandle.complete: n=-4 is not a whole number",)),
+    ("complete-prompt-len-zero", "complete", {"prompt_len": 0}, ("ServerHandle.complete: prompt_len=0",)),
+    ("complete-max-tokens-none", "complete", {"max_tokens": None}, ("max_tokens=None is not a whole",)),
+    ("complete-stream-text", "complete", {"stream": "yes"}, ("stream='yes' is not True or False",)),
+    ("complete-past-max-model-len", "complete", {"prompt_len": 508, "max_tokens": 4},
+     ("prompt_len=508 + max_tokens=4 + 1 (the tokenizer's BOS token) is 513 tokens",)),
+    ("complete-past-a-factory-max-model-len", "complete", {"prompt_len": 60, "max_tokens": 8},
+     ("is 69 tokens, more than the engine's max_model_len 64",), (("max_model_len", 64),)),
+]
+
+
+@pytest.mark.parametrize(("method", "kwargs", "needles", "extra"), [(*c[1:4], c[4] if len(c) > 4 else ())
+                                                                   for c in HANDLE_CASES],
+                         ids=[c[0] for c in HANDLE_CASES])
+def test_a_handles_bad_argument_is_one_line_and_the_engine_stays(
+    method: str, kwargs: dict[str, object], needles: tuple[str, ...], extra: tuple[tuple[str, object], ...]
+) -> None:
+    """``generate`` / ``complete`` check every argument before the engine (or server) sees it:
+    the test fails in one line naming the value (``pytest.fail``, no traceback), and the engine
+    is not marked broken, so a shared one stays in service (on a real engine:
+    tests/engine/test_guard.py).  The engines here were never started: reaching them fails."""
+    from pytest_enginedead.engine import Engine, EngineHandle
+    from pytest_enginedead.planning import EngineSpec, Instructions
+    from pytest_enginedead.server import Server, ServerHandle
+
+    server = method == "complete"
+    engine = (Server if server else Engine)(EngineSpec(options.BUNDLED_MODEL, 8, extra, server=server))
+    handle = (ServerHandle if server else EngineHandle)(engine, 8, Instructions(300.0))
+    try:
+        with pytest.raises(pytest.fail.Exception) as info:
+            getattr(handle, method)(**kwargs)
+    finally:
+        engine.stop()
+    message = str(info.value)
+    assert not info.value.pytrace and "\n" not in message, message
+    for needle in needles:
+        assert needle in message, (needle, message)
+    assert not engine.broken
+
+
+def test_a_factorys_engine_arguments_are_held_against_vllms_own_lists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Names vLLM does not take fail in one line naming each, with the near misses (the lists
+    stand in for the installed vLLM's; the real ones are read in tests/engine/test_compat_vllm.py);
+    a vLLM that cannot say lets the names through to its own start."""
+    from pytest_enginedead import markers
+
+    monkeypatch.setattr(compat, "engine_argument_names",
+                        lambda: frozenset({"max_model_len", "enforce_eager"}))
+    monkeypatch.setattr(compat, "server_option_strings",
+                        lambda: frozenset({"--max-model-len", "--enforce-eager", "--no-enforce-eager"}))
+    markers.factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False}, server=False)
+    markers.factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False, "x": None}, server=True)
+    with pytest.raises(markers.BadMarker) as info:
+        markers.factory_engine_args("vllm_engine_factory", {"no_such_flag": 1, "max_modl_len": 3},
+                                    server=False)
+    assert str(info.value).startswith("vllm_engine_factory: no_such_flag=1, max_modl_len=3 are not engine "
+                                      "arguments of vLLM"), info.value
+    assert "did you mean max_model_len?" in str(info.value)
+    with pytest.raises(markers.BadMarker, match="no_such_flag=1 becomes --no-such-flag, which the API"):
+        markers.factory_engine_args("vllm_server_factory", {"no_such_flag": 1}, server=True)
+    with pytest.raises(markers.BadMarker, match="disable_log_stats=False becomes --no-disable-log-stats"):
+        markers.factory_engine_args("vllm_server_factory", {"disable_log_stats": False}, server=True)
+    monkeypatch.setattr(compat, "engine_argument_names", lambda: None)
+    monkeypatch.setattr(compat, "server_option_strings", lambda: None)
+    markers.factory_engine_args("f", {"no_such_flag": 1}, server=False)
+    markers.factory_engine_args("f", {"no_such_flag": 1}, server=True)
+
+
 # --- the enginedead command ----------------------------------------------------------------
 
 #: an import tripwire for subprocesses: vLLM's engine entry points, imported before any engine
@@ -833,3 +919,31 @@ def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
     assert "--no-such-flag" in lines[0]
     assert_clean(out + err)
     assert leftovers(private_tmp) == []
+
+
+def test_check_clears_an_inherited_guard_and_says_so(
+    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator's production ``ENGINEDEAD_GUARD*`` (even a value the guard would refuse) does
+    not reach the check's regression run, whose stock runs must stay unguarded: the command
+    clears it, the header says which it cleared, and nothing is refused for it."""
+    from pytest_enginedead import checking, cli
+
+    shell = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_BUSY_THRESHOLD": "0.1"}
+    env, cleared = cli.regression_environment({**shell, "PATH": "/usr/bin"},
+                                              checking.plan_for(options.BUNDLED_MODEL, [8, 64]))
+    assert not [k for k in env if k.startswith("ENGINEDEAD_GUARD")]
+    assert env["PATH"] == "/usr/bin" and env["ENGINEDEAD_BUSY_THRESHOLD"] == "0.1"  # the others still count
+    assert cleared == ["ENGINEDEAD_GUARD='1'", "ENGINEDEAD_GUARD_HANG_S='soon'"]
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(compat, "installed_version", lambda: "0.32.0")
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
+    code = cli.main(["check", "--log", str(tmp_path / "check.log"), "--", "--no-such-flag"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)  # pytest refused the extra argument: no engine, and not the guard
+    said = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited from "
+            "the environment: the stock and policy runs are unguarded (--guard adds a guarded run)")
+    assert said in out, out
+    assert_clean(out + err)

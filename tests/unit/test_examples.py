@@ -41,7 +41,8 @@ def test_every_suite_is_checked() -> None:
 @pytest.mark.parametrize("suite", SUITES)
 def test_suite_collects(downstream: Downstream, suite: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # the model's architecture is asked of vLLM's registry at collection: not here
-    monkeypatch.setattr(compat, "known_architectures", lambda: frozenset({"LlamaForCausalLM", "Gemma4ForCausalLM"}))
+    known = frozenset({"LlamaForCausalLM", "Gemma4ForCausalLM"})
+    monkeypatch.setattr(compat, "known_architectures", lambda: known)
     if suite == "repro":
         downstream.copy_procs()
     result = downstream.copy(suite).run("--collect-only", "-q")
