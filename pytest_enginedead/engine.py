@@ -564,9 +564,10 @@ class _RefusalWatch:
             self.refusal = guard_problem(self.engine.spec.guard, ready)
             if self.refusal is not None:
                 with contextlib.suppress(psutil.Error):
-                    mine = {p.pid for p in self.me.children(recursive=True)} - self.before
-                    if ready.pid in mine:
-                        psutil.Process(ready.pid).kill()
+                    self.engine.adopt(self.me, self.before)  # recorded (and reaped) like any start
+                    core = next((r.process() for r in self.engine.procs if r.pid == ready.pid), None)
+                    if core is not None:  # ours, pinned by pid and creation time
+                        core.kill()
             return
 
     def __enter__(self) -> _RefusalWatch:

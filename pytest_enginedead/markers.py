@@ -215,12 +215,10 @@ def complete_arguments(
 FACTORY_ARGS = ("batch_size", "timeout_s", "inject", "model")
 _BATCH = "give the batch size as the factory's batch_size (its first argument)"
 #: engine arguments (``vllm.LLM``) the harness sets itself: what to use instead
-OWNED_ENGINE_ARGS = {"max_num_seqs": _BATCH, "model": "give the model directory as model="}
+OWNED_ENGINE_ARGS = {"max_num_seqs": _BATCH}
 #: API server arguments the harness sets itself, or that would take the server out of its reach
 OWNED_SERVER_ARGS = {
     "max_num_seqs": _BATCH,
-    "model": "give the model directory as model=",
-    "model_tag": "give the model directory as model=",
     "host": "the harness serves on 127.0.0.1; read the address from handle.base_url",
     "port": "the harness picks a free port and watches /health on it; read it from handle.base_url",
     "uds": "the harness talks to the server over TCP on 127.0.0.1; read handle.base_url",
