@@ -183,15 +183,20 @@ def _fits(what: str, prompt_len: int, max_tokens: int, max_model_len: int | None
         )
 
 
+def _batch(what: str, n: Any, max_tokens: Any, prompt_len: Any, each: str, prompt: str) -> None:
+    """What ``generate`` and ``complete`` share: how many, how many tokens each, how long a prompt."""
+    if n is not None:
+        _count(what, "n", n, f"{each}s at once; None: the handle's batch size")
+    _count(what, "max_tokens", max_tokens, f"tokens to generate per {each}")
+    _count(what, "prompt_len", prompt_len, f"prompt {prompt} per {each}")
+
+
 def generate_arguments(
     n: Any, max_tokens: Any, prompt_len: Any, arriving: Any, max_model_len: int | None,
     what: str = "EngineHandle.generate",
 ) -> None:
     """``EngineHandle.generate``'s arguments, checked before the engine sees any of them."""
-    if n is not None:
-        _count(what, "n", n, "sequences in the batch; None: the handle's batch size")
-    _count(what, "max_tokens", max_tokens, "tokens to generate per sequence")
-    _count(what, "prompt_len", prompt_len, "prompt tokens per sequence")
+    _batch(what, n, max_tokens, prompt_len, "sequence", "tokens")
     if arriving is not None:
         _count(what, "arriving", arriving, "requests that join before each engine step; None: all at once")
     _fits(what, prompt_len, max_tokens, max_model_len, bos=False)
@@ -202,10 +207,7 @@ def complete_arguments(
     what: str = "ServerHandle.complete",
 ) -> None:
     """``ServerHandle.complete``'s arguments, checked before any request is sent."""
-    if n is not None:
-        _count(what, "n", n, "concurrent requests; None: the handle's batch size")
-    _count(what, "max_tokens", max_tokens, "tokens to generate per request")
-    _count(what, "prompt_len", prompt_len, "prompt words per request")
+    _batch(what, n, max_tokens, prompt_len, "request", "words")
     if not isinstance(stream, bool):
         raise BadMarker(f"{what}: stream={stream!r} is not True or False")
     _fits(what, prompt_len, max_tokens, max_model_len, bos)

@@ -234,13 +234,18 @@ def control_path(run_dir: str) -> str:
     return os.path.join(run_dir, CONTROL_FILE)
 
 
-def write_control(run_dir: str, control: Control) -> None:
-    """Replace the control file atomically: a reader sees the old or the new, never half."""
-    path = control_path(run_dir)
+def _replace(path: str, text: str) -> None:
+    """Replace a file atomically (a temporary file, then renamed): a reader sees the old or the
+    new, never half."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        f.write(control.to_json())
+        f.write(text)
     os.replace(tmp, path)
+
+
+def write_control(run_dir: str, control: Control) -> None:
+    """Replace the control file atomically: a reader sees the old or the new, never half."""
+    _replace(control_path(run_dir), control.to_json())
 
 
 class ControlReader:
@@ -348,12 +353,8 @@ class CoreReady:
 
 
 def write_core_ready(run_dir: str, ready: CoreReady) -> None:
-    """Written whole (a temporary file, then renamed): a reader never sees half of it."""
-    path = core_ready_path(run_dir)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(ready.to_json())
-    os.replace(tmp, path)
+    """Written whole: a reader never sees half of it."""
+    _replace(core_ready_path(run_dir), ready.to_json())
 
 
 def read_core_ready(run_dir: str) -> CoreReady | None:
