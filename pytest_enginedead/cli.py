@@ -293,7 +293,9 @@ def run_check(args: argparse.Namespace) -> int:
         )
         if cleared:
             _say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
-                 "and policy runs are unguarded" + ("" if plan.guard else " (--guard adds a guarded run)"))
+                 "and policy runs are unguarded" + (
+                     f", the guard run has policy {args.policy} and hang_s {guard.DEFAULT_HANG_S:g} s"
+                     if plan.guard else " (--guard adds a guarded run)"))
         code = _run_logged(cmd, env, log_path, args.verbose, progress)
         return _verdict(args, report, code, log_path)
     finally:
