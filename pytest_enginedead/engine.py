@@ -19,15 +19,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import psutil
+import pytest
 
-from . import cleanup, compat, guard, record
+from . import cleanup, compat, guard, markers, record
 from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
 from .liveness import LivenessSettings, ProcessEvidence, snapshot
-from .planning import EngineSpec, Instructions
+from .planning import EngineSpec, GuardSpec, Instructions
 from .record import StepTime
 
 
@@ -39,6 +40,41 @@ class Progress(Protocol):
 
 class EngineStartError(RuntimeError):
     """vLLM could not start an engine for this spec; the message says why."""
+
+
+class GuardRefused(EngineStartError):
+    """The engine core's guard is not what the engine was asked to run with (its own record says)."""
+
+
+def guard_problem(asked: GuardSpec | None, ready: record.CoreReady) -> str | None:
+    """Why the guard in the engine core is not the one asked for, in one line, or None.
+
+    ``ready`` is the engine core's own start-up record: asked for the guard, it must
+    be on with the policy and ``hang_s`` asked for; not asked, it must be off.
+    """
+    core = f"{compat.ENGINE_CORE_TITLE} (pid {ready.pid})"
+    if asked is None:
+        if ready.guard or ready.asked:
+            return (
+                f"the guard was not asked for, but {core} saw {guard.GUARD_ENV} set "
+                f"({'on' if ready.guard else 'refused'}): the harness's engines must not inherit it"
+            )
+        return None
+    want = (f"{asked.source or 'this engine'} asked for the guard (policy {asked.policy!r}, "
+            f"hang_s {asked.hang_s:g} s)")
+    if not ready.guard:
+        why = ready.problem or f"{guard.GUARD_ENV} did not reach it"
+        return f"the guard is off: {want}, and {core} refused it: {why}"
+    if ready.policy != asked.policy or ready.hang_s != asked.hang_s:
+        return (f"the guard is not as asked: {want}, but {core} runs it with policy {ready.policy!r}, "
+                f"hang_s {ready.hang_s:g} s")
+    return None
+
+
+def refuse(exc: markers.BadMarker) -> NoReturn:
+    """A handle's bad argument fails the test in its one line, before the engine sees it."""
+    __tracebackhide__ = True
+    raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
 
 class EngineBase:
@@ -72,7 +108,12 @@ class EngineBase:
     # --- what the code inside vLLM is told ------------------------------------------
 
     def environment(self, first: Instructions) -> dict[str, str]:
-        """The environment the engine's processes start with (and only they)."""
+        """The environment the engine's processes start with (and only they).
+
+        The harness sets the guard for every engine: on as its spec says, else
+        ``ENGINEDEAD_GUARD=0`` and none of the guard's other variables
+        (``cleared_variables``), whatever the caller's environment holds.
+        """
         env = {
             **compat.engine_environment(),
             compat.DEADLINE_ENV: first.deadline_env,
@@ -89,6 +130,17 @@ class EngineBase:
             env[guard.GUARD_PATH_ENV] = os.pathsep.join([*sys.path[:1], os.getcwd()])
         return env
 
+    def cleared_variables(self) -> list[str]:
+        """The guard's variables the engine's processes must not inherit (none of them set here)."""
+        if self.spec.guard is not None:
+            return []  # all of them set by ``environment``
+        return [name for name in guard.GUARD_VARIABLES if name != guard.GUARD_ENV]
+
+    def process_environment(self, first: Instructions, base: Mapping[str, str]) -> dict[str, str]:
+        """A whole environment for the engine's processes: ``base`` less the cleared, plus ours."""
+        cleared = set(self.cleared_variables())
+        return {**{k: v for k, v in base.items() if k not in cleared}, **self.environment(first)}
+
     def instruct(self, instructions: Instructions) -> None:
         """From the next RPC on, the engine runs under this deadline and these faults."""
         self._epoch += 1
@@ -99,12 +151,22 @@ class EngineBase:
         self.instructions.append(instructions)
 
     def check_core_ready(self) -> None:
-        """The engine core must have loaded our side of the plugin, or deadlines cannot switch."""
-        if not os.path.exists(record.core_ready_path(self.run_dir)):
+        """The engine core must have loaded our side of the plugin, or deadlines cannot switch;
+        and its guard must be the one asked for (``guard_problem``), by its own record."""
+        ready = record.read_core_ready(self.run_dir)
+        if ready is None:
             raise EngineStartError(
                 "vLLM's engine core did not load the enginedead plugin (its vllm.general_plugins "
                 f"entry); is VLLM_PLUGINS={os.environ.get('VLLM_PLUGINS')!r} leaving it out?"
             )
+        problem = guard_problem(self.spec.guard, ready)
+        if problem:
+            raise GuardRefused(problem)
+
+    def guard_refusal(self) -> str | None:
+        """The guard's refusal as soon as the engine core has written its record (None so far)."""
+        ready = record.read_core_ready(self.run_dir)
+        return None if ready is None else guard_problem(self.spec.guard, ready)
 
     # --- processes ------------------------------------------------------------------
 
@@ -272,10 +334,11 @@ class Engine(EngineBase):
         kwargs = compat.llm_kwargs(self.spec.model, self.spec.max_num_seqs, dict(self.spec.extra_args))
         t0 = time.monotonic()
         ticker = _Ticker(progress, f"starting engine ({self.spec.label()})", t0)
+        watch = _RefusalWatch(self, me, before)
         try:
             # vLLM configures its logging when first imported: import it inside the
             # engine's environment, which its spawned processes inherit
-            with _environ(env), ticker:
+            with _environ(env, self.cleared_variables()), ticker, watch:
                 from vllm import LLM  # here: the plugin loads without vLLM
 
                 self.llm = interruptible(lambda: LLM(**kwargs), "enginedead-start")
@@ -291,6 +354,8 @@ class Engine(EngineBase):
             self.adopt(me, before)
             self.broken = True
             self.stop()
+            if watch.refusal is not None:  # the engine core was ended for it: that is the reason
+                raise GuardRefused(watch.refusal) from None
             if isinstance(exc, EngineStartError):
                 raise
             if isinstance(exc, Exception):
@@ -497,7 +562,14 @@ class EngineHandle(Handle):
 
         ``arriving=k``: k requests join before each engine step, as a server's clients
         would, so the decode batch grows while each step prefills only the newcomers.
+        A bad argument fails the test in one line before the engine sees it (the
+        engine stays in service).
         """
+        __tracebackhide__ = True
+        try:
+            markers.generate_arguments(n, max_tokens, prompt_len, arriving, self.spec.max_model_len)
+        except markers.BadMarker as exc:
+            refuse(exc)
         return self._engine.generate(self.batch_size if n is None else n, max_tokens, prompt_len, arriving)
 
 
@@ -505,9 +577,13 @@ class EngineHandle(Handle):
 
 
 @contextlib.contextmanager
-def _environ(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
+def _environ(values: Mapping[str, str], unset: Iterable[str] = ()) -> Iterator[None]:
+    """``values`` set and ``unset`` removed in ``os.environ`` for the block, then restored."""
+    unset = [k for k in unset if k not in values]
+    saved = {k: os.environ.get(k) for k in [*values, *unset]}
     os.environ.update(values)
+    for k in unset:
+        os.environ.pop(k, None)
     try:
         yield
     finally:
@@ -516,6 +592,40 @@ def _environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class _RefusalWatch:
+    """While ``vllm.LLM(...)`` starts: as soon as the engine core's record shows the guard
+    refused, end the engine core (ours, by pid), so that the start fails at once instead
+    of running on to a ready engine that will not be used."""
+
+    def __init__(self, engine: EngineBase, me: psutil.Process, before: set[int], every_s: float = 0.1):
+        self.engine, self.me, self.before, self.every_s = engine, me, before, every_s
+        self.refusal: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            ready = record.read_core_ready(self.engine.run_dir)
+            if ready is None:
+                continue
+            self.refusal = guard_problem(self.engine.spec.guard, ready)
+            if self.refusal is not None:
+                with contextlib.suppress(psutil.Error):
+                    self.engine.adopt(self.me, self.before)  # recorded (and reaped) like any start
+                    core = next((r.process() for r in self.engine.procs if r.pid == ready.pid), None)
+                    if core is not None:  # ours, pinned by pid and creation time
+                        core.kill()
+            return
+
+    def __enter__(self) -> _RefusalWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1)
 
 
 class _Ticker:

@@ -11,7 +11,7 @@ import math
 import numbers
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import compat
@@ -26,6 +26,8 @@ class GuardSpec:
     hang_s: float
     #: ``reference``, ``vllm-stock`` or ``module:attr``: gives the guard's hard cap
     policy: str = "reference"
+    #: who asked for it, for messages ("the enginedead_guard marker"); not part of the key
+    source: str = field(default="", compare=False)
 
     def describe(self) -> str:
         return f"guard (policy {self.policy}, hang_s {self.hang_s:g} s)"
@@ -47,6 +49,15 @@ class EngineSpec:
     guard: GuardSpec | None = None
     #: vLLM's OpenAI-compatible API server instead of an offline ``vllm.LLM``
     server: bool = False
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The context length vLLM gets (``max_model_len``, else the harness's), None if unreadable."""
+        value = dict(self.extra_args).get("max_model_len", compat.DEFAULT_MAX_MODEL_LEN)
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None  # vLLM itself will say what is wrong with it
 
     def label(self) -> str:
         parts = [f"bs{self.max_num_seqs}", f"model {os.path.basename(self.model.rstrip('/'))}"]

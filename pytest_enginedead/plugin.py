@@ -48,6 +48,7 @@ plan_key = pytest.StashKey[TestPlan]()
 handle_key = pytest.StashKey[Handle]()
 
 ENGINE_FIXTURES = ("vllm_engine", "vllm_server")
+FACTORY_FIXTURES = ("vllm_engine_factory", "vllm_server_factory")
 
 
 def _run(config: pytest.Config) -> Run:
@@ -133,6 +134,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     note = distributed.dist_note(config)
     if note:
         lines.append(f"enginedead: {note}")
+    if s.guard:
+        lines.append(f"enginedead: the guard is on for every engine: {s.guard_where}" + (
+            f"; {guard.GUARD_ENV} is also the production switch: unset it to test engines without the guard"
+            if "(from environment)" in s.guard_where else ""))
     if os.environ.get(compat.MULTIPROCESSING_ENV, "1").strip() == "0":
         lines.append(
             f"enginedead: {compat.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
@@ -207,7 +212,8 @@ def _guard(item: pytest.Item, run: Run) -> GuardSpec | None:
             load_policy(policy, [str(item.config.rootpath), os.getcwd()])
         except PolicyError as exc:
             raise markers.BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
-    return GuardSpec(hang_s or guard.DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference")
+    return GuardSpec(hang_s or guard.DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference",
+                     "the enginedead_guard marker" if marker is not None else run.settings.guard_where)
 
 
 def _uses_engine(item: pytest.Item) -> bool:
@@ -254,6 +260,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         [_need(item, run) if _uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
     )
+    factories = [it for it in items if any(f in getattr(it, "fixturenames", ()) for f in FACTORY_FIXTURES)]
     run.results.configurations = plan.configurations
     budget = config.pluginmanager.hasplugin("timeout")
     for item, test in zip(items, plan.tests, strict=True):
@@ -263,11 +270,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if budget and item.get_closest_marker("timeout") is None:
             _add_budget(item, test)
     items[:] = [items[i] for i in plan.order]
+    engine_tests = len(plan.engine_specs) + len(factories)  # factories start the run's model too
     controller_checks = distributed.is_worker(config) and distributed.publish_groups(
         config, ((it.nodeid, distributed.item_group(it, _planned_spec(it))) for it in items),
-        engine_tests=len(plan.engine_specs),
+        engine_tests=engine_tests,
     )
-    if plan.engine_specs and not controller_checks:  # under xdist the controller checks, once
+    if engine_tests and not controller_checks:  # under xdist the controller checks, once
         _check_model(config, run.settings)
 
 
@@ -275,8 +283,6 @@ def _check_model(config: pytest.Config, settings: Settings) -> None:
     """The model the planned engines run, checked once before the first starts: a UsageError."""
     with options.shown_whole_if_verbose(config):
         options.check_model(settings.model, settings.model_source)
-        if compat.vllm_missing_reason() is None:
-            options.check_architectures(settings.model, settings.model_source)
 
 
 def _add_budget(item: pytest.Item, test: TestPlan) -> None:
@@ -485,27 +491,34 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
         _fail(str(exc))
     except PolicyFailure as exc:
         _fail(f"{what}: {exc}")
-    guard_spec = (GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference")
+    guard_spec = (GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference",
+                            run.settings.guard_where)
                   if run.settings.guard else None)
     return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
 
 
 def _factory_model(model: Any, server: bool) -> str:
-    """A factory's ``model=``: a directory holding a config an engine can run, or the test fails."""
+    """A factory's ``model=``: the same checks as every model door, or the test fails in one line."""
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
-        model_dir = options.validate_model(os.fspath(model))
-    except (options.BadValue, TypeError) as exc:
-        _fail(f"{what}: model={model!r}: {exc}")
-    problem = options.model_problem(model_dir)
+        path = os.fsdecode(os.fspath(model))
+    except TypeError:
+        _fail(f"{what}: model={model!r} is not a path; give a model directory holding a config.json")
+    problem = options.model_problem(path)
     if problem:
         _fail(f"{what}: model={model!r}: {problem}")
-    return model_dir
+    return options.validate_model(path)
 
 
 def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any], server: bool) -> EngineSpec:
+    """The factory's engine; its engine (or server) arguments and model checked before it starts."""
     __tracebackhide__ = True
+    what = "vllm_server_factory" if server else "vllm_engine_factory"
+    try:
+        markers.factory_engine_args(what, engine_args, server)
+    except markers.BadMarker as exc:
+        _fail(str(exc))
     model_dir = run.settings.model if model is None else _factory_model(model, server)
     spec = planning.spec_for(need, model_dir, run.cpu_bind)
     return replace(spec, extra_args=tuple(sorted(engine_args.items())))

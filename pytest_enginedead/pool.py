@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from . import cleanup
 from .cleanup import Reaper
-from .engine import Engine, EngineBase, Progress
+from .engine import Engine, EngineBase, GuardRefused, Progress
 from .planning import EngineSpec, Instructions
 from .server import Server
 
@@ -39,6 +39,8 @@ class EnginePool:
         self._live: dict[EngineSpec, EngineBase] = {}
         self._records: list[EngineRecord] = []
         self._died: set[EngineSpec] = set()  # specs whose shared engine was dropped broken
+        #: specs whose engine core refused the guard asked for: said again, never restarted
+        self._refused: dict[EngineSpec, str] = {}
         self._reaper: Reaper | None = None
         #: a Ctrl-C came while ``close`` stopped the engines (the run ends as interrupted)
         self.interrupted = False
@@ -46,13 +48,23 @@ class EnginePool:
         self.started = 0
 
     def acquire(self, spec: EngineSpec, instructions: Instructions, test: str = "") -> EngineBase:
-        """The shared engine for ``spec``, told ``instructions``; started or restarted if need be."""
+        """The shared engine for ``spec``, told ``instructions``; started or restarted if need be.
+
+        A configuration whose engine core refused its guard fails every later test of
+        it at once, with the same line: the same environment would be refused again.
+        """
+        if spec in self._refused:
+            raise GuardRefused(self._refused[spec])
         engine = self._live.get(spec)
         if engine is not None and not engine.alive:
             self.drop(engine)
             engine = None
         if engine is None:
-            engine = self.start_dedicated(spec, instructions, restart=spec in self._died)
+            try:
+                engine = self.start_dedicated(spec, instructions, restart=spec in self._died)
+            except GuardRefused as exc:
+                self._refused[spec] = str(exc)
+                raise
             self._died.discard(spec)
             self._live[spec] = engine
         else:

@@ -276,13 +276,18 @@ def control_path(run_dir: str) -> str:
     return os.path.join(run_dir, CONTROL_FILE)
 
 
-def write_control(run_dir: str, control: Control) -> None:
-    """Replace the control file atomically: a reader sees the old or the new, never half."""
-    path = control_path(run_dir)
+def _replace(path: str, text: str) -> None:
+    """Replace a file atomically (a temporary file, then renamed): a reader sees the old or the
+    new, never half."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        f.write(control.to_json())
+        f.write(text)
     os.replace(tmp, path)
+
+
+def write_control(run_dir: str, control: Control) -> None:
+    """Replace the control file atomically: a reader sees the old or the new, never half."""
+    _replace(control_path(run_dir), control.to_json())
 
 
 class ControlReader:
@@ -348,9 +353,56 @@ def read_guard_events(path: str) -> list[GuardEvent]:
     return events
 
 
+# --- the engine core's start-up record: its side of the plugin, and the guard ----------
+
 #: The engine core writes this file once its side of the plugin is in place.
 CORE_READY_FILE = "core-ready.json"
 
 
 def core_ready_path(run_dir: str) -> str:
     return os.path.join(run_dir, CORE_READY_FILE)
+
+
+@dataclass(frozen=True)
+class CoreReady:
+    """What ``VLLM::EngineCore`` found when it loaded our plugin: the guard's start-up record.
+
+    Written once by ``guard.py`` inside the engine core, read by the harness, which
+    holds it against what it asked for: the guard is judged by the engine core's own
+    word, not by the harness's reading of the environment it passed.
+    """
+
+    pid: int
+    #: the guard is on
+    guard: bool
+    #: ``ENGINEDEAD_GUARD`` asked for it (it may still be off: see ``problem``)
+    asked: bool = False
+    #: the policy spec the guard runs (or was asked to run), as the engine core read it
+    policy: str | None = None
+    policy_name: str | None = None
+    hang_s: float | None = None
+    #: why the engine core left the guard off although it was asked, in one line
+    problem: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> CoreReady:
+        data = json.loads(text)
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+
+def write_core_ready(run_dir: str, ready: CoreReady) -> None:
+    """Written whole: a reader never sees half of it."""
+    _replace(core_ready_path(run_dir), ready.to_json())
+
+
+def read_core_ready(run_dir: str) -> CoreReady | None:
+    """The engine core's record, or None while it has written none (or none that parses)."""
+    try:
+        with open(core_ready_path(run_dir)) as f:
+            return CoreReady.from_json(f.read())
+    except (OSError, ValueError, TypeError):
+        return None

@@ -28,9 +28,18 @@ from typing import Any, TypeVar
 
 import psutil
 
-from . import compat
+from . import compat, markers
 from .cleanup import wait_until
-from .engine import EngineBase, EngineStartError, Handle, Progress, _Ticker, interruptible
+from .engine import (
+    EngineBase,
+    EngineStartError,
+    GuardRefused,
+    Handle,
+    Progress,
+    _Ticker,
+    interruptible,
+    refuse,
+)
 from .planning import Instructions
 
 #: How long a server may take to answer /health after it was started.
@@ -63,17 +72,16 @@ def server_command(model: str, port: int, max_num_seqs: int, served_name: str,
         "--host", "127.0.0.1", "--port", str(port),
         "--model", model, "--served-model-name", served_name,
         "--load-format", "dummy", "--max-num-seqs", str(max_num_seqs),
-        "--max-model-len", "512", "--enforce-eager", "--disable-log-stats",
-        "--disable-uvicorn-access-log",
+        "--max-model-len", str(compat.DEFAULT_MAX_MODEL_LEN),
+        *("--" + switch.replace("_", "-") for switch in compat.SERVER_SWITCHES),
     ]
     if not has_tokenizer(model):
         cmd.append("--skip-tokenizer-init")
     for key, value in extra:
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            cmd.append(flag)
-        elif value is not False and value is not None:
-            cmd += [flag, str(value)]
+        flag = compat.server_flag(key, value)
+        if flag is None:
+            continue
+        cmd += [flag] if isinstance(value, bool) else [flag, str(value)]
     return cmd
 
 
@@ -107,7 +115,7 @@ class Server(EngineBase):
         self.port = free_port()
         cmd = server_command(self.spec.model, self.port, self.spec.max_num_seqs, self.served_name,
                              self.spec.extra_args)
-        env = {**os.environ, **self.environment(first)}
+        env = self.process_environment(first, os.environ)
         t0 = time.monotonic()
         ticker = _Ticker(progress, f"starting server ({self.spec.label()})", t0)
         with open(self.log_path, "wb") as log, ticker:
@@ -151,6 +159,9 @@ class Server(EngineBase):
                     f"vLLM's API server exited with status {code} before it was ready; "
                     f"it printed:\n{self.log_tail()}"
                 )
+            refusal = self.guard_refusal()  # the engine core's record: no need to wait for ready
+            if refusal is not None:
+                raise GuardRefused(refusal)
             if http_status("127.0.0.1", self.port, timeout_s=1.0) == 200:
                 return
             self.adopt_tree()  # the engine core and worker, as soon as they exist
@@ -333,8 +344,15 @@ class ServerHandle(Handle):
     ) -> list[list[int]]:
         """``n`` concurrent completions through ``openai.AsyncOpenAI``; token ids per request.
 
-        Raises the first failure (the others are counted in ``last_outcome``).
+        Raises the first failure (the others are counted in ``last_outcome``).  A bad
+        argument fails the test in one line before any request is sent.
         """
+        __tracebackhide__ = True
+        try:
+            markers.complete_arguments(n, max_tokens, prompt_len, stream, self.spec.max_model_len,
+                                       bos=has_tokenizer(self.spec.model))
+        except markers.BadMarker as exc:
+            refuse(exc)
         count = self.batch_size if n is None else n
         results = _run_async(self._complete_all(count, max_tokens, prompt_len, stream))
         failures: Counter[str] = Counter(

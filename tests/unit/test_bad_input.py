@@ -46,6 +46,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 #: a model config the bundled model's engine accepts; rows break one key of it
 GOOD_CONFIG = json.loads((Path(options.BUNDLED_MODEL) / "config.json").read_text())
 
+#: what the tests here take vLLM's model registry to know (the real one is asked in tests/engine)
+KNOWN = frozenset({"LlamaForCausalLM"})
 USAGE, TEST = "usage", "test"
 NOISE = ("Traceback", "INTERNALERROR", "During handling of the above exception", "RuntimeWarning")
 
@@ -95,6 +97,11 @@ def hook(body: str) -> dict[str, str | bytes]:
     """A conftest.py whose ``pytest_enginedead_policy`` runs ``body``."""
     return {"conftest.py": "import sys\nfrom pytest_enginedead import TimeoutPolicy\n\n\n"
             "def pytest_enginedead_policy(config):\n" + textwrap.indent(textwrap.dedent(body), "    ")}
+
+
+def factory_call(call: str) -> str:
+    """A test that makes one engine or server through its factory: ``call`` names which."""
+    return f"def test_f({call.split('(')[0]}):\n    {call}\n"
 
 
 def marked(marker: str, fixtures: str = "", body: str = "pass") -> str:
@@ -324,9 +331,42 @@ CASES = [
          suite="def test_f(vllm_engine_factory):\n    vllm_engine_factory(8, model='m')\n", kind=TEST),
     Case("server-factory-batch-text", ("vllm_server_factory: batch_size='8' is not a positive integer",),
          suite="def test_f(vllm_server_factory):\n    vllm_server_factory('8')\n", kind=TEST),
+    # --- factory arguments the harness owns: refused at once, saying what to use instead ----------
+    Case("factory-server-port", ("vllm_server_factory: port=18123 is the harness's to set",
+                                 "the harness picks a free port", "handle.base_url"),
+         suite=factory_call("vllm_server_factory(2, port=18123)"), kind=TEST),
+    Case("factory-server-host", ("vllm_server_factory: host='0.0.0.0' is the harness's to set",),
+         suite=factory_call("vllm_server_factory(2, host='0.0.0.0')"), kind=TEST),
+    Case("factory-server-served-name", ("vllm_server_factory: served_model_name='x' is the harness's",
+                                        "read handle.model"),
+         suite=factory_call("vllm_server_factory(2, served_model_name='x')"), kind=TEST),
+    Case("factory-server-socket", ("vllm_server_factory: uds='/tmp/s' is the harness's to set",),
+         suite=factory_call("vllm_server_factory(2, uds='/tmp/s')"), kind=TEST),
+    Case("factory-engine-max-num-seqs", ("vllm_engine_factory: max_num_seqs=4 is the harness's to set",
+                                         "give the batch size as the factory's batch_size"),
+         suite=factory_call("vllm_engine_factory(2, max_num_seqs=4)"), kind=TEST),
+    Case("factory-deadline-variable", ("vllm_engine_factory: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=5 is the "
+                                       "harness's to set", "give the deadline as timeout_s="),
+         suite=factory_call("vllm_engine_factory(2, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=5)"), kind=TEST),
+    Case("factory-run-directory", ("vllm_server_factory: enginedead_worker_dir='/tmp' is the harness's",
+                                   "run directory"),
+         suite=factory_call("vllm_server_factory(2, enginedead_worker_dir='/tmp')"), kind=TEST),
+    Case("factory-guard-variable", ("vllm_engine_factory: ENGINEDEAD_GUARD_POLICY='p:x' is the harness's",
+                                    "--enginedead-guard"),
+         suite=factory_call("vllm_engine_factory(2, ENGINEDEAD_GUARD_POLICY='p:x')"), kind=TEST),
+    Case("factory-model-not-a-path", ("vllm_engine_factory: model=42 is not a path",),
+         suite=factory_call("vllm_engine_factory(2, model=42)"), kind=TEST),
+    Case("factory-model-unknown-architecture", ("vllm_engine_factory: model='m'", "names architecture "
+                                                "NoSuchModelForCausalLM, which vLLM", "does not know"),
+         files=model(config(architectures=["NoSuchModelForCausalLM"])),
+         suite=factory_call("vllm_engine_factory(2, model='m')"), kind=TEST),
+    Case("server-factory-model-no-architecture", ("vllm_server_factory: model='m'",
+                                                  "names architecture (none)"),
+         files=model(config(architectures=[])),
+         suite=factory_call("vllm_server_factory(2, model='m')"), kind=TEST),
     # --- model directories an engine cannot run -----------------------------------------------------
-    Case("model-negative-vocab", ('"vocab_size": -1 must be at least 1', "(--enginedead-model, from "
-                                  "command line)"),
+    Case("model-negative-vocab", ('"vocab_size": -1 must be at least 1', "--enginedead-model='",
+                                  "(from command line)"),
          args=("--enginedead-model=m",), files=model(config(vocab_size=-1)), suite=ENGINE),
     Case("model-fractional-vocab", ('"vocab_size": 32000.5 is not a whole number',),
          args=("--enginedead-model=m",), files=model(config(vocab_size=32000.5)), suite=ENGINE),
@@ -357,6 +397,14 @@ CASES = [
          args=("--enginedead-model=m",), files=model(LATIN1)),
     Case("model-config-is-a-directory", ("has no config.json",),
          args=("--enginedead-model=m",), files={"m/config.json/x": "{}"}),
+    Case("model-unknown-architecture", ("--enginedead-model='", "(from command line)",
+                                        "names architecture NoSuchModelForCausalLM, which vLLM"),
+         args=("--enginedead-model=m",), files=model(config(architectures=["NoSuchModelForCausalLM"])),
+         suite=SERVER),
+    Case("model-unknown-architecture-factory-suite", ("ENGINEDEAD_MODEL='", "(from environment)",
+                                                      "names architecture NoSuchModelForCausalLM"),
+         env={"ENGINEDEAD_MODEL": "m"}, files=model(config(architectures=["NoSuchModelForCausalLM"])),
+         suite=factory_call("vllm_server_factory(2)")),
 ]
 
 
@@ -372,6 +420,8 @@ def tripwire(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     monkeypatch.setattr(EnginePool, "start_dedicated", refuse)
     monkeypatch.setattr(compat, "vllm_missing_reason", lambda: None)
+    # vLLM's registry, asked of every model before an engine starts: not imported here
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
     monkeypatch.delenv(compat.DEADLINE_ENV, raising=False)
     yield started
     assert started == [], "an engine start was attempted"
@@ -469,6 +519,92 @@ def test_the_table_is_large_enough() -> None:
     assert len(CASES) + len(COMMAND_CASES) >= 60
 
 
+# --- the handles' own arguments -------------------------------------------------------------
+
+#: (id, method, arguments, what the line must say[, the engine's arguments]): each refused before
+#: the engine sees it
+HANDLE_CASES = [
+    ("generate-arriving-negative", "generate", {"arriving": -1},
+     ("EngineHandle.generate: arriving=-1 is not a whole number >= 1", "None: all at once")),
+    ("generate-arriving-zero", "generate", {"arriving": 0}, ("arriving=0 is not a whole number >= 1",)),
+    ("generate-prompt-len-zero", "generate", {"prompt_len": 0}, ("EngineHandle.generate: prompt_len=0",)),
+    ("generate-n-zero", "generate", {"n": 0}, ("EngineHandle.generate: n=0 is not a whole number >= 1",)),
+    ("generate-n-fraction", "generate", {"n": 2.5}, ("n=2.5 is not a whole number",)),
+    ("generate-max-tokens-bool", "generate", {"max_tokens": True}, ("max_tokens=True is not a whole",)),
+    ("generate-max-tokens-text", "generate", {"max_tokens": "8"}, ("max_tokens='8' is not a whole",)),
+    ("generate-past-max-model-len", "generate", {"prompt_len": 500, "max_tokens": 20},
+     ("prompt_len=500 + max_tokens=20 is 520 tokens, more than the engine's max_model_len 512",
+      "max_model_len=N")),
+    ("complete-n-negative", "complete", {"n": -4}, ("ServerHandle.complete: n=-4 is not a whole number",)),
+    ("complete-prompt-len-zero", "complete", {"prompt_len": 0}, ("ServerHandle.complete: prompt_len=0",)),
+    ("complete-max-tokens-none", "complete", {"max_tokens": None}, ("max_tokens=None is not a whole",)),
+    ("complete-stream-text", "complete", {"stream": "yes"}, ("stream='yes' is not True or False",)),
+    ("complete-past-max-model-len", "complete", {"prompt_len": 508, "max_tokens": 4},
+     ("prompt_len=508 + max_tokens=4 + 1 (the tokenizer's BOS token) is 513 tokens",)),
+    ("complete-past-a-factory-max-model-len", "complete", {"prompt_len": 60, "max_tokens": 8},
+     ("is 69 tokens, more than the engine's max_model_len 64",), (("max_model_len", 64),)),
+]
+
+
+@pytest.mark.parametrize(("method", "kwargs", "needles", "extra"), [(*c[1:4], c[4] if len(c) > 4 else ())
+                                                                   for c in HANDLE_CASES],
+                         ids=[c[0] for c in HANDLE_CASES])
+def test_a_handles_bad_argument_is_one_line_and_the_engine_stays(
+    method: str, kwargs: dict[str, object], needles: tuple[str, ...], extra: tuple[tuple[str, object], ...]
+) -> None:
+    """``generate`` / ``complete`` check every argument before the engine (or server) sees it:
+    the test fails in one line naming the value (``pytest.fail``, no traceback), and the engine
+    is not marked broken, so a shared one stays in service (on a real engine:
+    tests/engine/test_guard.py).  The engines here were never started: reaching them fails."""
+    from pytest_enginedead.engine import Engine, EngineHandle
+    from pytest_enginedead.planning import EngineSpec, Instructions
+    from pytest_enginedead.server import Server, ServerHandle
+
+    server = method == "complete"
+    engine = (Server if server else Engine)(EngineSpec(options.BUNDLED_MODEL, 8, extra, server=server))
+    handle = (ServerHandle if server else EngineHandle)(engine, 8, Instructions(300.0))
+    try:
+        with pytest.raises(pytest.fail.Exception) as info:
+            getattr(handle, method)(**kwargs)
+    finally:
+        engine.stop()
+    message = str(info.value)
+    assert not info.value.pytrace and "\n" not in message, message
+    for needle in needles:
+        assert needle in message, (needle, message)
+    assert not engine.broken
+
+
+def test_a_factorys_engine_arguments_are_held_against_vllms_own_lists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Names vLLM does not take fail in one line naming each, with the near misses (the lists
+    stand in for the installed vLLM's; the real ones are read in tests/engine/test_compat_vllm.py);
+    a vLLM that cannot say lets the names through to its own start."""
+    from pytest_enginedead import markers
+
+    monkeypatch.setattr(compat, "engine_argument_names",
+                        lambda: frozenset({"max_model_len", "enforce_eager"}))
+    monkeypatch.setattr(compat, "server_option_strings",
+                        lambda: frozenset({"--max-model-len", "--enforce-eager", "--no-enforce-eager"}))
+    markers.factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False}, server=False)
+    markers.factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False, "x": None}, server=True)
+    with pytest.raises(markers.BadMarker) as info:
+        markers.factory_engine_args("vllm_engine_factory", {"no_such_flag": 1, "max_modl_len": 3},
+                                    server=False)
+    assert str(info.value).startswith("vllm_engine_factory: no_such_flag=1, max_modl_len=3 are not engine "
+                                      "arguments of vLLM"), info.value
+    assert "did you mean max_model_len?" in str(info.value)
+    with pytest.raises(markers.BadMarker, match="no_such_flag=1 becomes --no-such-flag, which the API"):
+        markers.factory_engine_args("vllm_server_factory", {"no_such_flag": 1}, server=True)
+    with pytest.raises(markers.BadMarker, match="disable_log_stats=False becomes --no-disable-log-stats"):
+        markers.factory_engine_args("vllm_server_factory", {"disable_log_stats": False}, server=True)
+    monkeypatch.setattr(compat, "engine_argument_names", lambda: None)
+    monkeypatch.setattr(compat, "server_option_strings", lambda: None)
+    markers.factory_engine_args("f", {"no_such_flag": 1}, server=False)
+    markers.factory_engine_args("f", {"no_such_flag": 1}, server=True)
+
+
 # --- the enginedead command ----------------------------------------------------------------
 
 #: an import tripwire for subprocesses: vLLM's engine entry points, imported before any engine
@@ -536,8 +672,6 @@ COMMAND_CASES = [
             env={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "0"}),
     Command("env-threshold", ("check",), ("ENGINEDEAD_BUSY_THRESHOLD='100' (from environment)", "at most 64"),
             env={"ENGINEDEAD_BUSY_THRESHOLD": "100"}),
-    Command("env-guard", ("check",), ("ENGINEDEAD_GUARD='perhaps' (from environment)", "not a switch"),
-            env={"ENGINEDEAD_GUARD": "perhaps"}),
     Command("report-under-a-file", ("check", "--report", "afile/r.json"),
             ("enginedead check: error: --report 'afile/r.json': cannot be created: ", "is not a directory"),
             files={"afile": "x"}),
@@ -741,7 +875,7 @@ def test_group_markers_apply_to_the_engine_tests_only(
 ) -> None:
     """A module's ``pytestmark`` or a class's marker covers its engine tests; the plain tests
     beside them run as usual.  Only a marker on the plain test itself is an error."""
-    monkeypatch.setattr(options, "check_architectures", lambda model, source: None)
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
     downstream.pytester.makepyfile(test_group=textwrap.dedent("""
         import pytest
 
@@ -871,12 +1005,12 @@ TWINS = [
                                "(/sys is the kernel's; it takes no new files)"),
          env={"ENGINEDEAD_REPORT": "/sys/x.json"}, suite=ENGINE),
     # --- the model, checked once in the controller under xdist (issue 22) ------------------------------
-    Twin("model-negative-vocab", ('/m/config.json: "vocab_size": -1 must be at least 1 '
-                                  "(--enginedead-model, from command line)",),
+    Twin("model-negative-vocab",
+         ("(from command line): ", '/m/config.json: "vocab_size": -1 must be at least 1'),
          args=("--enginedead-model=m",), files=model(config(vocab_size=-1)), suite=ENGINE),
     Twin("model-unknown-architecture", (f"{FIXTURES}/unknown-arch/config.json names architecture "
                                         "NoSuchModelForCausalLM, which vLLM",
-                                        "(--enginedead-model, from command line)"),
+                                        "--enginedead-model=", "(from command line): "),
          args=(f"--enginedead-model={FIXTURES / 'unknown-arch'}",), suite=SERVER),
     Twin("model-long-path", ('"vocab_size": -1 must be at least 1',
                              "[long paths shortened; -v shows them whole]"),
@@ -1086,7 +1220,7 @@ def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
     from pytest_enginedead import cli
 
     monkeypatch.setattr(compat, "installed_version", lambda: "0.32.0")
-    monkeypatch.setattr(options, "architecture_problem", lambda model: None)
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
     log = tmp_path / "check.log"
     code = cli.main(["check", "--log", str(log), "--", "--no-such-flag"])
     out, err = capsys.readouterr()
@@ -1096,3 +1230,31 @@ def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
     assert "--no-such-flag" in lines[0]
     assert_clean(out + err)
     assert leftovers(private_tmp) == []
+
+
+def test_check_clears_an_inherited_guard_and_says_so(
+    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator's production ``ENGINEDEAD_GUARD*`` (even a value the guard would refuse) does
+    not reach the check's regression run, whose stock runs must stay unguarded: the command
+    clears it, the header says which it cleared, and nothing is refused for it."""
+    from pytest_enginedead import checking, cli
+
+    shell = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_BUSY_THRESHOLD": "0.1"}
+    env, cleared = cli.regression_environment({**shell, "PATH": "/usr/bin"},
+                                              checking.plan_for(options.BUNDLED_MODEL, [8, 64]))
+    assert not [k for k in env if k.startswith("ENGINEDEAD_GUARD")]
+    assert env["PATH"] == "/usr/bin" and env["ENGINEDEAD_BUSY_THRESHOLD"] == "0.1"  # the others still count
+    assert cleared == ["ENGINEDEAD_GUARD='1'", "ENGINEDEAD_GUARD_HANG_S='soon'"]
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(compat, "installed_version", lambda: "0.32.0")
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
+    code = cli.main(["check", "--log", str(tmp_path / "check.log"), "--", "--no-such-flag"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)  # pytest refused the extra argument: no engine, and not the guard
+    said = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited from "
+            "the environment: the stock and policy runs are unguarded (--guard adds a guarded run)")
+    assert said in out, out
+    assert_clean(out + err)
