@@ -96,9 +96,21 @@ def _forget_segment(name: str) -> None:
         resource_tracker.unregister("/" + name, "shared_memory")
 
 
-def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0) -> list[ProcRef]:
-    """SIGTERM, then SIGKILL after ``grace_s``; return the refs still alive (should be none)."""
+def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0, at_once: bool = False) -> list[ProcRef]:
+    """SIGTERM, then SIGKILL after ``grace_s``; return the refs still alive (should be none).
+
+    ``at_once`` (a run that was interrupted): no grace.  The processes and everything
+    below them are first stopped (SIGSTOP), which keeps a process that is spawning one
+    (an engine core starting its worker) from leaving a half-started child behind, and
+    found again until no new one appears, then all killed.
+    """
     procs = [p for p in (r.process(zombie=True) for r in refs) if p is not None]
+    if at_once:
+        tree = _frozen(procs)
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        return [ProcRef.of(p) for p in _wait_gone(tree, 5.0)]
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
@@ -107,6 +119,24 @@ def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0) -> list[ProcRef]:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     return [ProcRef.of(p) for p in _wait_gone(alive, 5.0)]
+
+
+def _frozen(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """``procs`` and all their descendants, each stopped (SIGSTOP) before its children are read."""
+    found = {p.pid: p for p in procs}
+    frontier = list(procs)
+    while frontier:
+        for proc in frontier:
+            with contextlib.suppress(psutil.Error):
+                proc.suspend()
+        below = []
+        for proc in frontier:
+            with contextlib.suppress(psutil.Error):
+                below += [c for c in proc.children(recursive=True) if c.pid not in found]
+        for child in below:
+            found[child.pid] = child
+        frontier = below
+    return list(found.values())
 
 
 def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -466,21 +466,27 @@ def token_prompt(token_ids: list[int]) -> Any:
     return {"prompt_token_ids": token_ids}
 
 
-def generate_arriving(llm: Any, prompts: list[Any], params: Any, per_step: int) -> list[Any]:
+def generate_arriving(llm: Any, prompts: list[Any], params: Any, per_step: int | Sequence[int]) -> list[Any]:
     """Like ``llm.generate``, but ``per_step`` requests arrive before each engine step.
 
     As under a server's clients, the decode batch grows while each step prefills only
-    the newcomers.  ``LLMEngine.add_request(request_id, prompt, params)`` / ``step()``
-    / ``has_unfinished_requests()`` are the same in 0.27.1-0.32.0.
+    the newcomers.  A sequence gives the count per step (its last repeats), so a test can
+    shape one step: ``[8, 120]`` makes the second step 8 decodes beside 120 newcomers.
+    ``LLMEngine.add_request(request_id, prompt, params)`` / ``step()`` /
+    ``has_unfinished_requests()`` are the same in 0.27.1-0.32.0.
     """
     engine = llm.llm_engine
     tag = f"enginedead-{id(prompts):x}-{time.monotonic_ns()}"
+    counts = [per_step] if isinstance(per_step, int) else list(per_step)
     waiting = list(enumerate(prompts))
     done: dict[str, Any] = {}
+    step = 0
     while waiting or engine.has_unfinished_requests():
-        for i, prompt in waiting[:per_step]:
+        k = counts[min(step, len(counts) - 1)]
+        for i, prompt in waiting[:k]:
             engine.add_request(f"{tag}-{i}", prompt, params)
-        waiting = waiting[per_step:]
+        waiting = waiting[k:]
+        step += 1
         for out in engine.step():
             if getattr(out, "finished", False):
                 done[out.request_id] = out

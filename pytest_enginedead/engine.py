@@ -19,7 +19,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import psutil
@@ -176,8 +176,8 @@ class EngineBase:
             if proc.pid in before or any(r.pid == proc.pid for r in self.procs):
                 continue
             with contextlib.suppress(psutil.Error):
-                if "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
-                    continue  # multiprocessing's own helper, one per process, not the engine's
+                if proc.ppid() == me.pid and "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
+                    continue  # this process's own multiprocessing helper (an engine core's is the engine's)
                 self.procs.append(ProcRef.of(proc))
         self.shm |= mapped_shm(self.procs)
         if self._reaper is not None:
@@ -214,7 +214,7 @@ class EngineBase:
 
             if not fast():
                 self.shutdown(give_up=fast)
-            leftover = terminate(self.procs, grace_s=1.0 if fast() else 3.0)
+            leftover = terminate(self.procs, at_once=fast())
             self.shutdown()
             self._clean_up(leftover)
         if not cleanup.held.holding and cleanup.held.take():
@@ -394,7 +394,8 @@ class Engine(EngineBase):
         _bounded(functools.partial(compat.shutdown_llm, llm), wait_s, give_up or (lambda: False))
 
     def generate(
-        self, n: int, max_tokens: int = 8, prompt_len: int = 4, arriving: int | None = None
+        self, n: int, max_tokens: int = 8, prompt_len: int = 4,
+        arriving: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         """One concurrent decode batch of ``n`` sequences; token ids per sequence.
 
@@ -556,12 +557,15 @@ class EngineHandle(Handle):
     _engine: Engine
 
     def generate(
-        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4, arriving: int | None = None
+        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4,
+        arriving: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Run one concurrent decode batch of ``n`` sequences (default: the batch size).
 
         ``arriving=k``: k requests join before each engine step, as a server's clients
-        would, so the decode batch grows while each step prefills only the newcomers.
+        would, so the decode batch grows while each step prefills only the newcomers;
+        ``arriving=[k1, k2, ...]``: k1 before the first step, k2 before the second... (the
+        last count repeats), to shape one step: decodes beside newcomers.
         A bad argument fails the test in one line before the engine sees it (the
         engine stays in service).
         """

@@ -202,8 +202,15 @@ def generate_arguments(
 ) -> None:
     """``EngineHandle.generate``'s arguments, checked before the engine sees any of them."""
     _batch(what, n, max_tokens, prompt_len, "sequence", "tokens")
-    if arriving is not None:
-        _count(what, "arriving", arriving, "requests that join before each engine step; None: all at once")
+    if isinstance(arriving, (list, tuple)):
+        if not arriving:
+            raise BadMarker(f"{what}: arriving={arriving!r} is empty (requests that join before each "
+                            "engine step, one count per step; None: all at once)")
+        for k in arriving:
+            _count(what, "arriving", k, f"in {arriving!r}: requests that join before each engine step")
+    elif arriving is not None:
+        _count(what, "arriving", arriving, "requests that join before each engine step, or a list of "
+               "counts, one per step; None: all at once")
     _fits(what, prompt_len, max_tokens, max_model_len, bos=False)
 
 

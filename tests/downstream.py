@@ -38,6 +38,14 @@ PROCS = HERE / "procs.py"
 REPORT_NAME = "enginedead-report.json"
 #: the title vLLM gives its worker processes
 WORKER_TITLE = "VLLM::Worker"
+#: A run to be cut short starts with Ctrl-C's default action whatever this process
+#: inherited, then becomes ``python ARGS`` (same pid): a shell that starts a command in
+#: the background without job control makes it ignore SIGINT (POSIX), and an ignored
+#: SIGINT stays ignored across every exec below it.
+DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
 
 
 @dataclass
@@ -144,7 +152,7 @@ class Downstream:
 
         ``env``: variables to set for the run on top of this process's environment.
         """
-        argv = [sys.executable, "-m", "pytest", *pytest_args(plugins, args)]
+        argv = [sys.executable, "-c", DEFAULT_SIGINT, "-m", "pytest", *pytest_args(plugins, args)]
         run = Background(self.path, argv, {**os.environ, **(env or {})})
         self._started.append(run)
         return run
@@ -170,6 +178,8 @@ class Background:
         self.seen: set[ProcRef] = set()
         #: the ``/dev/shm`` entries those processes had mapped
         self.shm: set[str] = set()
+        #: each seen process's command line when it was first seen (it may be gone since)
+        self.titles: dict[ProcRef, str] = {}
 
     def record(self, under: int | None = None) -> None:
         """Add the processes now below ``under`` (default: the run's pytest) and their shm."""
@@ -179,7 +189,11 @@ class Background:
             return
         for kid in kids:
             with contextlib.suppress(psutil.Error):
-                self.seen.add(ProcRef.of(kid))
+                ref = ProcRef.of(kid)
+                self.seen.add(ref)
+                name = " ".join(kid.cmdline())
+                if name:  # the latest: a spawned process takes its title after a moment
+                    self.titles[ref] = name
         self.shm |= mapped_shm(self.seen)
 
     def watch(
@@ -205,8 +219,7 @@ class Background:
             elif began is not None and (pid := under()) is not None:
                 self.record(pid)
             if began is not None and time.monotonic() - began >= extra_s:
-                titles = [title(r) for r in self.seen]
-                assert any(t.startswith(WORKER_TITLE) for t in titles), titles
+                assert self.seen_titled(WORKER_TITLE), sorted(self.titles.values())
                 return
             if self.proc.poll() is not None:
                 pytest.fail(f"the downstream run ended early:\n{self.output()}")
@@ -227,7 +240,7 @@ class Background:
 
     def seen_titled(self, part: str) -> bool:
         """Whether a process whose command line holds ``part`` was seen below the run."""
-        return any(part in title(r) for r in self.seen)
+        return any(part in t for t in self.titles.values())
 
     def wait(self, timeout: float = 120) -> int:
         """The run's exit status; the process tree is recorded while it winds down."""

@@ -151,6 +151,36 @@ def test_terminate_kills_what_ignores_sigterm(spawned: list[subprocess.Popen[str
     assert proc.wait(timeout=1) == -9
 
 
+SPAWNER = """
+import subprocess, sys, time
+print("ready", flush=True)
+while True:  # an engine core starting workers, one after another
+    subprocess.Popen(["sleep", "600"])
+    time.sleep(0.02)
+"""
+
+
+def test_terminate_at_once_takes_the_whole_tree_even_while_it_spawns(
+    spawned: list[subprocess.Popen[str]],
+) -> None:
+    """An interrupted run's stop: the tree is stopped before its children are read, so a
+    process spawning one at that moment leaves no half-started child behind."""
+    proc = start(spawned, sys.executable, "-c", SPAWNER)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    parent = psutil.Process(proc.pid)
+    assert parent.children()
+    t0 = time.monotonic()
+    assert terminate([ProcRef.of(parent)], at_once=True) == []
+    assert time.monotonic() - t0 < 2.0  # no grace period
+    time.sleep(0.2)
+    assert proc.wait(timeout=1) == -9
+    left = [p for p in psutil.process_iter(["ppid", "cmdline", "status"])
+            if p.info["cmdline"] == ["sleep", "600"] and p.info["status"] != psutil.STATUS_ZOMBIE
+            and p.info["ppid"] in (1, proc.pid)]
+    assert not left, left
+
+
 def _sleep_forever() -> None:
     time.sleep(600)
 
