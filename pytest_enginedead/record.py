@@ -76,6 +76,13 @@ def deadline_stack_path(run_dir: str, pid: int) -> str:
 
 #: The first line of a deadline stack: ``deadline-stack step=12 phase=execute_model ...``.
 DEADLINE_HEADER = "deadline-stack"
+#: Each sample of the main thread before the deadline starts with this line.
+SAMPLE_HEADER = "sample "
+
+
+def sample_block(before_s: float, frames: list[str]) -> str:
+    """One sample in a deadline stack: a header line, then its frames as faulthandler writes them."""
+    return f"{SAMPLE_HEADER}{before_s:.3f} s before the deadline\n" + "".join(f"{ln}\n" for ln in frames)
 
 
 @dataclass(frozen=True)
@@ -87,12 +94,14 @@ class DeadlineStack:
     deadline_s: float
     ran_s: float  # how long the phase had run when the dump was taken
     at: float  # time.monotonic() of the dump
-    text: str  # MAIN_THREAD_PREFIX line + faulthandler's all-threads dump
+    text: str  # MAIN_THREAD_PREFIX line + faulthandler's all-threads dump, at the deadline
+    #: the main thread's frames sampled in the moments before (``sample_block``s)
+    samples: tuple[str, ...] = ()
 
-    def header(self) -> str:
+    def header(self, samples: int = 0) -> str:
         return (
             f"{DEADLINE_HEADER} step={self.step} phase={self.phase} deadline={self.deadline_s:g} "
-            f"ran={self.ran_s:.6f} at={self.at:.6f}\n"
+            f"ran={self.ran_s:.6f} at={self.at:.6f} samples={samples}\n"
         )
 
 
@@ -101,13 +110,15 @@ def read_deadline_stack(path: str) -> DeadlineStack | None:
     with contextlib.suppress(OSError, ValueError, KeyError):
         with open(path) as f:
             first = f.readline()
-            text = f.read()
+            rest = f.read()
+        if not first.startswith(DEADLINE_HEADER):
+            return None
         words = dict(w.split("=", 1) for w in first.split()[1:])
-        if first.startswith(DEADLINE_HEADER):
-            return DeadlineStack(
-                int(words["step"]), words["phase"], float(words["deadline"]), float(words["ran"]),
-                float(words["at"]), text,
-            )
+        text, *samples = rest.split("\n" + SAMPLE_HEADER)
+        return DeadlineStack(
+            int(words["step"]), words["phase"], float(words["deadline"]), float(words["ran"]),
+            float(words["at"]), text + "\n", tuple(SAMPLE_HEADER + s for s in samples),
+        )
     return None
 
 

@@ -13,6 +13,7 @@ import ast
 import functools
 import linecache
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -118,17 +119,21 @@ def _qualname(path: str, line: int) -> str | None:
 
 @dataclass(frozen=True)
 class Where:
-    """Where the worker was, from one stack: the model code and the innermost frame."""
+    """Where the worker was: the model code most samples were in, and the innermost frame."""
 
     model: ModelFrame | None
     innermost: str
     #: how the stack was taken: "the worker's own stack at the deadline (...)", or after
     source: str
+    #: how many of the samples were at ``model`` (or, without model code, at ``innermost``)
+    count: int = 1
+    total: int = 1
 
     def describe(self) -> str:
+        share = f" in {self.count} of {self.total} samples" if self.total > 1 else ""
         if self.model is None:
-            return f"{self.innermost} (no model code on the stack); {self.source}"
-        return f"{self.model.describe()}; innermost {self.innermost}; {self.source}"
+            return f"{self.innermost}{share} (no model code on the stack); {self.source}"
+        return f"{self.model.describe()}{share}; innermost {self.innermost}; {self.source}"
 
     def to_dict(self) -> dict[str, object]:
         model = self.model
@@ -139,12 +144,31 @@ class Where:
             },
             "innermost": self.innermost,
             "source": self.source,
+            "samples": self.total,
+            "samples_here": self.count,
         }
 
 
-def where(stack: str, source: str) -> Where | None:
-    """Where the main thread of ``stack`` was, or None for a dump with no frames."""
-    frames = innermost_frames(stack, frames=10_000)
-    if len(frames) < 2:
+def where(stack: str, source: str, samples: Sequence[str] = ()) -> Where | None:
+    """Where the main thread was: over ``samples`` (``record.sample_block``s) and ``stack``.
+
+    The model code named is the one most samples were in (each sample's deepest frame
+    in the model's own modules, by its line); the innermost frame is the most common one
+    among those samples.  None for a stack with no frames.
+    """
+    blocks = [["sample"] + [ln.strip() for ln in b.splitlines() if ln.strip().startswith("File ")]
+              for b in samples]
+    blocks.append(innermost_frames(stack, frames=10_000))
+    blocks = [b for b in blocks if len(b) > 1]
+    if not blocks:
         return None
-    return Where(model_frame(frames), place_of(frames), source)
+    seen = [(model_frame(b), place_of(b)) for b in blocks]
+    counts = Counter(_key(m, place) for m, place in seen)
+    top, count = counts.most_common(1)[0]
+    here = [(m, place) for m, place in seen if _key(m, place) == top]
+    innermost = Counter(place for _, place in here).most_common(1)[0][0]
+    return Where(here[0][0], innermost, source, count, len(blocks))
+
+
+def _key(model: ModelFrame | None, place: str) -> str:
+    return f"{model.path}:{model.line}" if model is not None else place

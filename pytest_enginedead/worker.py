@@ -9,8 +9,9 @@ never active in the harness's own process.  When active it wraps the worker's
   the step's second RPC, ``sample_tokens``, is recorded as a phase of the same step;
 * apply fault injection (busy burn per sequence, idle hang, process exit);
 * dump its own Python stack when a step reaches the deadline in force (and every
-  deadline after that while it runs) into ``deadline-stack-<pid>.txt``: where the step
-  was at the moment vLLM gave up, whatever happens after;
+  deadline after that while it runs), with samples of the second before, into
+  ``deadline-stack-<pid>.txt``: where the step was when vLLM gave up, whatever happens
+  after;
 * let the harness dump its Python stack: ``SIGUSR2`` writes ``stack-<pid>.txt``.
 
 The formats are ``record.py``'s, shared with the harness that reads them.
@@ -24,6 +25,7 @@ import functools
 import importlib
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -43,23 +45,31 @@ def burn(seconds: float) -> None:
 
 #: The watchdog looks at the armed phase at least this often (a deadline is >= 1 s).
 WATCH_EVERY_S = 0.25
+#: Before the deadline, the main thread's stack is sampled this often, over this long
+#: (at most half the deadline): one frame at one instant says where one lucky moment
+#: was; the samples say where the step spends its time.
+SAMPLE_EVERY_S = 0.05
+SAMPLE_WINDOW_S = 0.45
 #: The watchdog's own clock, whatever a test does to this module's ``time``.
 _monotonic = time.monotonic
 
 
 class DeadlineWatch:
-    """Dumps the worker's stack when the phase in progress reaches its deadline.
+    """The worker's own stack when the phase in progress reaches its deadline.
 
     The step's thread only *arms* a phase (one tuple assignment at its start, one at
-    its end: no syscall, no wake-up); a daemon thread sleeps until the armed phase's
-    deadline, and once there, if the same phase still runs, writes the stack of every
-    thread (faulthandler) with a header naming the step, then again a deadline later.
-    It looks at least every ``WATCH_EVERY_S``, so it never misses a phase that lasts a
-    deadline (>= 1 s).  The file is replaced whole: a reader sees one complete dump.
+    its end: no syscall, no wake-up).  A daemon thread looks at the armed phase at least
+    every ``WATCH_EVERY_S`` and sleeps until it is due: from ``SAMPLE_WINDOW_S`` before
+    the deadline it samples the main thread's frames every ``SAMPLE_EVERY_S``, and at the
+    deadline, if the same phase still runs, writes every thread's stack (faulthandler)
+    with the samples and a header naming the step; then again a deadline later.  A phase
+    that ends first costs nothing more.  The file is replaced whole: a reader sees one
+    complete dump (``record.read_deadline_stack``).
     """
 
     def __init__(self, path: str, main_ident: int) -> None:
         self.path = path
+        self._ident = main_ident
         self._main = f"{record.MAIN_THREAD_PREFIX}0x{main_ident:016x}\n"
         #: (step, phase, started, deadline_s) of the phase in progress, or None
         self.armed: tuple[int, str, float, float] | None = None
@@ -73,28 +83,47 @@ class DeadlineWatch:
 
     def _run(self) -> None:
         current: tuple[int, str, float, float] | None = None
-        due = math.inf
+        samples: list[str] = []
+        deadline_at = next_at = math.inf
         while not self._closed.is_set():
             armed = self.armed
             if armed is not current:
-                current = armed
-                due = armed[2] + armed[3] if armed else math.inf
+                current, samples = armed, []
+                deadline_at = armed[2] + armed[3] if armed else math.inf
+                next_at = deadline_at - min(SAMPLE_WINDOW_S, armed[3] / 2) if armed else math.inf
             now = _monotonic()
-            if current is not None and now >= due:
-                self._dump(current, now)
-                due += current[3]
+            if current is not None and now >= next_at:
+                if now >= deadline_at:
+                    self._dump(current, now, samples)
+                    samples = []
+                    deadline_at += current[3]
+                    next_at = deadline_at - min(SAMPLE_WINDOW_S, current[3] / 2)
+                else:
+                    samples.append(self._sample(deadline_at - now))
+                    next_at = min(now + SAMPLE_EVERY_S, deadline_at)
                 continue
-            self._closed.wait(max(0.0, min(due - now, WATCH_EVERY_S)))
+            self._closed.wait(max(0.0, min(next_at - now, WATCH_EVERY_S)))
 
-    def _dump(self, phase: tuple[int, str, float, float], now: float) -> None:
+    def _sample(self, before_s: float) -> str:
+        """The main thread's frames now, innermost first, as faulthandler writes them."""
+        frame = sys._current_frames().get(self._ident)
+        lines: list[str] = []
+        while frame is not None and len(lines) < 200:
+            code = frame.f_code
+            lines.append(f'  File "{code.co_filename}", line {frame.f_lineno} in {code.co_name}')
+            frame = frame.f_back
+        return record.sample_block(before_s, lines)
+
+    def _dump(self, phase: tuple[int, str, float, float], now: float, samples: list[str]) -> None:
         step, name, started, deadline = phase
-        head = record.DeadlineStack(step, name, deadline, now - started, now, "").header()
+        head = record.DeadlineStack(step, name, deadline, now - started, now, "", ()).header(len(samples))
         tmp = f"{self.path}.tmp"
         with contextlib.suppress(OSError):
             with open(tmp, "w") as f:
                 f.write(head + self._main)
                 f.flush()
                 faulthandler.dump_traceback(file=f, all_threads=True)
+                f.write("".join(samples))
             os.replace(tmp, self.path)
 
 

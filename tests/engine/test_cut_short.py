@@ -11,7 +11,9 @@ harness did not start must still be alive.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,14 +61,16 @@ CTRL_C: dict[str, tuple[str, Callable[[Background], None]]] = {
 
 @pytest.mark.parametrize("phase", list(CTRL_C))
 def test_ctrl_c_stops_the_run_at_every_phase(
-    downstream: Downstream, decoy: psutil.Process, tmp_path: Path, phase: str
+    downstream: Downstream, decoy: psutil.Process, request: pytest.FixtureRequest, phase: str
 ) -> None:
     """Ctrl-C at each phase of an engine's and a server's life: the run stops within 10 s
     with pytest's interrupted exit code (2), no INTERNALERROR, and leaves nothing: no
     process in its sessions, no ``/dev/shm`` segment, no run directory."""
     test, wait = CTRL_C[phase]
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    # vLLM puts its ZMQ sockets under TMPDIR and refuses paths over 107 characters: under
+    # xdist, pytest's own tmp_path is already close to that, so the scratch TMPDIR is short.
+    scratch = Path(tempfile.mkdtemp(prefix="ed-"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
     run = downstream.copy("ctrl_c").start("-k", test, plugins=["timeout"], env={"TMPDIR": str(scratch)})
     wait(run)
     os.killpg(run.proc.pid, signal.SIGINT)

@@ -10,7 +10,9 @@ process titled ``VLLM::Worker`` that the harness did not start lives on.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -19,6 +21,7 @@ import psutil
 import pytest
 
 from downstream import Downstream, Outcome, assert_nothing_left, engine_processes, enginedead
+from machine import StepCost, death_sizes
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -115,17 +118,31 @@ def test_genuine_deaths_propagate(downstream: Downstream, decoy: psutil.Process)
     assert_nothing_left(*engine_processes(data), decoy)
 
 
-def test_real_compute_outlives_short_deadline(downstream: Downstream, decoy: psutil.Process) -> None:
-    """No injection: a 12-layer dummy Llama under a 1 s deadline survives a small batch
-    and dies on a large one while the worker computes — SLOW, from real compute."""
+def test_real_compute_outlives_short_deadline(
+    downstream: Downstream, decoy: psutil.Process, step_cost: Callable[..., StepCost],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No injection: a 12-layer dummy Llama, sized from its decode steps on this machine:
+    batch 2 lives with half the deadline to spare, the dying batch takes 2.5 deadlines —
+    SLOW, from real compute, the worker in the Llama's own code."""
+    sizes = death_sizes(step_cost(FIXTURES / "heavy-llama", (2, 16, 32)), most=256, living=(2,))
+    if isinstance(sizes, str):
+        pytest.skip(sizes)
+    print(sizes.describe())
+    monkeypatch.setenv("ENGINEDEAD_EXAMPLE_SIZES", json.dumps(
+        {"deadline": sizes.deadline_s, "living": sizes.living, "dying": sizes.dying}))
     result, data = run_engines(
         downstream.copy("real_compute"), f"--enginedead-model={FIXTURES / 'heavy-llama'}"
     )
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["FAILED test_real_compute.py::test_real_compute[[]bs64[]]*false eng*"])
+    result.stdout.fnmatch_lines(
+        [f"FAILED test_real_compute.py::test_real_compute[[]bs{sizes.dying}[]]*false eng*"])
     out = result.stdout.str()
     assert "in burn" not in out  # no injected burn: the worker was in the model
     assert "worker stack (innermost first):" in out
+    where = next(line for line in out.splitlines() if line.startswith("  where:"))
+    print(where)
+    assert "models/llama.py" in where and "Llama" in where, where
     assert data["engines_started"] == 1
     assert data["engines"][0]["false_deaths"] == 1
     assert data["engines"][0]["injection"] == "none"

@@ -1,42 +1,60 @@
-"""The original report's model family, shrunk: a real-compute false death at a decode step."""
+"""The original report's model family, shrunk: a real-compute false death, sized on this machine."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from downstream import Downstream, assert_nothing_left, engine_processes
+from machine import StepCost, death_sizes
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 pytestmark = pytest.mark.engine
+
+GEMMA = Path(__file__).resolve().parents[2] / "fixtures" / "gemma4-moe"
+#: the batch sizes the step cost is measured at, and the most sequences the test may ask for
+MEASURED_AT = (8, 32, 64)
+MOST = 512
 
 
 @pytest.mark.smoke
-def test_gemma4_moe_decode_batch_outlives_1s(downstream: Downstream, decoy: psutil.Process) -> None:
-    """No injection, 1 s deadline: batch 8 lives; as 128 clients arrive 16 per step the
-    decode batch grows, steps grow with it, and the first step past 1 s is a false
-    death with the worker inside the MoE layers — after the first tokens were made."""
+def test_gemma4_moe_decode_batch_outlives_its_deadline(
+    downstream: Downstream, decoy: psutil.Process, step_cost: Callable[..., StepCost],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No injection.  Sized from this machine's decode steps: a batch that lives under the
+    deadline with half of it to spare, then a step of decodes beside newly arrived requests
+    sized to take 2.5 deadlines: a false death with the worker in the MoE block — named
+    from the worker's own samples and stack at the deadline, not from a stack taken after."""
+    sizes = death_sizes(step_cost(GEMMA, MEASURED_AT), most=MOST)
+    if isinstance(sizes, str):
+        pytest.skip(sizes)
+    print(sizes.describe())
+    monkeypatch.setenv("ENGINEDEAD_EXAMPLE_SIZES", json.dumps(
+        {"deadline": sizes.deadline_s, "living": sizes.living, "dying": sizes.dying}))
     result = downstream.copy("gemma").run(
-        "-rA", f"--enginedead-model={FIXTURES / 'gemma4-moe'}", plugins=["timeout"],
-        in_subprocess=True, report=True,
+        "-rA", f"--enginedead-model={GEMMA}", plugins=["timeout"], in_subprocess=True, report=True,
     )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "false engine death: vLLM raised EngineDeadError while its worker was still computing" in out
     assert "in burn" not in out  # nothing injected: the model itself
-    # where the worker spent its time, over the stack samples taken at the death: the MoE layers
+    # where: the MoE block of Gemma-4's decoder layer, over the samples before the deadline
     where = next(line for line in out.splitlines() if line.startswith("  where:"))
-    assert "fused_moe" in where, where
+    print(where)
+    assert "Gemma4" in where and "models/gemma4.py" in where and "experts" in where, where
+    assert "fused_moe" in where and "the worker's own stack at the deadline" in where, where
     data = result.report
     assert data is not None
     (test,) = [t for t in data["tests"] if t["when"] == "call"]
     assert test["verdict"] == "SLOW"
     (engine,) = data["engines"]
-    assert engine["injection"] == "none" and engine["batch_size"] == 128
+    assert engine["injection"] == "none" and engine["batch_size"] == sizes.dying
     (death,) = test["deaths"]
     (worker,) = [p for p in death["processes"] if p["step"]]
-    dying_batch = worker["step"]["batch_size"]
-    assert dying_batch > 16, "the first step of the arrivals (pure prefill) must not be the one that dies"
+    assert worker["step"]["batch_size"] == sizes.dying  # the shaped step, decodes beside newcomers
+    assert death["where"]["samples"] > 1 and death["where"]["model"]["qualname"].startswith("Gemma4")
     assert_nothing_left(*engine_processes(data), decoy)

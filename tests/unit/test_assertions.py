@@ -327,6 +327,8 @@ def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
         "model": None,
         "innermost": "pytest_enginedead/worker.py in burn",
         "source": "the worker's own stack at the deadline (step 3 execute_model, 2.00 s in)",
+        "samples": 1,
+        "samples_here": 1,
     }
 
 
@@ -458,6 +460,35 @@ Current thread 0x00007f00000000aa (most recent call first):
     assert burn is not None and burn.model is None
     assert burn.describe() == "pytest_enginedead/worker.py in burn (no model code on the stack); x"
     assert where("main-thread 0x1\nno dump\n", "x") is None
+
+
+def test_where_counts_the_samples_before_the_deadline(tmp_path: Any) -> None:
+    """Over the samples of the moments before the deadline, the model code most of them
+    were in wins, whatever the one instant at the deadline shows: not one lucky frame."""
+    from pytest_enginedead.record import sample_block
+
+    models = tmp_path / "site" / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    module = models / "fake.py"
+    module.write_text(MODEL_SOURCE)
+
+    def at(line: int, inner: str) -> list[str]:
+        return [f'  File "/site/vllm/model_executor/layers/{inner}.py", line 9 in forward',
+                f'  File "{module}", line {line} in forward',
+                '  File "/site/vllm/v1/worker/gpu_model_runner.py", line 3100 in execute_model']
+
+    samples = [sample_block(0.4 - 0.1 * i, at(4, "fused_moe/layer")) for i in range(3)]
+    samples.insert(1, sample_block(0.35, at(3, "attention")))
+    head = "main-thread 0x1\nCurrent thread 0x1 (most recent call first):\n"
+    at_deadline = head + "\n".join(at(3, "attention"))
+    found = where(at_deadline, "how", samples)
+    assert found is not None and found.model is not None
+    assert (found.model.line, found.count, found.total) == (4, 3, 5)
+    assert found.innermost == "vllm/model_executor/layers/fused_moe/layer.py in forward"
+    assert found.describe().startswith(
+        "FakeDecoderLayer.forward (vllm/model_executor/models/fake.py:4): "
+        "return self.experts(x, self.router(x)) in 3 of 5 samples; innermost vllm/"
+    )
 
 
 def test_short_path_starts_at_the_package() -> None:
