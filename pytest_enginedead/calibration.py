@@ -36,7 +36,7 @@ from .policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
 from .record import StepTime
 from .sizing import advice, shapes, slices
 from .sizing import fit as fit_
-from .sizing.forecast import Forecast, forecast
+from .sizing.forecast import Forecast, fit_slices
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -182,6 +182,10 @@ class EnginePlan:
     limits: shapes.Limits  # what the engine starts with
     kv_cache_gib: int
     memory: slices.Memory
+
+    @property
+    def short(self) -> str:
+        return "model" if self.depth is None else f"slice {self.depth}"
 
 
 @dataclass(frozen=True)
@@ -352,7 +356,7 @@ def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: 
         engine.drive([(engine.prompts([1, 1], 7), 3)])  # warm-up, not measured
         for i, run in enumerate(plan.runs):
             if progress:
-                progress(f"{ep.label}: {run.name}")
+                progress(f"{ep.short}: {run.name}")
             out.runs[run.name] = _run_one(engine, run, i + 1)
         if plan.validate:
             _validate(plan, ep, engine, out, progress)
@@ -365,13 +369,15 @@ def _fit_of(plan: SizingPlan, measured: Sequence[Measured]) -> Forecast:
     parts = [(m.plan.layout, _samples(s for name, steps in m.runs.items() if name != WORST for s in steps))
              for m in measured]
     origin = None if plan.forecast else "measured"
-    return forecast(parts, plan.layout, plan.config, origin)
+    return fit_slices(parts, plan.layout, plan.config, origin)
 
 
 WORST = "worst step"
 
 
-def _validate(plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measured, progress: Progress | None) -> None:
+def _validate(
+    plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measured, progress: Progress | None
+) -> None:
     """Form the worst step on the engine, if the fit says it is affordable here."""
     fitted = _fit_of(plan, [out]).fit
     worst = shapes.worst_step(plan.limits, plan.window, fitted.predict)
@@ -384,7 +390,7 @@ def _validate(plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measured, p
                           "budget (a smaller --max-model-len or --max-num-seqs forms it)")
         return
     if progress:
-        progress(f"{ep.label}: forming the worst step ({worst.describe()}; ~{_duration(cost)})")
+        progress(f"{ep.short}: forming the worst step ({worst.describe()}; ~{_duration(cost)})")
     steps = _run_one(engine, run, 99)
     out.runs[WORST] = steps
     formed = [(s, t) for s, t in _samples(steps)]
@@ -402,15 +408,18 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def size(plan: SizingPlan, headroom: float, deadline_s: float, progress: Progress | None = None) -> dict[str, Any]:
+def size(
+    plan: SizingPlan, headroom: float, deadline_s: float, progress: Progress | None = None
+) -> dict[str, Any]:
     """Measure every engine of ``plan`` (one at a time), fit, bound the worst step, advise."""
     measured = []
     reaper = Reaper()
     scratch = tempfile.mkdtemp(prefix="enginedead-slices-")
+    if progress:  # before any engine starts: what each needs, one at a time
+        for ep in plan.engines:
+            progress(f"{ep.label}: needs {ep.memory.describe()}")
     try:
         for ep in plan.engines:
-            if progress:
-                progress(f"{ep.label}: needs {ep.memory.describe()}")
             model_dir = plan.model
             if ep.depth is not None:
                 model_dir = slices.write_slice(plan.config, ep.depth, scratch)
@@ -459,8 +468,8 @@ def sizing_result(plan: SizingPlan, measured: Sequence[Measured], headroom: floa
         "model": plan.model,
         "machine": report.machine(),
         "limits": plan.limits.as_dict(),
-        "layout": {"layers": plan.layout.depth, "layer_types": {t: plan.layout.count(t) for t in plan.layout.types},
-                   "sliding_window": plan.window},
+        "layout": {"layers": plan.layout.depth, "sliding_window": plan.window,
+                   "layer_types": {t: plan.layout.count(t) for t in plan.layout.types}},
         "headroom": headroom,
         "fit": {**fitted.as_dict(), "context_terms_tied": fc.tied},
         "worst_step": worst,
@@ -542,32 +551,35 @@ def format_sizing(out: dict[str, Any]) -> str:
         f = out["forecast"]
         dep = f["depth_independent"]
         lines.append(f"forecast to {out['layout']['layers']} layers from depth slices: depth-independent "
-                     f"{dep['fixed_s']:.4g} s + {dep['per_seq_s']:.4g} s/seq + {dep['per_token_s']:.4g} s/token; "
-                     "per layer:")
+                     f"{dep['fixed_s']:.4g} s + {dep['per_seq_s']:.4g} s/seq + "
+                     f"{dep['per_token_s']:.4g} s/token; per layer:")
         for kind, t in f["per_layer"].items():
             lines.append(f"  {kind:<24} {t['fixed_s']:.4g} s + {t['per_token_s']:.4g} s/token + "
                          f"{t['per_context_token_s']:.4g} s/context token")
         if f["context_terms_tied"]:
-            lines.append("  (the context terms of the layer types are tied by their attention work per key: the "
-                         "measured contexts could not tell them apart)")
+            lines.append("  (the layer types' context terms are tied by their attention work per key: "
+                         "the measured contexts could not tell them apart)")
     worst_at = fit.get("worst_residual_step") or {}
-    lines.append(f"step model ({fit['origin']}, {fit['steps']} steps in {fit['groups']} groups; worst residual "
-                 f"{fit['worst_residual'] * 100:.0f} % at {worst_at.get('seqs')} seqs, {worst_at.get('tokens')} "
-                 f"tokens, {worst_at.get('context_tokens')} context tokens):")
+    lines.append(f"step model ({fit['origin']}, {fit['steps']} steps in {fit['groups']} groups; worst "
+                 f"residual {fit['worst_residual'] * 100:.0f} % at {worst_at.get('seqs')} seqs, "
+                 f"{worst_at.get('tokens')} tokens, {worst_at.get('context_tokens')} context tokens):")
     for term, value in fit["terms"].items():
         key = term.removesuffix("_s")
         lines.append(f"  {key:<25} {value:10.4g}  {fit_.TERM_UNITS.get(key, '')}")
-    lines.append(f"{'batch':>5}  {'context':>7}  {'measured p50':>12}  {'model':>9}  {f'stock {stock:g} s':>12}")
+    head = f"stock {stock:g} s"
+    lines.append(f"{'batch':>5}  {'context':>7}  {'measured p50':>12}  {'model':>9}  {head:>12}")
     for r in out["results"]:
         measured = _s(r["p50_s"]) if r["measured"] else ("forecast" if r["forecast"] else "-")
         fires = "FIRES" if r["stock_fires"] else "ok"
-        lines.append(f"{r['batch_size']:>5}  {r['context_tokens']:>7}  {measured:>12}  {_s(r['predicted_s']):>9}  "
-                     f"{fires:>12}")
+        lines.append(f"{r['batch_size']:>5}  {r['context_tokens']:>7}  {measured:>12}  "
+                     f"{_s(r['predicted_s']):>9}  {fires:>12}")
     verdict = "FIRES" if worst["predicted_s"] > stock else "ok"
     lines.append(f"worst step the scheduler can form: {worst['plan']['described']} "
-                 f"({worst['seqs']} seqs, {worst['tokens']} tokens, {worst['context_tokens']:,} context tokens)")
+                 f"({worst['seqs']} seqs, {worst['tokens']} tokens, "
+                 f"{worst['context_tokens']:,} context tokens)")
     measured_text = (f"measured {_s(worst['measured_s'])} (formed: {worst['formed']['seqs']} seqs, "
-                     f"{worst['formed']['tokens']} tokens, {worst['formed']['context_tokens']:,} context tokens; "
+                     f"{worst['formed']['tokens']} tokens, "
+                     f"{worst['formed']['context_tokens']:,} context tokens; "
                      f"the model says {_s(worst['formed']['predicted_s'])})"
                      if worst.get("formed") else worst.get("note", ""))
     lines.append(f"  predicted {_s(worst['predicted_s'])}; {measured_text}; under {stock:g} s: {verdict}")
@@ -578,8 +590,8 @@ def format_sizing(out: dict[str, Any]) -> str:
     elif rec["flags"]:
         lines.append(f"  or keep {stock:g} s and serve with: {rec['flags']}")
     else:
-        lines.append(f"  or keep {stock:g} s: no --max-num-seqs / --max-num-batched-tokens keep --max-model-len "
-                     f"{lim['max_model_len']} under it")
+        lines.append(f"  or keep {stock:g} s: no --max-num-seqs / --max-num-batched-tokens keep "
+                     f"--max-model-len {lim['max_model_len']} under it")
     largest = []
     if rec["max_num_seqs_under_deadline"] is not None:
         largest.append(f"--max-num-seqs {rec['max_num_seqs_under_deadline']} "
@@ -618,6 +630,12 @@ def plot_sizing(path: str, out: dict[str, Any]) -> None:
     if measured:
         ax.plot([r["batch_size"] for r in measured], [r["p50_s"] for r in measured], "o", color="black",
                 label="measured decode steps (p50)")
+    lim = out["limits"]
+    heaviest = [advice.worst_time(model, shapes.Limits(n, max(n, lim["max_num_batched_tokens"]),
+                                                       lim["max_model_len"], lim.get("kv_cache_tokens")),
+                                  window)[1] for n in xs]
+    ax.plot(xs, heaviest, "--", color="purple", label=f"worst step at each --max-num-seqs "
+            f"({lim['max_num_batched_tokens']} tokens)")
     worst = out["worst_step"]
     ax.plot([worst["seqs"]], [worst["predicted_s"]], "*", markersize=12, color="purple",
             label="worst step the scheduler can form (model)")

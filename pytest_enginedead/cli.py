@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                        help="extra arguments for pytest, after --")
 
-    cal = sub.add_parser("calibrate", help="size a serving configuration: step model, worst step, what to set",
+    cal = sub.add_parser("calibrate",
+                         help="size a serving configuration: step model, worst step, what to set",
                          description="Measure real steps on one engine per model (or depth slice), fit "
                          "the step model, bound the worst step vLLM's scheduler can form under the serving "
                          "limits, and print the deadline, the guard's policy and the limits to set.  With "
@@ -142,9 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="measured decode steps per batch size, after warm-up (default 4; 64 with "
                      "--batch-sizes alone)")
     cal.add_argument("--max-num-seqs", type=_positive_int, metavar="N",
-                     help=f"vLLM's flag: sequences per step (default {SERVER_SEQS}, vLLM's for the CPU server)")
+                     help=f"vLLM's flag: sequences per step (default {SERVER_SEQS}, vLLM's for the CPU "
+                     "server)")
     cal.add_argument("--max-num-batched-tokens", type=_positive_int, metavar="T",
-                     help=f"vLLM's flag: tokens per step (default {SERVER_TOKENS}, vLLM's for the CPU server)")
+                     help=f"vLLM's flag: tokens per step (default {SERVER_TOKENS}, vLLM's for the CPU "
+                     "server)")
     cal.add_argument("--max-model-len", type=_positive_int, metavar="L",
                      help="vLLM's flag: longest context (default: the model's, from its config.json)")
     cal.add_argument("--kv-cache-tokens", type=_positive_int, metavar="K",
@@ -158,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--no-validate", action="store_true",
                      help="do not form the worst step on the engine (it is predicted only)")
     cal.add_argument("--plot", type=_arg(options.validate_output_path), metavar="FILE.png",
-                     help="draw step time against sequences per context, with the deadlines (needs matplotlib)")
+                     help="draw step time against sequences per context, with the deadlines "
+                     "(needs matplotlib)")
     cal.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
 
@@ -222,7 +226,7 @@ def _plan_sizing(args: argparse.Namespace) -> Any:
     from . import calibration
     from .sizing import shapes
 
-    config, longest = calibration.default_limits(args.model)
+    _, longest = calibration.default_limits(args.model)
     given = {}
     values = {}
     for flag, default, why in (

@@ -220,10 +220,14 @@ class TimeoutPolicy:
         if not _real(floor_s) or not 0 <= floor_s < math.inf:
             raise ValueError(f"{what}: floor_s must be a finite number >= 0, got {floor_s!r}")
         if not _real(cap_s) or math.isnan(cap_s) or cap_s < floor_s or cap_s <= 0:
-            raise ValueError(f"{what}: cap_s must be a number >= floor_s ({floor_s!r}) and > 0, got {cap_s!r}")
+            raise ValueError(
+                f"{what}: cap_s must be a number >= floor_s ({floor_s!r}) and > 0, got {cap_s!r}"
+            )
         backend = Backend.parse(backend)
         rules = _reference_rules()
-        rules[backend] = Rule(float(base_s), float(per_seq_s), float(per_token_s), floor_s=floor_s, cap_s=cap_s)
+        rules[backend] = Rule(
+            float(base_s), float(per_seq_s), float(per_token_s), floor_s=floor_s, cap_s=cap_s
+        )
         return cls(name, rules, origin=origin or (
             f"{base_s:.4g} s + {per_seq_s:.4g} s/seq + {per_token_s:.4g} s/token on {backend.name}"))
 

@@ -75,7 +75,12 @@ class StepRecorder:
             os.write(self._fd, record.SAMPLE_END_LINE % (step, time.monotonic()))
 
     def run_step(
-        self, batch: int, call: Callable[[], Any], tokens: int = -1, context: int = -1, window_context: int = -1
+        self,
+        batch: int,
+        call: Callable[[], Any],
+        tokens: int = -1,
+        context: int = -1,
+        window_context: int = -1,
     ) -> Any:
         """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended."""
         control = self.control.get()  # once per step: the faults of the test running now

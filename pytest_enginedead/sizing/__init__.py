@@ -14,11 +14,25 @@ imports vLLM.
 
 from .advice import Advice, advise
 from .fit import Fit, FitError, Step, fit_steps
-from .forecast import Forecast, forecast
+from .forecast import Forecast, fit_slices
 from .shapes import Limits, StepPlan, limits_problem, worst_step
 from .slices import Layout, SliceError, layout, slice_config
 
 __all__ = [
-    "Advice", "Fit", "FitError", "Forecast", "Layout", "Limits", "SliceError", "Step", "StepPlan",
-    "advise", "fit_steps", "forecast", "layout", "limits_problem", "slice_config", "worst_step",
+    "Advice",
+    "Fit",
+    "FitError",
+    "Forecast",
+    "Layout",
+    "Limits",
+    "SliceError",
+    "Step",
+    "StepPlan",
+    "advise",
+    "fit_steps",
+    "forecast",
+    "layout",
+    "limits_problem",
+    "slice_config",
+    "worst_step",
 ]

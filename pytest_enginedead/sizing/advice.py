@@ -63,8 +63,12 @@ class Advice:
             "max_model_len_under_deadline": self.max_model_len_under_deadline,
             "flags": self.flags,
             "policy": {
-                "base_s": rule.base_s, "per_seq_s": rule.per_seq_s, "per_token_s": rule.per_token_s,
-                "floor_s": rule.floor_s, "cap_s": rule.cap_s, "origin": self.policy.origin,
+                "base_s": rule.base_s,
+                "per_seq_s": rule.per_seq_s,
+                "per_token_s": rule.per_token_s,
+                "floor_s": rule.floor_s,
+                "cap_s": rule.cap_s,
+                "origin": self.policy.origin,
                 "python": policy_source(self.policy),
             },
         }
@@ -75,15 +79,20 @@ def worst_time(fit: Fit, limits: Limits, window: int | None) -> tuple[StepPlan, 
     return plan, fit.predict(plan.step(window))
 
 
-def guard_policy(fit: Fit, limits: Limits, window: int | None, headroom: float, cap_s: float) -> TimeoutPolicy:
+def guard_policy(
+    fit: Fit, limits: Limits, window: int | None, headroom: float, cap_s: float
+) -> TimeoutPolicy:
     """A policy whose ``timeout_s(CPU, seqs, tokens)`` covers any step of that many seqs and tokens."""
     t = fit.terms
     top = max(1, limits.max_model_len - 1)
     per_token = t.get("per_token", 0.0) + t.get("per_context_token", 0.0) * top
     per_token += t.get("per_window_context_token", 0.0) * (top if window is None else min(top, window))
     return TimeoutPolicy.linear(
-        headroom * t.get("fixed", 0.0), headroom * t.get("per_seq", 0.0), headroom * per_token,
-        floor_s=STOCK_DEADLINE_S, cap_s=max(POLICY_CAP_S, cap_s),
+        headroom * t.get("fixed", 0.0),
+        headroom * t.get("per_seq", 0.0),
+        headroom * per_token,
+        floor_s=STOCK_DEADLINE_S,
+        cap_s=max(POLICY_CAP_S, cap_s),
         origin=f"{headroom:g} x the step model at max_model_len {limits.max_model_len}",
     )
 
@@ -91,8 +100,10 @@ def guard_policy(fit: Fit, limits: Limits, window: int | None, headroom: float, 
 def policy_source(policy: TimeoutPolicy) -> str:
     """The Python line that builds ``policy`` (for a module named in ENGINEDEAD_GUARD_POLICY)."""
     rule = policy.rules[Backend.CPU]
-    return (f"POLICY = TimeoutPolicy.linear(base_s={rule.base_s:.6g}, per_seq_s={rule.per_seq_s:.6g}, "
-            f"per_token_s={rule.per_token_s:.6g}, cap_s={rule.cap_s:.6g})")
+    return (
+        f"POLICY = TimeoutPolicy.linear(base_s={rule.base_s:.6g}, per_seq_s={rule.per_seq_s:.6g}, "
+        f"per_token_s={rule.per_token_s:.6g}, cap_s={rule.cap_s:.6g})"
+    )
 
 
 def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
@@ -121,7 +132,9 @@ def advise(fit: Fit, limits: Limits, window: int | None, headroom: float, deadli
 
     n, t, length = limits.max_num_seqs, limits.max_num_batched_tokens, limits.max_model_len
     seqs = _largest(1, min(t, MAX_SEQS_SEARCHED), lambda k: under(replace(limits, max_num_seqs=k)))
-    tokens = _largest(n, max(t, n * max(1, length - 1)), lambda k: under(replace(limits, max_num_batched_tokens=k)))
+    tokens = _largest(
+        n, max(t, n * max(1, length - 1)), lambda k: under(replace(limits, max_num_batched_tokens=k))
+    )
     flags: str | None
     if worst_s * headroom <= deadline_s:
         flags = f"--max-num-seqs {n} --max-num-batched-tokens {t}"
@@ -130,8 +143,11 @@ def advise(fit: Fit, limits: Limits, window: int | None, headroom: float, deadli
     elif seqs is not None:
         flags = f"--max-num-seqs {seqs} --max-num-batched-tokens {t}"
     else:
-        both = _largest(1, min(n, MAX_SEQS_SEARCHED),
-                        lambda k: under(replace(limits, max_num_seqs=k, max_num_batched_tokens=k)))
+        both = _largest(
+            1,
+            min(n, MAX_SEQS_SEARCHED),
+            lambda k: under(replace(limits, max_num_seqs=k, max_num_batched_tokens=k)),
+        )
         flags = None if both is None else f"--max-num-seqs {both} --max-num-batched-tokens {both}"
     longest = _largest(2, length, lambda k: under(replace(limits, max_model_len=k)))
     policy = guard_policy(fit, limits, window, headroom, recommended)

@@ -117,7 +117,9 @@ class Fit:
                 "fixed" if t == "fixed" else f"{t} x {t.removeprefix('per_')}s" for t in self.terms
             ),
             "worst_residual": self.worst_residual,
-            "worst_residual_step": None if self.worst_step is None else {
+            "worst_residual_step": None
+            if self.worst_step is None
+            else {
                 **self.worst_step.as_dict(),
                 "measured_s": self.worst_measured_s,
                 "predicted_s": self.predict(self.worst_step),
@@ -143,8 +145,12 @@ def group_steps(samples: Iterable[tuple[Step, float]], bucket: float = 0.05) -> 
         if not (seconds > 0 and math.isfinite(seconds)):
             continue
         window = step.window_context_tokens
-        key = (step.seqs, step.tokens, _bucket(step.context_tokens, bucket),
-               _bucket(step.context_tokens if window is None else window, bucket))
+        key = (
+            step.seqs,
+            step.tokens,
+            _bucket(step.context_tokens, bucket),
+            _bucket(step.context_tokens if window is None else window, bucket),
+        )
         groups.setdefault(key, []).append((step, seconds))
     out = []
     for members in groups.values():
@@ -210,8 +216,13 @@ def _finish(coef: Mapping[str, float], grouped: Sequence[tuple[Step, float, int]
         if worst_at is None or residual > worst:
             worst, worst_at = residual, (shape, seconds)
     return Fit(
-        dict(coef), worst, worst_at[0] if worst_at else None, worst_at[1] if worst_at else None,
-        groups=len(grouped), steps=sum(n for _, _, n in grouped), origin=origin,
+        dict(coef),
+        worst,
+        worst_at[0] if worst_at else None,
+        worst_at[1] if worst_at else None,
+        groups=len(grouped),
+        steps=sum(n for _, _, n in grouped),
+        origin=origin,
         points=tuple((s, t) for s, t, _ in grouped),
     )
 

@@ -26,8 +26,15 @@ from typing import Any
 from .fit import Fit, FitError, Step, group_steps, nnls_relative
 from .slices import Layout, active_layer_params, attention_shape, text_config
 
-JOINT_TERMS = ("fixed", "per_seq", "per_token", "layer_fixed", "layer_per_token", "full_context",
-               "window_context")
+JOINT_TERMS = (
+    "fixed",
+    "per_seq",
+    "per_token",
+    "layer_fixed",
+    "layer_per_token",
+    "full_context",
+    "window_context",
+)
 
 
 @dataclass(frozen=True)
@@ -55,17 +62,27 @@ def _features(step: Step, lay: Layout, w: LayerWeights, tied: bool) -> list[floa
     token_weight = sum(w.token[t] for t in lay.layer_types)
     window = step.context_tokens if step.window_context_tokens is None else step.window_context_tokens
     if tied:
-        attention = sum(w.key[t] * (window if lay.windowed(t) else step.context_tokens) for t in lay.layer_types)
+        attention = sum(
+            w.key[t] * (window if lay.windowed(t) else step.context_tokens) for t in lay.layer_types
+        )
         return [1.0, step.seqs, step.tokens, lay.depth, token_weight * step.tokens, attention, 0.0]
-    return [1.0, step.seqs, step.tokens, lay.depth, token_weight * step.tokens,
-            lay.full_layers * step.context_tokens, lay.sliding_layers * window]
+    return [
+        1.0,
+        step.seqs,
+        step.tokens,
+        lay.depth,
+        token_weight * step.tokens,
+        lay.full_layers * step.context_tokens,
+        lay.sliding_layers * window,
+    ]
 
 
 def separable(samples: Sequence[tuple[Step, float]]) -> bool:
     """Whether some step's full-attention keys outnumber its windowed keys enough (30 %) to
     tell the two context terms apart."""
     return any(
-        s.window_context_tokens is not None and s.context_tokens > 0
+        s.window_context_tokens is not None
+        and s.context_tokens > 0
         and (s.context_tokens - s.window_context_tokens) / s.context_tokens >= 0.3
         for s, _ in samples
     )
@@ -89,21 +106,30 @@ class Forecast:
                 ctx = c["full_context"] * self.weights.key[t]
             else:
                 ctx = c["window_context"] if lay.windowed(t) else c["full_context"]
-            out[t] = {"fixed_s": c["layer_fixed"], "per_token_s": c["layer_per_token"] * self.weights.token[t],
-                      "per_context_token_s": ctx}
+            out[t] = {
+                "fixed_s": c["layer_fixed"],
+                "per_token_s": c["layer_per_token"] * self.weights.token[t],
+                "per_context_token_s": ctx,
+            }
         return out
 
     def as_dict(self, lay: Layout) -> dict[str, Any]:
         c = self.coefficients
         return {
-            "depth_independent": {"fixed_s": c["fixed"], "per_seq_s": c["per_seq"], "per_token_s": c["per_token"]},
+            "depth_independent": {
+                "fixed_s": c["fixed"],
+                "per_seq_s": c["per_seq"],
+                "per_token_s": c["per_token"],
+            },
             "per_layer": self.per_layer(lay),
             "context_terms_tied": self.tied,
         }
 
 
-def forecast(
-    slices: Sequence[tuple[Layout, Sequence[tuple[Step, float]]]], full: Layout, config: Mapping[str, Any],
+def fit_slices(
+    slices: Sequence[tuple[Layout, Sequence[tuple[Step, float]]]],
+    full: Layout,
+    config: Mapping[str, Any],
     origin: str | None = None,
 ) -> Forecast:
     """One fit over the steps of every slice (each with its layout); the full model's terms.
@@ -122,7 +148,8 @@ def forecast(
         rows = [_features(shape, lay, weights, tied) for shape, _, lay in grouped]
         coef = dict(zip(JOINT_TERMS, nnls_relative(rows, [t for _, t, _ in grouped]), strict=True))
         dropped = (full.has_full and coef["full_context"] <= 0) or (
-            not tied and full.has_sliding and coef["window_context"] <= 0)
+            not tied and full.has_sliding and coef["window_context"] <= 0
+        )
         if not dropped:
             break
     if tied:  # one attention term, split by each type's work per key
@@ -133,9 +160,16 @@ def forecast(
         if residual >= worst:
             worst, at = residual, (shape, t, lay)
     terms = _full_terms(coef, full, weights, tied)
-    fit = Fit(terms, worst, at[0], at[1], groups=len(grouped), steps=len(pooled),
-              origin=origin or f"forecast to {full.depth} layers from {len(slices)} slices",
-              points=tuple((shape, t) for shape, t, lay in grouped if lay == full))
+    fit = Fit(
+        terms,
+        worst,
+        at[0],
+        at[1],
+        groups=len(grouped),
+        steps=len(pooled),
+        origin=origin or f"forecast to {full.depth} layers from {len(slices)} slices",
+        points=tuple((shape, t) for shape, t, lay in grouped if lay == full),
+    )
     return Forecast(fit, coef, tied, weights)
 
 
@@ -149,9 +183,12 @@ def _full_terms(c: Mapping[str, float], lay: Layout, w: LayerWeights, tied: bool
     }
     if full_layers:
         terms["per_context_token"] = c["full_context"] * (
-            sum(w.key[t] for t in full_layers) if tied else len(full_layers))
+            sum(w.key[t] for t in full_layers) if tied else len(full_layers)
+        )
     if sliding_layers:
         terms["per_window_context_token"] = (
-            c["full_context"] * sum(w.key[t] for t in sliding_layers) if tied
-            else c["window_context"] * len(sliding_layers))
+            c["full_context"] * sum(w.key[t] for t in sliding_layers)
+            if tied
+            else c["window_context"] * len(sliding_layers)
+        )
     return terms

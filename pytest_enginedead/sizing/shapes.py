@@ -42,8 +42,15 @@ LLM_MAX_NUM_SEQS = 256
 LLM_MAX_NUM_BATCHED_TOKENS = 4096
 
 #: config.json keys vLLM derives the longest context from (the smallest that is present)
-MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length",
-                "max_sequence_length", "max_seq_length", "seq_len")
+MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 #: RoPE types whose ``factor`` vLLM does not apply again (config/model.py)
 _SCALED_ROPE = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
 
@@ -58,8 +65,10 @@ class Limits:
     kv_cache_tokens: int | None = None
 
     def flags(self) -> str:
-        return (f"--max-num-seqs {self.max_num_seqs} --max-num-batched-tokens "
-                f"{self.max_num_batched_tokens} --max-model-len {self.max_model_len}")
+        return (
+            f"--max-num-seqs {self.max_num_seqs} --max-num-batched-tokens "
+            f"{self.max_num_batched_tokens} --max-model-len {self.max_model_len}"
+        )
 
     def as_dict(self) -> dict[str, int | None]:
         return {
@@ -80,8 +89,13 @@ def model_max_len(config: Mapping[str, object]) -> int | None:
     derived = float(min(found))
     model_type = str(text.get("model_type", ""))
     rope = text.get("rope_parameters") or text.get("rope_scaling")
-    params = list(rope.values()) if isinstance(rope, dict) and all(isinstance(v, dict) for v in rope.values()) \
-        else [rope] if isinstance(rope, dict) else []
+    params = (
+        list(rope.values())
+        if isinstance(rope, dict) and all(isinstance(v, dict) for v in rope.values())
+        else [rope]
+        if isinstance(rope, dict)
+        else []
+    )
     if params and "gemma3" not in model_type:
         factor = 1.0
         for p in params:
@@ -144,7 +158,8 @@ class StepPlan:
     def step(self, window: int | None) -> Step:
         tokens = self.decodes + sum(c.tokens * c.count for c in self.chunks)
         full = self.decodes * self.decode_context + sum(
-            c.count * attended_keys(c.offset + 1, c.offset + c.tokens) for c in self.chunks)
+            c.count * attended_keys(c.offset + 1, c.offset + c.tokens) for c in self.chunks
+        )
         capped = self.decodes * (self.decode_context if window is None else min(self.decode_context, window))
         capped += sum(c.count * attended_keys(c.offset + 1, c.offset + c.tokens, window) for c in self.chunks)
         seqs = self.decodes + sum(c.count for c in self.chunks)
@@ -167,9 +182,12 @@ class StepPlan:
         return " + ".join(parts) or "nothing"
 
     def as_dict(self) -> dict[str, object]:
-        return {"decodes": self.decodes, "decode_context": self.decode_context,
-                "chunks": [{"tokens": c.tokens, "offset": c.offset, "count": c.count} for c in self.chunks],
-                "described": self.describe()}
+        return {
+            "decodes": self.decodes,
+            "decode_context": self.decode_context,
+            "chunks": [{"tokens": c.tokens, "offset": c.offset, "count": c.count} for c in self.chunks],
+            "described": self.describe(),
+        }
 
 
 def worst_step(limits: Limits, window: int | None, cost: Callable[[Step], float]) -> StepPlan:
@@ -294,8 +312,9 @@ def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], ste
     """
     runs = [Run(f"decode batch {n}", (Wave((1,) * n, steps + 1),)) for n in batch_sizes]
     if limits.max_num_seqs >= PREFILL_SEQS and limits.max_model_len > PREFILL_LEN + 2:
-        runs.append(Run(f"prefill {PREFILL_SEQS} x {PREFILL_LEN} tokens",
-                        (Wave((PREFILL_LEN,) * PREFILL_SEQS, 1),)))
+        runs.append(
+            Run(f"prefill {PREFILL_SEQS} x {PREFILL_LEN} tokens", (Wave((PREFILL_LEN,) * PREFILL_SEQS, 1),))
+        )
     ctx = context_length(limits, window, steps)
     mixed = max(0, min(MIXED_DECODES, limits.max_num_seqs - 1))
     budget = limits.max_num_batched_tokens
@@ -326,7 +345,8 @@ def worst_run(plan: StepPlan, limits: Limits) -> Run:
     mid = [c for c in plan.chunks if c.offset]
     prefix = min(mid[0].offset, prompt) if mid and d else 0
     arriving = tuple(c.offset + c.tokens for c in mid for _ in range(c.count)) + tuple(
-        c.tokens for c in plan.chunks if not c.offset for _ in range(c.count))
+        c.tokens for c in plan.chunks if not c.offset for _ in range(c.count)
+    )
     if arriving:
         waves.append(Wave(arriving, 1, prefix))
     return Run("worst step", tuple(waves))

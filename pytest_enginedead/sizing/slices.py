@@ -232,7 +232,9 @@ def weight_bytes(config: Mapping[str, Any]) -> int:
     text = text_config(config)
     lay = layout(config)
     hidden, vocab = _int(text, "hidden_size", 1), _int(text, "vocab_size", 1)
-    embeddings = vocab * hidden * (1 if text.get("tie_word_embeddings", config.get("tie_word_embeddings")) else 2)
+    embeddings = (
+        vocab * hidden * (1 if text.get("tie_word_embeddings", config.get("tie_word_embeddings")) else 2)
+    )
     ple = _int(text, "vocab_size_per_layer_input") * lay.depth * _int(text, "hidden_size_per_layer_input")
     layers = sum(layer_params(config, t) for t in lay.layer_types)
     return (embeddings + ple + layers) * dtype_bytes(config)
