@@ -548,8 +548,8 @@ BAD = [
     (
         "tokens-below-seqs",
         ["--max-num-seqs", "4096"],
-        "--max-num-batched-tokens 2048 (vLLM's default for the CPU server) is below --max-num-seqs 4096: vLLM "
-        "refuses max_num_batched_tokens (2048) < max_num_seqs (4096)",
+        "--max-num-batched-tokens 2048 (vLLM's default for the CPU server) is below --max-num-seqs 4096: "
+        "vLLM refuses max_num_batched_tokens (2048) < max_num_seqs (4096)",
         None,
     ),
     (
