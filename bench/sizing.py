@@ -77,7 +77,8 @@ def part_worst() -> dict[str, Any]:
     bound_ratio = worst["predicted_s"] / formed["measured_s"]
     print(f"worst step: {plan['described']}; formed {formed['seqs']} seqs / {formed['tokens']} tokens, "
           f"measured {formed['measured_s']:.2f} s, predicted {formed['predicted_s']:.2f} s "
-          f"(ratio {ratio:.3f}); the bound's prediction {worst['predicted_s']:.2f} s (ratio {bound_ratio:.3f})")
+          f"(ratio {ratio:.3f}); the bound's prediction {worst['predicted_s']:.2f} s "
+          f"(ratio {bound_ratio:.3f})")
     ok = plan["decodes"] >= 32 and bool(plan["chunks"]) and abs(ratio - 1) <= 0.25
     return {"wall_s": wall, "decodes": plan["decodes"], "chunks": plan["chunks"], "formed": formed,
             "bound_predicted_s": worst["predicted_s"], "ratio": ratio, "bound_ratio": bound_ratio,
@@ -103,8 +104,8 @@ def part_forecast() -> dict[str, Any]:
         predicted = model.predict(StepPlan(n, 4).step(window))
         rows.append({"batch_size": n, "measured_p50_s": r["p50_s"], "forecast_s": predicted,
                      "ratio": predicted / r["p50_s"]})
-        print(f"batch {n}: full depth measured p50 {r['p50_s']:.3f} s, forecast from slices {predicted:.3f} s "
-              f"(ratio {predicted / r['p50_s']:.3f})")
+        print(f"batch {n}: full depth measured p50 {r['p50_s']:.3f} s, forecast from slices "
+              f"{predicted:.3f} s (ratio {predicted / r['p50_s']:.3f})")
     ok = all(abs(row["ratio"] - 1) <= 0.25 for row in rows)
     return {"wall_s": wall, "measure_wall_s": measured_wall, "rows": rows, "target": "within 25 %", "ok": ok,
             "output": out}

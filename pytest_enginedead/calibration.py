@@ -573,8 +573,13 @@ def format_sizing(out: dict[str, Any]) -> str:
         fires = "FIRES" if r["stock_fires"] else "ok"
         lines.append(f"{r['batch_size']:>5}  {r['context_tokens']:>7}  {measured:>12}  "
                      f"{_s(r['predicted_s']):>9}  {fires:>12}")
-    verdict = "FIRES" if worst["predicted_s"] > stock else "ok"
-    lines.append(f"worst step the scheduler can form: {worst['plan']['described']} "
+    if worst["predicted_s"] > stock:
+        verdict = f"the {stock:g} s deadline FIRES"
+    elif rec["worst_step_fits_deadline"]:
+        verdict = f"under {stock:g} s with headroom {rec['headroom']:g}"
+    else:
+        verdict = f"under {stock:g} s, but not with headroom {rec['headroom']:g}"
+    lines.append(f"worst step the scheduler can form: {shapes.StepPlan.from_dict(worst['plan']).describe()} "
                  f"({worst['seqs']} seqs, {worst['tokens']} tokens, "
                  f"{worst['context_tokens']:,} context tokens)")
     measured_text = (f"measured {_s(worst['measured_s'])} (formed: {worst['formed']['seqs']} seqs, "
@@ -582,7 +587,7 @@ def format_sizing(out: dict[str, Any]) -> str:
                      f"{worst['formed']['context_tokens']:,} context tokens; "
                      f"the model says {_s(worst['formed']['predicted_s'])})"
                      if worst.get("formed") else worst.get("note", ""))
-    lines.append(f"  predicted {_s(worst['predicted_s'])}; {measured_text}; under {stock:g} s: {verdict}")
+    lines.append(f"  predicted {_s(worst['predicted_s'])}; {measured_text}; {verdict}")
     lines.append("what to set:")
     lines.append(f"  {rec['export']}    (headroom {rec['headroom']:g} x the worst step)")
     if rec["worst_step_fits_deadline"]:
@@ -600,8 +605,9 @@ def format_sizing(out: dict[str, Any]) -> str:
         largest.append(f"--max-num-batched-tokens {rec['max_num_batched_tokens_under_deadline']} "
                        f"(at {lim['max_num_seqs']} seqs)")
     if rec.get("max_model_len_under_deadline") is not None:
-        largest.append(f"--max-model-len {rec['max_model_len_under_deadline']}")
-    lines.append(f"  largest under {stock:g} s x 1/{rec['headroom']:g}: " + (", ".join(largest) or "none"))
+        largest.append(f"--max-model-len {rec['max_model_len_under_deadline']} (at both)")
+    lines.append(f"  the largest whose worst step x {rec['headroom']:g} stays under {stock:g} s: "
+                 + (", ".join(largest) or "none"))
     lines.append(f"  guard cap (ENGINEDEAD_GUARD_POLICY=module:POLICY): {rec['policy']['python']}")
     return "\n".join(lines)
 

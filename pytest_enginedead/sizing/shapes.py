@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..record import attended_keys
 from .fit import Step
@@ -174,12 +175,22 @@ class StepPlan:
         parts = []
         if self.decodes:
             parts.append(f"{self.decodes} decodes at {self.decode_context} tokens of context")
+        whole: dict[int, int] = {}
         for c in self.chunks:
             if c.offset:
                 parts.append(f"a {c.tokens}-token prefill chunk after {c.offset} tokens")
             else:
-                parts.append(f"{c.count} new prompt{'s' if c.count > 1 else ''} of {c.tokens} tokens")
+                whole[c.tokens] = whole.get(c.tokens, 0) + c.count
+        for tokens, count in whole.items():
+            parts.append(f"{count} new prompt{'s' if count > 1 else ''} of {tokens} tokens")
         return " + ".join(parts) or "nothing"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepPlan:
+        chunks = tuple(
+            Chunk(int(c["tokens"]), int(c["offset"]), int(c.get("count", 1))) for c in data["chunks"]
+        )
+        return cls(int(data["decodes"]), int(data["decode_context"]), chunks)
 
     def as_dict(self) -> dict[str, object]:
         return {
