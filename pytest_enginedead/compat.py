@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import itertools
 import os
 import re
 import sys
@@ -293,25 +294,30 @@ def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, i
     ``.num_computed_tokens`` are the same in 0.27.1-0.32.0.
     """
     tokens = step_tokens(scheduler_output)
-    scheduled: Any = getattr(scheduler_output, "num_scheduled_tokens", None)
+    unknown = (-1 if tokens is None else tokens, -1, -1)
     try:
-        pairs: list[tuple[int, int]] = [
-            (req.num_computed_tokens, scheduled[req.req_id])
-            for req in scheduler_output.scheduled_new_reqs
-        ]
+        scheduled: Any = scheduler_output.num_scheduled_tokens
         cached = scheduler_output.scheduled_cached_reqs
-        pairs += [(c, scheduled[r]) for r, c in zip(cached.req_ids, cached.num_computed_tokens, strict=True)]
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return (-1 if tokens is None else tokens, -1, -1)
-    full = capped = 0
-    for computed, n in pairs:
-        if n == 1:  # a decode: the common case, kept cheap
-            full += computed + 1
-            capped += computed + 1 if window is None or computed < window else window
-        else:
-            full += record.attended_keys(computed + 1, computed + n)
-            capped += record.attended_keys(computed + 1, computed + n, window)
-    return (-1 if tokens is None else tokens, full, capped)
+        computed = cached.num_computed_tokens
+        counts = [scheduled[r] for r in cached.req_ids]
+        new = [(r.num_computed_tokens, scheduled[r.req_id]) for r in scheduler_output.scheduled_new_reqs]
+    except (AttributeError, KeyError, TypeError):
+        return unknown
+    if len(counts) != len(computed):
+        return unknown
+    if counts.count(1) == len(counts):  # running requests all decoding: the common step, kept cheap
+        full = sum(computed) + len(computed)
+        capped = full
+        if window is not None:
+            capped = sum(map(min, computed, itertools.repeat(window - 1))) + len(computed)
+        rest = new
+    else:
+        full = capped = 0
+        rest = [*zip(computed, counts, strict=True), *new]
+    for done, n in rest:
+        full += record.attended_keys(done + 1, done + n)
+        capped += record.attended_keys(done + 1, done + n, window)
+    return (unknown[0], full, capped)
 
 
 def sliding_window(worker: Any) -> int | None:
