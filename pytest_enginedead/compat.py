@@ -308,7 +308,7 @@ def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, i
     if counts.count(1) == len(counts):  # running requests all decoding: the common step, kept cheap
         full = sum(computed) + len(computed)
         capped = full
-        if window is not None:
+        if window is not None and computed and max(computed) >= window:
             capped = sum(map(min, computed, itertools.repeat(window - 1))) + len(computed)
         rest = new
     else:
