@@ -176,12 +176,7 @@ class TimeoutPolicy:
         what = "TimeoutPolicy.calibrated"
         if not _real(headroom) or not 0 < headroom < math.inf:
             raise ValueError(f"{what}: headroom must be > 0 and finite, got {headroom!r}")
-        if not _real(floor_s) or not 0 <= floor_s < math.inf:
-            raise ValueError(f"{what}: floor_s must be a finite number >= 0, got {floor_s!r}")
-        if not _real(cap_s) or math.isnan(cap_s) or cap_s < floor_s or cap_s <= 0:
-            raise ValueError(
-                f"{what}: cap_s must be a number >= floor_s ({floor_s!r}) and > 0, got {cap_s!r}"
-            )
+        _check_clamp(what, floor_s, cap_s)
         pairs = _samples(samples, what)
         a, b = fit_step_time(pairs)
         # lift the line over every sample: a deadline must cover each measured step
@@ -217,12 +212,7 @@ class TimeoutPolicy:
         for label, value in (("base_s", base_s), ("per_seq_s", per_seq_s), ("per_token_s", per_token_s)):
             if not _real(value) or not 0 <= value < math.inf:
                 raise ValueError(f"{what}: {label} must be a finite number >= 0, got {value!r}")
-        if not _real(floor_s) or not 0 <= floor_s < math.inf:
-            raise ValueError(f"{what}: floor_s must be a finite number >= 0, got {floor_s!r}")
-        if not _real(cap_s) or math.isnan(cap_s) or cap_s < floor_s or cap_s <= 0:
-            raise ValueError(
-                f"{what}: cap_s must be a number >= floor_s ({floor_s!r}) and > 0, got {cap_s!r}"
-            )
+        _check_clamp(what, floor_s, cap_s)
         backend = Backend.parse(backend)
         rules = _reference_rules()
         rules[backend] = Rule(
@@ -230,6 +220,14 @@ class TimeoutPolicy:
         )
         return cls(name, rules, origin=origin or (
             f"{base_s:.4g} s + {per_seq_s:.4g} s/seq + {per_token_s:.4g} s/token on {backend.name}"))
+
+
+def _check_clamp(what: str, floor_s: float, cap_s: float) -> None:
+    """A policy's floor and cap: finite floor >= 0, cap >= floor and > 0 (may be infinite)."""
+    if not _real(floor_s) or not 0 <= floor_s < math.inf:
+        raise ValueError(f"{what}: floor_s must be a finite number >= 0, got {floor_s!r}")
+    if not _real(cap_s) or math.isnan(cap_s) or cap_s < floor_s or cap_s <= 0:
+        raise ValueError(f"{what}: cap_s must be a number >= floor_s ({floor_s!r}) and > 0, got {cap_s!r}")
 
 
 def _real(value: object) -> bool:

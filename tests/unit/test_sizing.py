@@ -632,3 +632,21 @@ def test_bad_sizing_input_is_one_line_exit_2_before_any_engine(
     assert needle in lines[0], (needle, lines[0])
     if "memory" in needle or "memory" in str(args) or "needs" in needle:
         assert "available" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"base_s": 1.0, "per_seq_s": 1.0, "per_token_s": -0.1}, "per_token_s must be a finite number >= 0"),
+        ({"base_s": float("nan"), "per_seq_s": 1.0}, "base_s must be a finite number >= 0"),
+        ({"base_s": 1.0, "per_seq_s": 1.0, "cap_s": 10.0}, "cap_s must be a number >= floor_s (300.0)"),
+    ],
+)
+def test_a_linear_policy_refuses_what_no_deadline_can_be(kwargs: dict[str, float], needle: str) -> None:
+    from pytest_enginedead.policy import TimeoutPolicy
+
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        TimeoutPolicy.linear(**kwargs)
+    policy = TimeoutPolicy.linear(600.0, 10.0, 0.5, cap_s=5000.0)
+    assert policy.timeout_s("cpu", 8, 100) == 600 + 80 + 50 and policy.timeout_s("cpu", 8) == 680
+    assert policy.timeout_s("cpu", 1000, 10_000) == 5000  # the cap
