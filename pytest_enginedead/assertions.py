@@ -8,9 +8,7 @@ worker's stack to the evidence.
 from __future__ import annotations
 
 import contextlib
-import re
 import statistics
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -20,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import pytest
 
-from . import compat
+from . import compat, stacks
 from .liveness import (
     LivenessSettings,
     ProcessEvidence,
@@ -29,7 +27,8 @@ from .liveness import (
     classify,
     overall,
 )
-from .record import MAIN_THREAD_PREFIX, StepTime
+from .record import DeadlineStack, StepTime
+from .stacks import Where, innermost_frames
 
 
 class Watchable(Protocol):
@@ -69,7 +68,9 @@ class Inspectable(Protocol):
 
     def has_record(self, pid: int) -> bool: ...
 
-    def capture_stacks(self, pid: int, samples: int = 8) -> list[str]: ...
+    def deadline_stack(self, pid: int, step: StepTime) -> DeadlineStack | None: ...
+
+    def capture_stack(self, pid: int) -> str | None: ...
 
     def step_times_since_start(self) -> list[StepTime]: ...
 
@@ -103,8 +104,8 @@ class Finding:
     settings: LivenessSettings
     steps: dict[int, StepTime] = field(default_factory=dict)  # pid -> its running step
     stack: str | None = None
-    #: where the worker was, over several stack samples: place -> how many samples
-    places: dict[str, int] = field(default_factory=dict)
+    #: where the worker was, read from ``stack``
+    where: Where | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     verdict_s: float = 0.0  # how long judging took
 
@@ -131,7 +132,7 @@ class Finding:
                 for e in self.judged.values()
             ],
             "stack": self.stack,
-            "stack_samples": dict(self.places),
+            "where": self.where.to_dict() if self.where else None,
             **self.facts,
         }
 
@@ -165,12 +166,8 @@ class Finding:
                 f"  policy:     {f.get('policy') or 'the active policy'} allows "
                 f"{allowed:.0f} s at batch {f.get('batch_size')} on CPU"
             )
-        if self.places:
-            total = sum(self.places.values())
-            lines.append(
-                "  where:      "
-                + "; ".join(f"{n} of {total} stack samples in {place}" for place, n in self.places.items())
-            )
+        if self.where:
+            lines.append(f"  where:      {self.where.describe()}")
         if self.stack:
             lines.append("  worker stack (innermost first):")
             lines.extend("    " + ln for ln in innermost_frames(self.stack))
@@ -199,64 +196,6 @@ def _step_dict(step: StepTime | None) -> dict[str, Any] | None:
     return {"step": step.step, "batch_size": step.batch_size}
 
 
-def innermost_frames(stack: str, frames: int = 10) -> list[str]:
-    """The main thread's innermost frames from a faulthandler dump.
-
-    The worker writes ``main-thread 0x…`` before each dump; without it, the first
-    thread listed is shown.
-    """
-    lines = stack.splitlines()
-    main = next((ln.split()[1] for ln in lines if ln.startswith(MAIN_THREAD_PREFIX)), None)
-    blocks: list[list[str]] = []
-    for line in lines:
-        if line.startswith(("Thread ", "Current thread ")):
-            blocks.append([line.strip().rstrip(":")])
-        elif blocks and line.strip().startswith("File "):
-            blocks[-1].append(line.strip())
-    if not blocks:
-        return []
-    chosen = next((b for b in blocks if main and main in b[0]), blocks[0])
-    return chosen[: frames + 1]
-
-
-def place_of(frames: Sequence[str]) -> str:
-    """The innermost function that says where the work is (vLLM's or our code, not torch's).
-
-    ``File "/x/cpu_moe.py", line 303 in apply`` → ``/x/cpu_moe.py in apply``: samples in
-    one function count as one place, whatever line they were on.
-    """
-    useful = [
-        f for f in frames[1:] if ("/vllm/" in f or "pytest_enginedead" in f) and "_custom_ops.py" not in f
-    ]
-    frame = (useful or frames[1:] or ["unknown"])[0]
-    return re.sub(r'^File "(.*)", line \d+ in (.*)$', r"\1 in \2", frame)
-
-
-#: Frames that are on a worker's stack only while it runs a model step.
-STEP_FRAMES = (" in execute_model", " in sample_tokens")
-
-
-def in_step(dump: str) -> bool:
-    """Whether a stack dump was taken while the worker ran a model step."""
-    return any(f.endswith(STEP_FRAMES) for f in innermost_frames(dump, frames=10_000))
-
-
-def sample_places(dumps: Sequence[str]) -> tuple[str | None, dict[str, int]]:
-    """(the dump of the most common place, place -> count, most common first).
-
-    Only samples taken inside a model step count when there are any: a step that ends
-    just after the deadline leaves the worker shutting down, which says nothing about
-    where the step spent its time.
-    """
-    places: dict[str, list[str]] = {}
-    for dump in [d for d in dumps if in_step(d)] or dumps:
-        frames = innermost_frames(dump)
-        if frames:
-            places.setdefault(place_of(frames), []).append(dump)
-    ranked = sorted(places.items(), key=lambda kv: -len(kv[1]))
-    return (ranked[0][1][0] if ranked else None), {p: len(d) for p, d in ranked}
-
-
 def step_summary(steps: Sequence[StepTime]) -> str:
     """Finished steps so far: count, p50 and the longest, with its batch."""
     done = [(s.seconds, s) for s in steps if s.seconds is not None]
@@ -275,9 +214,6 @@ def judge(
     """Decide SLOW / HUNG / DEAD from the evidence as it stands right now."""
     t0 = time.monotonic()
     inspectable = engine if isinstance(engine, Inspectable) else None
-    # the stack is sampled now, while the fresh CPU window runs: a step only just past
-    # the deadline is over a second later, and the samples would miss it
-    stacks = _StackSampler.start(inspectable)
     evidence = sampler.evidence(fresh=True)
     workers = [p for p in (inspectable.worker_pids if inspectable else ()) if p in evidence]
     judged = {pid: evidence[pid] for pid in (workers or evidence)}
@@ -295,42 +231,29 @@ def judge(
     finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps)
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
-        if finding.false_death:  # a genuine death propagates without waiting for the samples
-            dumps = stacks.result() if stacks else []
-            dumps = dumps or inspectable.capture_stacks(next(iter(steps), next(iter(judged))))
-            finding.stack, finding.places = sample_places(dumps)
+        if finding.false_death:  # a genuine death propagates without waiting for a stack
+            pid, step = next(iter(steps.items()), (next(iter(judged)), None))
+            finding.stack, finding.where = where_it_was(inspectable, pid, step)
         summary = step_summary(inspectable.step_times_since_start())
         facts = {**inspectable.death_facts(), "step_summary": summary}
         finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
     return finding
 
 
-class _StackSampler:
-    """Stack samples of the worker whose step is running, taken in a thread of their own."""
+def where_it_was(engine: Inspectable, pid: int, step: StepTime | None) -> tuple[str | None, Where | None]:
+    """The worker's stack and where it was: its own dump at the deadline of ``step``, else now.
 
-    def __init__(self, engine: Inspectable, pid: int) -> None:
-        self.dumps: list[str] = []
-        self._thread = threading.Thread(
-            target=lambda: self.dumps.extend(engine.capture_stacks(pid)),
-            name="enginedead-stacks",
-            daemon=True,
-        )
-
-    @classmethod
-    def start(cls, engine: Inspectable | None) -> _StackSampler | None:
-        """Start sampling when a worker is inside a step (only then can the death be false)."""
-        if engine is None:
-            return None
-        pid = next((p for p in engine.worker_pids if engine.has_record(p) and engine.running_step(p)), None)
-        if pid is None:
-            return None
-        sampler = cls(engine, pid)
-        sampler._thread.start()
-        return sampler
-
-    def result(self, timeout_s: float = 10.0) -> list[str]:
-        self._thread.join(timeout_s)
-        return list(self.dumps)
+    The worker dumps its stack itself when a step reaches the deadline in force, so the
+    evidence is where the step was when vLLM gave up, even if it ended a moment later.
+    """
+    dump = engine.deadline_stack(pid, step) if step is not None else None
+    if dump is not None:
+        how = f"the worker's own stack at the deadline (step {dump.step} {dump.phase}, {dump.ran_s:.2f} s in)"
+        return dump.text, stacks.where(dump.text, how)
+    text = engine.capture_stack(pid)
+    if text is None:
+        return None, None
+    return text, stacks.where(text, "a stack taken after the death (the worker wrote none at the deadline)")
 
 
 @contextmanager

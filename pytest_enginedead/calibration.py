@@ -16,6 +16,7 @@ The front door of ``sizing/``, and the one place its engines run:
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
 import shutil
@@ -31,6 +32,7 @@ import psutil
 from . import compat, report
 from .cleanup import Reaper
 from .engine import Engine, Progress
+from .outputs import Output, claim
 from .planning import EngineSpec, Instructions
 from .policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
 from .record import StepTime
@@ -135,7 +137,12 @@ def format_calibration(out: dict[str, Any], policy: TimeoutPolicy) -> str:
     return "\n".join(lines)
 
 
-def plot(path: str, results: list[dict[str, Any]], stock: float, policy: TimeoutPolicy) -> None:
+def plot(out: Output | str, results: list[dict[str, Any]], stock: float, policy: TimeoutPolicy) -> None:
+    """Step time against batch size, drawn in the format the file name's extension names.
+
+    Drawn in memory and written through the one writer (``outputs``).
+    """
+    target = out if isinstance(out, Output) else claim(out, repr(out))
     try:
         import matplotlib
 
@@ -156,8 +163,10 @@ def plot(path: str, results: list[dict[str, Any]], stock: float, policy: Timeout
     ax.set_title("enginedead calibrate: step time vs deadline")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    drawn = io.BytesIO()
+    fig.savefig(drawn, format=os.path.splitext(target.path)[1].lstrip(".").lower() or None)
     plt.close(fig)
+    target.write_bytes(drawn.getvalue())
 
 
 # --- sizing a serving configuration (enginedead calibrate --max-num-seqs ...) --------------
@@ -612,8 +621,12 @@ def format_sizing(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot_sizing(path: str, out: dict[str, Any]) -> None:
-    """Step time against sequences, one line per context (the model), measured points, deadlines."""
+def plot_sizing(dest: Output | str, out: dict[str, Any]) -> None:
+    """Step time against sequences, one line per context (the model), measured points, deadlines.
+
+    Drawn in memory and written through the one writer (``outputs``), like ``plot``.
+    """
+    target = dest if isinstance(dest, Output) else claim(dest, repr(dest))
     try:
         import matplotlib
 
@@ -660,5 +673,7 @@ def plot_sizing(path: str, out: dict[str, Any]) -> None:
     ax.set_title(f"enginedead calibrate: {os.path.basename(str(out.get('model', '')).rstrip('/'))} ({what})")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
+    drawn = io.BytesIO()
+    fig.savefig(drawn, format=os.path.splitext(target.path)[1].lstrip(".").lower() or None)
     plt.close(fig)
+    target.write_bytes(drawn.getvalue())

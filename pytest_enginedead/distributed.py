@@ -8,19 +8,32 @@ own file, the controller's scheduler reads them.  User ``xdist_group`` marks cou
 too.  Workers send what their engines found through ``workeroutput``; the
 controller merges it, so the terminal summary and the JSON report are one table,
 one file.
+
+Bad input: the controller validates.  The controller collects nothing, so each
+worker writes beside its groups how many engine tests it planned; when the first
+worker's collection reaches the controller (``pytest_xdist_node_collection_finished``,
+before any test is scheduled) the controller checks the model once, with the same
+code and the same one line as a run without ``-n``.  A worker whose session still
+ends in a usage error or ``pytest.exit`` (another plugin's, say) has the controller
+end the same way (``pytest_testnodedown``), instead of xdist's ``assert not
+crashitem``; a worker process that dies is that test's failure with its last words
+(its exit status and what ``faulthandler`` wrote) added (``pytest_handlecrashitem``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import glob
 import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Generator, Iterable
+from typing import IO, Any
 
 import pytest
 
@@ -29,6 +42,14 @@ from .report import Results
 
 WIRE_KEY = "enginedead"
 GROUPS_KEY = "enginedead_groups_dir"
+#: workerinput: the controller checks the model when the worker publishes its plan
+CHECKS_KEY = "enginedead_controller_checks"
+#: workeroutput: how a worker's session ended, when a usage error or ``pytest.exit`` ended it
+ENDED_KEY = "enginedead_ended"
+#: a worker's faulthandler file (in the groups directory): what it said as it died
+LAST_WORDS = "{worker}.last-words"
+#: how many lines of a dead worker's last words its failure shows
+LAST_WORDS_LINES = 16
 
 
 def is_worker(config: pytest.Config) -> bool:
@@ -82,17 +103,40 @@ def item_group(item: pytest.Item, spec: EngineSpec | None) -> str | None:
     return "_".join(sorted(names)) or None
 
 
-def publish_groups(config: pytest.Config, groups: Iterable[tuple[str, str | None]]) -> None:
-    """On a worker: write ``{nodeid: group}`` where the controller's scheduler reads it."""
+def _shared_dir(config: pytest.Config) -> str | None:
+    """On a worker: the controller's directory for this run, when this machine can reach it."""
     info = getattr(config, "workerinput", None) or {}
     directory = info.get(GROUPS_KEY)
-    if not directory:
-        return
+    return directory if directory and os.path.isdir(directory) else None
+
+
+def publish_groups(
+    config: pytest.Config, groups: Iterable[tuple[str, str | None]], engine_tests: int = 0
+) -> bool:
+    """On a worker: write ``{nodeid: group}`` and the number of engine tests planned where
+    the controller reads them; return whether the controller checks the model (it then does,
+    once, when this worker's collection reaches it)."""
+    info = getattr(config, "workerinput", None) or {}
+    directory = _shared_dir(config)
+    if directory is None:
+        return False
     mapping = {nodeid: group for nodeid, group in groups if group}
     path = os.path.join(directory, f"{info.get('workerid', 'gw')}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(mapping, f)
-    os.replace(path + ".tmp", path)  # one file per worker: no two writers
+    try:
+        with open(path + ".tmp", "w") as f:
+            json.dump({"groups": mapping, "engine_tests": engine_tests}, f)
+        os.replace(path + ".tmp", path)  # one file per worker: no two writers
+    except OSError:
+        return False  # the worker checks for itself
+    return bool(info.get(CHECKS_KEY))
+
+
+def _published(directory: str, worker: str) -> dict[str, Any]:
+    with contextlib.suppress(OSError, ValueError), open(os.path.join(directory, f"{worker}.json")) as f:
+        data = json.load(f)
+        if isinstance(data, dict):
+            return data
+    return {}
 
 
 def make_scheduler(config: pytest.Config, log: Any, directory: str) -> Any:
@@ -108,7 +152,7 @@ def make_scheduler(config: pytest.Config, log: Any, directory: str) -> Any:
                 merged: dict[str, str] = {}
                 for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
                     with open(path) as f:
-                        merged.update(json.load(f))
+                        merged.update(json.load(f).get("groups", {}))
                 self._groups = merged
             group = self._groups.get(nodeid)
             if group:
@@ -137,17 +181,132 @@ def send(config: pytest.Config, wire: str) -> None:
     config.workeroutput[WIRE_KEY] = wire  # type: ignore[attr-defined]
 
 
-class ControllerHooks:
-    """xdist hooks, registered only where xdist is loaded (they are xdist's hookspecs)."""
+class WorkerHooks:
+    """On an xdist worker: say how its session ended, and keep its last words where the
+    controller reads them if its process dies."""
 
-    def __init__(self, results: Results) -> None:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self._last_words: IO[str] | None = None
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """After pytest's own faulthandler plugin pointed it at stderr: point it at the file."""
+        directory = _shared_dir(self.config)
+        if directory is not None:
+            worker = str(self.config.workerinput.get("workerid", "gw"))  # type: ignore[attr-defined]
+            with contextlib.suppress(OSError):
+                self._last_words = open(os.path.join(directory, LAST_WORDS.format(worker=worker)), "w")  # noqa: SIM115
+                faulthandler.enable(file=self._last_words, all_threads=True)
+
+    def _ended(self, exc: BaseException) -> None:
+        output = self.config.workeroutput  # type: ignore[attr-defined]
+        if isinstance(exc, pytest.UsageError):
+            output[ENDED_KEY] = {"usage": [str(a) for a in exc.args]}
+        elif isinstance(exc, pytest.exit.Exception):
+            output[ENDED_KEY] = {"exit": exc.msg, "returncode": exc.returncode}
+
+    def _watched(self) -> Generator[None, object, object]:
+        """The body of a hook wrapper that notes a usage error or ``pytest.exit`` passing through."""
+        try:
+            return (yield)
+        except (pytest.UsageError, pytest.exit.Exception) as exc:
+            self._ended(exc)
+            raise
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection(self, session: pytest.Session) -> Generator[None, object, object]:
+        return (yield from self._watched())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        return (yield from self._watched())
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._last_words is not None:
+            faulthandler.disable()  # pytest's own faulthandler plugin restores what it had
+            self._last_words.close()
+
+
+def exit_status_words(returncode: int | None) -> str:
+    """How a process ended, as a person reads it: ``exit status 3``, ``killed by SIGKILL``."""
+    if returncode is None:
+        return "ended (its exit status is unknown)"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        crash = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+        hint = (" (the kernel's OOM killer, or a kill -9)" if name == "SIGKILL"
+                else " (a crash)" if name in crash else "")
+        return f"was killed by {name}{hint}"
+    return f"exited with status {returncode}"
+
+
+def last_words(directory: str | None, node: Any) -> str:
+    """What a dead worker said: how its process ended, and the head of its faulthandler dump."""
+    worker = str(getattr(getattr(node, "gateway", None), "id", "?"))
+    popen = getattr(getattr(getattr(node, "gateway", None), "_io", None), "popen", None)
+    returncode = None
+    if isinstance(popen, subprocess.Popen):
+        with contextlib.suppress(subprocess.TimeoutExpired, OSError):
+            returncode = popen.wait(timeout=2)
+    lines = [f"enginedead: the xdist worker {worker} process {exit_status_words(returncode)}"]
+    said: list[str] = []
+    if directory:
+        path = os.path.join(directory, LAST_WORDS.format(worker=worker))
+        with contextlib.suppress(OSError), open(path, errors="replace") as f:
+            said = [ln.rstrip() for ln in f.read().splitlines() if ln.strip()]
+    if said:
+        shown = _current_thread_first(said)[:LAST_WORDS_LINES]
+        lines.append("its last words (faulthandler, the crashing thread first):")
+        lines += [f"    {ln}" for ln in shown]
+        if len(said) > len(shown):
+            lines.append(f"    ... ({len(said) - len(shown)} more lines)")
+    else:
+        lines.append("it left no last words (no Python fatal error: an exit from native code, "
+                     "os._exit, or a signal Python cannot catch)")
+    return "\n".join(lines)
+
+
+def _current_thread_first(said: list[str]) -> list[str]:
+    """A faulthandler dump with the thread that crashed ("Current thread") before the others."""
+    start = next((i for i, ln in enumerate(said) if ln.startswith("Current thread")), None)
+    if start is None:
+        return said
+    end = next((i for i in range(start + 1, len(said)) if said[i].startswith("Thread ")), len(said))
+    head = next((i for i, ln in enumerate(said) if ln.startswith(("Thread ", "Current thread"))), start)
+    return said[:head] + said[start:end] + said[head:start] + said[end:]
+
+
+class ControllerHooks:
+    """xdist hooks, registered only where xdist is loaded (they are xdist's hookspecs).
+
+    ``check``: the model checks a run without ``-n`` makes before its first engine; the
+    controller makes them once, as soon as a worker says it planned engine tests.
+    """
+
+    def __init__(self, results: Results, check: Callable[[], None] | None = None) -> None:
         self.results = results  # the controller's: workers' results merge into it
         self.groups_dir: str | None = None
+        self.check = check
+        self.checked = False
 
     def pytest_configure_node(self, node: Any) -> None:
         if self.groups_dir is None:
             self.groups_dir = tempfile.mkdtemp(prefix="enginedead-groups-")
         node.workerinput[GROUPS_KEY] = self.groups_dir
+        node.workerinput[CHECKS_KEY] = self.check is not None
+
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: optional for older xdist
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        """Before any test is scheduled: the model, checked once, in the controller."""
+        if self.checked or self.check is None or self.groups_dir is None:
+            return
+        worker = str(getattr(getattr(node, "gateway", None), "id", "?"))
+        if _published(self.groups_dir, worker).get("engine_tests"):
+            self.checked = True
+            self.check()  # a UsageError here ends the run as it would without -n
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -164,3 +323,14 @@ class ControllerHooks:
         output = getattr(node, "workeroutput", None) or {}
         worker = str((getattr(node, "gateway", None) and node.gateway.id) or "?")
         self.results.absorb(output.get(WIRE_KEY), worker)
+        ended = output.get(ENDED_KEY) or {}
+        if ended.get("usage"):  # the worker refused its input: the run does, in the same line
+            raise pytest.UsageError(*ended["usage"])
+        if "exit" in ended:
+            pytest.exit(str(ended["exit"]), returncode=ended.get("returncode"))
+
+    @pytest.hookimpl(optionalhook=True)  # an xdist hook: optional for older xdist
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """A worker process that died: its test's failure says how, with the worker's last words."""
+        node = getattr(report, "node", None)
+        report.longrepr = f"{report.longrepr}\n{last_words(self.groups_dir, node)}"

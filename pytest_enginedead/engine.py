@@ -19,15 +19,16 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import psutil
+import pytest
 
-from . import compat, guard, record
+from . import cleanup, compat, guard, markers, record
 from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
 from .liveness import LivenessSettings, ProcessEvidence, snapshot
-from .planning import EngineSpec, Instructions
+from .planning import EngineSpec, GuardSpec, Instructions
 from .record import StepTime
 
 
@@ -39,6 +40,41 @@ class Progress(Protocol):
 
 class EngineStartError(RuntimeError):
     """vLLM could not start an engine for this spec; the message says why."""
+
+
+class GuardRefused(EngineStartError):
+    """The engine core's guard is not what the engine was asked to run with (its own record says)."""
+
+
+def guard_problem(asked: GuardSpec | None, ready: record.CoreReady) -> str | None:
+    """Why the guard in the engine core is not the one asked for, in one line, or None.
+
+    ``ready`` is the engine core's own start-up record: asked for the guard, it must
+    be on with the policy and ``hang_s`` asked for; not asked, it must be off.
+    """
+    core = f"{compat.ENGINE_CORE_TITLE} (pid {ready.pid})"
+    if asked is None:
+        if ready.guard or ready.asked:
+            return (
+                f"the guard was not asked for, but {core} saw {guard.GUARD_ENV} set "
+                f"({'on' if ready.guard else 'refused'}): the harness's engines must not inherit it"
+            )
+        return None
+    want = (f"{asked.source or 'this engine'} asked for the guard (policy {asked.policy!r}, "
+            f"hang_s {asked.hang_s:g} s)")
+    if not ready.guard:
+        why = ready.problem or f"{guard.GUARD_ENV} did not reach it"
+        return f"the guard is off: {want}, and {core} refused it: {why}"
+    if ready.policy != asked.policy or ready.hang_s != asked.hang_s:
+        return (f"the guard is not as asked: {want}, but {core} runs it with policy {ready.policy!r}, "
+                f"hang_s {ready.hang_s:g} s")
+    return None
+
+
+def refuse(exc: markers.BadMarker) -> NoReturn:
+    """A handle's bad argument fails the test in its one line, before the engine sees it."""
+    __tracebackhide__ = True
+    raise pytest.fail.Exception(str(exc), pytrace=False) from None
 
 
 class EngineBase:
@@ -66,11 +102,18 @@ class EngineBase:
         self._final_steps: list[StepTime] | None = None
         self._final_events: list[record.GuardEvent] | None = None
         self._reaper = reaper
+        #: the run was interrupted: stop without waiting for vLLM's graceful shutdown
+        self.hurry = False
 
     # --- what the code inside vLLM is told ------------------------------------------
 
     def environment(self, first: Instructions) -> dict[str, str]:
-        """The environment the engine's processes start with (and only they)."""
+        """The environment the engine's processes start with (and only they).
+
+        The harness sets the guard for every engine: on as its spec says, else
+        ``ENGINEDEAD_GUARD=0`` and none of the guard's other variables
+        (``cleared_variables``), whatever the caller's environment holds.
+        """
         env = {
             **compat.engine_environment(),
             compat.DEADLINE_ENV: first.deadline_env,
@@ -89,6 +132,17 @@ class EngineBase:
             env[guard.GUARD_PATH_ENV] = os.pathsep.join([*sys.path[:1], os.getcwd()])
         return env
 
+    def cleared_variables(self) -> list[str]:
+        """The guard's variables the engine's processes must not inherit (none of them set here)."""
+        if self.spec.guard is not None:
+            return []  # all of them set by ``environment``
+        return [name for name in guard.GUARD_VARIABLES if name != guard.GUARD_ENV]
+
+    def process_environment(self, first: Instructions, base: Mapping[str, str]) -> dict[str, str]:
+        """A whole environment for the engine's processes: ``base`` less the cleared, plus ours."""
+        cleared = set(self.cleared_variables())
+        return {**{k: v for k, v in base.items() if k not in cleared}, **self.environment(first)}
+
     def instruct(self, instructions: Instructions) -> None:
         """From the next RPC on, the engine runs under this deadline and these faults."""
         self._epoch += 1
@@ -99,12 +153,22 @@ class EngineBase:
         self.instructions.append(instructions)
 
     def check_core_ready(self) -> None:
-        """The engine core must have loaded our side of the plugin, or deadlines cannot switch."""
-        if not os.path.exists(record.core_ready_path(self.run_dir)):
+        """The engine core must have loaded our side of the plugin, or deadlines cannot switch;
+        and its guard must be the one asked for (``guard_problem``), by its own record."""
+        ready = record.read_core_ready(self.run_dir)
+        if ready is None:
             raise EngineStartError(
                 "vLLM's engine core did not load the enginedead plugin (its vllm.general_plugins "
                 f"entry); is VLLM_PLUGINS={os.environ.get('VLLM_PLUGINS')!r} leaving it out?"
             )
+        problem = guard_problem(self.spec.guard, ready)
+        if problem:
+            raise GuardRefused(problem)
+
+    def guard_refusal(self) -> str | None:
+        """The guard's refusal as soon as the engine core has written its record (None so far)."""
+        ready = record.read_core_ready(self.run_dir)
+        return None if ready is None else guard_problem(self.spec.guard, ready)
 
     # --- processes ------------------------------------------------------------------
 
@@ -114,8 +178,8 @@ class EngineBase:
             if proc.pid in before or any(r.pid == proc.pid for r in self.procs):
                 continue
             with contextlib.suppress(psutil.Error):
-                if "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
-                    continue  # multiprocessing's own helper, one per process, not the engine's
+                if proc.ppid() == me.pid and "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
+                    continue  # this process's own multiprocessing helper (an engine core's is the engine's)
                 self.procs.append(ProcRef.of(proc))
         self.shm |= mapped_shm(self.procs)
         if self._reaper is not None:
@@ -129,15 +193,36 @@ class EngineBase:
         """Start vLLM, running under ``first`` until told otherwise (subclasses)."""
         raise NotImplementedError
 
-    def shutdown(self) -> None:
-        """Ask vLLM to stop (subclasses); what it leaves is ended by pid in ``stop``."""
+    def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
+        """Ask vLLM to stop (subclasses); what it leaves is ended by pid in ``stop``.
+
+        The wait ends early once ``give_up()`` is true; without ``give_up`` the processes
+        are gone already and only the client's side is closed, briefly.
+        """
 
     def stop(self) -> None:
-        """Shut the engine down, then end what remains of its process tree by pid."""
-        self.stopped = True
-        self.shm |= mapped_shm(self.procs)
-        self.shutdown()
-        leftover = terminate(self.procs)
+        """Shut the engine down, then end what remains of its process tree by pid.
+
+        Ctrl-C is held while it runs (``cleanup.held``) and raised when it is done; once
+        one came, or the run was interrupted before (``hurry``), vLLM's graceful shutdown
+        is skipped: the processes are ended by pid at once, the client closed after.
+        """
+        with cleanup.held:
+            self.stopped = True
+            self.shm |= mapped_shm(self.procs)
+
+            def fast() -> bool:
+                return self.hurry or cleanup.held.interrupted
+
+            if not fast():
+                self.shutdown(give_up=fast)
+            leftover = terminate(self.procs, at_once=fast())
+            self.shutdown()
+            self._clean_up(leftover)
+        if not cleanup.held.holding and cleanup.held.take():
+            raise KeyboardInterrupt  # what the user pressed, now that nothing is half-stopped
+
+    def _clean_up(self, leftover: list[ProcRef]) -> None:
         unlink_shm(self.shm)
         # the records outlive their run directory
         self._final_steps, self._final_events = self.steps(), self.guard_events()
@@ -212,17 +297,23 @@ class EngineBase:
             text = f.read()
         return header + text if text else None
 
-    def capture_stacks(self, pid: int, samples: int = 8, interval_s: float = 0.02) -> list[str]:
-        """``samples`` stack dumps of a worker, ``interval_s`` apart: where it spends its time."""
-        dumps = []
-        for i in range(samples):
-            if i:
-                time.sleep(interval_s)
-            dump = self.capture_stack(pid)
-            if dump is None:
-                break
-            dumps.append(dump)
-        return dumps
+    def deadline_stack(
+        self, pid: int, step: StepTime, deadline_s: float, wait_s: float = 0.5
+    ) -> record.DeadlineStack | None:
+        """The worker's own stack at the deadline of ``step`` (``worker.DeadlineWatch``).
+
+        vLLM's deadline runs from when it sent the step, a moment before the worker
+        began it, so the dump may still be due: wait for it until ``wait_s`` past due.
+        """
+        path = record.deadline_stack_path(self.run_dir, pid)
+        until = max(time.monotonic(), step.started + deadline_s) + wait_s
+        while True:
+            dump = record.read_deadline_stack(path)
+            if dump is not None and dump.step == step.step:
+                return dump
+            if time.monotonic() >= until:
+                return None
+            time.sleep(0.02)
 
     def liveness(self, window_s: float = 0.2) -> dict[int, ProcessEvidence]:
         return snapshot(self.pids, window_s)
@@ -245,22 +336,28 @@ class Engine(EngineBase):
         kwargs = compat.llm_kwargs(self.spec.model, self.spec.max_num_seqs, dict(self.spec.extra_args))
         t0 = time.monotonic()
         ticker = _Ticker(progress, f"starting engine ({self.spec.label()})", t0)
+        watch = _RefusalWatch(self, me, before)
         try:
             # vLLM configures its logging when first imported: import it inside the
             # engine's environment, which its spawned processes inherit
-            with _environ(env), ticker:
+            with _environ(env, self.cleared_variables()), ticker, watch:
                 from vllm import LLM  # here: the plugin loads without vLLM
 
-                self.llm = LLM(**kwargs)
+                self.llm = interruptible(lambda: LLM(**kwargs), "enginedead-start")
             compat.quiet_repr(self.llm)
             self.adopt(me, before)
             self.check_core_ready()
         except BaseException as exc:
             if progress:
                 progress(f"engine failed to start after {time.monotonic() - t0:.1f} s", done=True)
+            if not isinstance(exc, Exception):  # Ctrl-C, pytest-timeout: stop at once
+                self.hurry = True
+                self._settle(me, before)
             self.adopt(me, before)
             self.broken = True
             self.stop()
+            if watch.refusal is not None:  # the engine core was ended for it: that is the reason
+                raise GuardRefused(watch.refusal) from None
             if isinstance(exc, EngineStartError):
                 raise
             if isinstance(exc, Exception):
@@ -278,19 +375,29 @@ class Engine(EngineBase):
             )
         return self
 
+    def _settle(self, me: psutil.Process, before: set[int], limit_s: float = 5.0) -> None:
+        """After an interrupted start: wait (briefly) for the engine core vLLM's start thread
+        is about to spawn, so that it is stopped with the rest instead of left behind."""
+        def spawned() -> bool:
+            self.adopt(me, before)
+            return bool(self.procs)
+
+        cleanup.wait_until(spawned, limit_s, give_up=lambda: False)
+
     @property
     def alive(self) -> bool:
         return self.llm is not None and not self.broken
 
-    def shutdown(self) -> None:
+    def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
         llm, self.llm = self.llm, None
         if llm is None:
             return
-        # a broken engine's processes are ended by pid first; its client sockets after
-        _bounded(functools.partial(compat.shutdown_llm, llm), 5.0 if self.broken else 10.0)
+        wait_s = 1.0 if give_up is None else 5.0 if self.broken else 10.0
+        _bounded(functools.partial(compat.shutdown_llm, llm), wait_s, give_up or (lambda: False))
 
     def generate(
-        self, n: int, max_tokens: int = 8, prompt_len: int = 4, arriving: int | None = None
+        self, n: int, max_tokens: int = 8, prompt_len: int = 4,
+        arriving: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         """One concurrent decode batch of ``n`` sequences; token ids per sequence.
 
@@ -309,10 +416,15 @@ class Engine(EngineBase):
         params = compat.sampling_params(max_tokens)
         ok = False
         try:
+            llm = self.llm
             if arriving:
-                outputs = compat.generate_arriving(self.llm, prompts, params, arriving)
+                outputs = interruptible(
+                    lambda: compat.generate_arriving(llm, prompts, params, arriving), "enginedead-generate"
+                )
             else:
-                outputs = self.llm.generate(prompts, params, use_tqdm=False)
+                outputs = interruptible(
+                    lambda: llm.generate(prompts, params, use_tqdm=False), "enginedead-generate"
+                )
             ok = True
         finally:
             if not ok:
@@ -420,8 +532,11 @@ class Handle:
     def has_record(self, pid: int) -> bool:
         return self._engine.has_record(pid)
 
-    def capture_stacks(self, pid: int, samples: int = 8) -> list[str]:
-        return self._engine.capture_stacks(pid, samples)
+    def deadline_stack(self, pid: int, step: StepTime) -> record.DeadlineStack | None:
+        return self._engine.deadline_stack(pid, step, self.timeout_s)
+
+    def capture_stack(self, pid: int) -> str | None:
+        return self._engine.capture_stack(pid)
 
     def liveness(self) -> dict[int, ProcessEvidence]:
         """A snapshot of every engine process: status, CPU over 0.2 s, RSS."""
@@ -466,13 +581,23 @@ class EngineHandle(Handle):
     _engine: Engine
 
     def generate(
-        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4, arriving: int | None = None
+        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4,
+        arriving: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Run one concurrent decode batch of ``n`` sequences (default: the batch size).
 
         ``arriving=k``: k requests join before each engine step, as a server's clients
-        would, so the decode batch grows while each step prefills only the newcomers.
+        would, so the decode batch grows while each step prefills only the newcomers;
+        ``arriving=[k1, k2, ...]``: k1 before the first step, k2 before the second... (the
+        last count repeats), to shape one step: decodes beside newcomers.
+        A bad argument fails the test in one line before the engine sees it (the
+        engine stays in service).
         """
+        __tracebackhide__ = True
+        try:
+            markers.generate_arguments(n, max_tokens, prompt_len, arriving, self.spec.max_model_len)
+        except markers.BadMarker as exc:
+            refuse(exc)
         return self._engine.generate(self.batch_size if n is None else n, max_tokens, prompt_len, arriving)
 
 
@@ -480,9 +605,13 @@ class EngineHandle(Handle):
 
 
 @contextlib.contextmanager
-def _environ(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
+def _environ(values: Mapping[str, str], unset: Iterable[str] = ()) -> Iterator[None]:
+    """``values`` set and ``unset`` removed in ``os.environ`` for the block, then restored."""
+    unset = [k for k in unset if k not in values]
+    saved = {k: os.environ.get(k) for k in [*values, *unset]}
     os.environ.update(values)
+    for k in unset:
+        os.environ.pop(k, None)
     try:
         yield
     finally:
@@ -491,6 +620,40 @@ def _environ(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+class _RefusalWatch:
+    """While ``vllm.LLM(...)`` starts: as soon as the engine core's record shows the guard
+    refused, end the engine core (ours, by pid), so that the start fails at once instead
+    of running on to a ready engine that will not be used."""
+
+    def __init__(self, engine: EngineBase, me: psutil.Process, before: set[int], every_s: float = 0.1):
+        self.engine, self.me, self.before, self.every_s = engine, me, before, every_s
+        self.refusal: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            ready = record.read_core_ready(self.engine.run_dir)
+            if ready is None:
+                continue
+            self.refusal = guard_problem(self.engine.spec.guard, ready)
+            if self.refusal is not None:
+                with contextlib.suppress(psutil.Error):
+                    self.engine.adopt(self.me, self.before)  # recorded (and reaped) like any start
+                    core = next((r.process() for r in self.engine.procs if r.pid == ready.pid), None)
+                    if core is not None:  # ours, pinned by pid and creation time
+                        core.kill()
+            return
+
+    def __enter__(self) -> _RefusalWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1)
 
 
 class _Ticker:
@@ -519,11 +682,46 @@ class _Ticker:
             self._thread.join(timeout=1)
 
 
-def _bounded(fn: Callable[[], None], timeout_s: float) -> None:
-    """Run ``fn`` on a daemon thread; give up waiting after ``timeout_s``."""
+_T = TypeVar("_T")
+
+
+def interruptible(fn: Callable[[], _T], name: str, on_interrupt: Callable[[], None] | None = None) -> _T:
+    """``fn()``, run on a thread of its own while this thread waits for it.
+
+    The waiting thread stays interruptible: Ctrl-C (or pytest-timeout's alarm) raises
+    here at once.  vLLM's client blocks its caller where a signal's exception is lost:
+    in 0.32.0 the wait for the engine core to start is a pyzmq poll, which takes the
+    interrupted call up again instead of raising ``KeyboardInterrupt``, so a Ctrl-C
+    waited out the whole start.  On an exception while waiting ``on_interrupt`` runs
+    and the exception propagates; the thread is a daemon and ends with what it waits on.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    thread.start()
+    try:
+        while thread.is_alive():
+            thread.join(0.25)
+    except BaseException:
+        if on_interrupt is not None:
+            on_interrupt()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
+def _bounded(fn: Callable[[], None], timeout_s: float, give_up: Callable[[], bool]) -> None:
+    """Run ``fn`` on a daemon thread; stop waiting after ``timeout_s``, or once ``give_up()``."""
     thread = threading.Thread(target=_quiet, args=(fn,), daemon=True)
     thread.start()
-    thread.join(timeout_s)
+    cleanup.wait_until(lambda: not thread.is_alive(), timeout_s, give_up)
 
 
 def _quiet(fn: Callable[[], None]) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import logging
 import math
 import multiprocessing
@@ -38,7 +37,7 @@ from typing import Any
 import psutil
 
 from . import compat, record
-from .policy import Backend, PolicyError, PolicyLike, load_policy, policy_name
+from .policy import Backend, PolicyError, PolicyLike, PolicyNotFound, load_policy, policy_name
 
 GUARD_ENV = "ENGINEDEAD_GUARD"
 GUARD_POLICY_ENV = "ENGINEDEAD_GUARD_POLICY"
@@ -57,6 +56,10 @@ BUSY_CORES = 0.05
 logger = logging.getLogger("vllm.enginedead")
 
 
+#: Every variable of the guard's: the harness sets each for an engine it starts, or clears it.
+GUARD_VARIABLES = (GUARD_ENV, GUARD_POLICY_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV)
+
+
 @dataclass(frozen=True)
 class GuardConfig:
     """The guard as the environment asks for it."""
@@ -64,32 +67,45 @@ class GuardConfig:
     policy: PolicyLike
     policy_name: str
     hang_s: float
+    #: the policy as it was given (``reference``, ``vllm-stock``, ``module:attr``)
+    spec: str = "reference"
+
+
+def asked(environ: Mapping[str, str]) -> bool:
+    """Whether ``ENGINEDEAD_GUARD`` asks for the guard (any value but an off one)."""
+    return environ.get(GUARD_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def config_from_env(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str | None]:
-    """(the guard's configuration or None when off, a problem to log or None).
+    """(the guard's configuration or None when off, why it stays off although asked, or None).
 
-    A bad value is a problem, and the guard stays off: never a crashed engine.
+    A bad value is a problem, and the guard stays off: never a crashed engine.  The
+    problem names the variable, its value and what is wrong, in one line.
     """
-    raw = environ.get(GUARD_ENV, "").strip()
-    if raw.lower() in ("", "0", "false", "no", "off"):
+    if not asked(environ):
         return None, None
+    raw = environ.get(GUARD_ENV, "").strip()
     if raw.lower() not in ("1", "true", "yes", "on"):
-        return None, f"{GUARD_ENV}={raw!r} is not 1 or 0; the guard stays off"
+        return None, f"{GUARD_ENV}={raw!r} is not 1 or 0"
     hang_raw = environ.get(GUARD_HANG_ENV, "").strip()
     try:
         hang_s = float(hang_raw) if hang_raw else DEFAULT_HANG_S
     except ValueError:
         hang_s = math.nan
     if not (math.isfinite(hang_s) and hang_s > 0):
-        return None, f"{GUARD_HANG_ENV}={hang_raw!r} is not a number of seconds above 0; the guard stays off"
+        return None, f"{GUARD_HANG_ENV}={hang_raw!r} is not a number of seconds above 0"
     spec = environ.get(GUARD_POLICY_ENV, "").strip() or "reference"
     search = [os.getcwd(), *filter(None, environ.get(GUARD_PATH_ENV, "").split(os.pathsep))]
     try:
         policy = load_policy(spec, search)
+    except PolicyNotFound as exc:
+        return None, (
+            f"{GUARD_POLICY_ENV}={spec!r}: the policy module is not importable in the engine core: "
+            f"add it to PYTHONPATH or {GUARD_PATH_ENV} ({exc})"
+        )
     except PolicyError as exc:
-        return None, f"{GUARD_POLICY_ENV}={spec!r}: {exc}; the guard stays off"
-    return GuardConfig(policy, policy_name(policy, spec), hang_s), None
+        return None, f"{GUARD_POLICY_ENV}={spec!r}: {exc}"
+    return GuardConfig(policy, policy_name(policy, spec), hang_s, spec), None
 
 
 # --- one RPC under watch ------------------------------------------------------------
@@ -240,7 +256,7 @@ class Core:
             cap = float(self.guard.policy.timeout_s(Backend.CPU, self._batch, self._tokens))
             if not math.isfinite(cap):
                 raise ValueError(f"returned {cap!r}")
-            return cap
+            return min(cap, float(compat.MAX_DEADLINE_S))  # past it, Python's waits overflow
         except Exception as exc:  # the user's policy: say so once, fall back to vLLM's deadline
             if not self._warned_policy:
                 self._warned_policy = True
@@ -362,14 +378,18 @@ def patched() -> dict[str, bool]:
 
 
 def register(environ: Mapping[str, str] | None = None) -> Core | None:
-    """In the engine core process: install the deadline control and the guard, if asked."""
+    """In the engine core process: install the deadline control and the guard, if asked.
+
+    Under the harness (a run directory), the guard's start-up record says what came
+    of it (``record.CoreReady``): on with which policy and ``hang_s``, or why not.
+    """
     environ = os.environ if environ is None else environ
     if not in_engine_core():
         return None
     run_dir = environ.get(record.ENV_DIR) or None
     guard, problem = config_from_env(environ)
     if problem:
-        logger.error("enginedead guard: %s", problem)
+        logger.error("enginedead guard: %s; the guard stays off", problem)
     if run_dir is None and guard is None:
         return None  # nothing asked for: nothing in vLLM is touched
     core = Core(run_dir, guard)
@@ -379,6 +399,12 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
             "enginedead guard on: policy %s caps each step, hang_s %g s", guard.policy_name, guard.hang_s
         )
     if run_dir:
-        with contextlib.suppress(OSError), open(record.core_ready_path(run_dir), "w") as f:
-            json.dump({"pid": os.getpid(), "guard": guard is not None}, f)
+        ready = record.CoreReady(
+            pid=os.getpid(), guard=guard is not None, asked=asked(environ),
+            policy=guard.spec if guard else (environ.get(GUARD_POLICY_ENV, "").strip() or None),
+            policy_name=guard.policy_name if guard else None,
+            hang_s=guard.hang_s if guard else None, problem=problem,
+        )
+        with contextlib.suppress(OSError):
+            record.write_core_ready(run_dir, ready)
     return core

@@ -6,10 +6,16 @@ the engine (the harness's own, or the API server), ``VLLM::EngineCore`` and each
 when the harness set a run directory, the engine-core side (``guard.py``) when the
 harness set one or ``ENGINEDEAD_GUARD=1`` is set.  Nothing runs in the harness's
 own process.
+
+Under the harness the engine core also leaves the harness's process group (its workers,
+spawned after this, go with it): a Ctrl-C in the terminal then reaches pytest alone,
+which stops the engine by pid, instead of killing the engine under a running test that
+would report a death nobody caused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -22,9 +28,18 @@ PATCHES_ENV = "ENGINEDEAD_REPORT_PATCHES"
 def register() -> None:
     if os.environ.get(record.ENV_HARNESS_PID) == str(os.getpid()):
         return
+    if os.environ.get(record.ENV_DIR) and guard.in_engine_core():
+        _leave_process_group()
     worker.register()
     guard.register()
     path = os.environ.get(PATCHES_ENV)
     if path and guard.in_engine_core():
         with open(path, "w") as f:
             json.dump(guard.patched(), f)
+
+
+def _leave_process_group() -> None:
+    """Lead a process group of our own, unless we lead one already (the API server's session)."""
+    with contextlib.suppress(OSError):
+        if os.getpgid(0) != os.getpid():
+            os.setpgid(0, 0)

@@ -6,10 +6,12 @@ Precedence: marker > command line > environment > ini > default.  A bad value is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,7 +84,11 @@ def _exists(path: Path) -> bool:
 
 
 def validate_model(path: str) -> str:
-    """A HF-style model directory with a readable ``config.json`` object."""
+    """A HF-style model directory with a readable ``config.json`` object (resolved).
+
+    The option's parser: cheap enough for every run.  ``model_problem`` does this and
+    the rest, once an engine is planned.
+    """
     if not path.strip():
         raise BadValue("no model directory given; give a directory holding a config.json")
     p = _expand(path)
@@ -123,12 +129,6 @@ def _architectures(data: dict[str, Any], config: Path) -> list[str]:
     if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
         raise BadValue(f'{config}: "architectures" must be a list of class names')
     return archs
-
-
-def read_architectures(path: str) -> list[str]:
-    """The ``architectures`` a model's config.json names."""
-    config = Path(path)
-    return _architectures(read_config(config), config)
 
 
 #: config.json keys every engine needs as whole numbers >= 1, where the config gives them
@@ -176,51 +176,71 @@ def config_problem(data: dict[str, Any], config: Path | str, prefix: str = "") -
     return None
 
 
-def model_problem(model: str) -> str | None:
-    """Why this model directory cannot give an engine (before vLLM is asked), or None."""
-    config = Path(model) / "config.json"
+def model_problem(model: str, architecture: bool = True) -> str | None:
+    """Why no engine can run on this model directory, in one line, or None.
+
+    The one model check, called from every door (the options, the factories, the
+    ``enginedead`` command, the xdist controller), each of which puts its own name for
+    the value in front: the directory and its ``config.json`` (``validate_model``), the
+    sizes (``config_problem``), and, with ``architecture``, whether the installed vLLM
+    knows the architecture it names (vLLM's registry is imported for that, once per
+    process; without vLLM that part is skipped).
+    """
     try:
-        return config_problem(read_config(config), config)
+        config = Path(validate_model(model)) / "config.json"
+        data = read_config(config)
     except BadValue as exc:
         return str(exc)
+    problem = config_problem(data, config)
+    if problem or not architecture:
+        return problem
+    return _architecture_problem(_architectures(data, config), config)
 
 
-def check_model(model: str, source: str) -> None:
-    """A model config no engine can run is a usage error, said once, before any engine starts."""
-    problem = model_problem(model)
-    if problem:
-        raise pytest.UsageError(f"enginedead: {problem} (--enginedead-model, from {source})")
-
-
-def architecture_problem(model: str) -> str | None:
-    """Why the installed vLLM cannot build this model's architecture, in one line, or None."""
-    path = os.path.join(model, "config.json")
-    try:
-        archs = read_architectures(path)
-    except BadValue as exc:
-        return str(exc)
+def _architecture_problem(archs: list[str], config: Path) -> str | None:
+    """Why the installed vLLM cannot build these architectures, in one line, or None."""
+    if compat.vllm_missing_reason() is not None:
+        return None  # no vLLM here to ask: no engine will start either
     try:
         known = compat.known_architectures()
     except Exception:
-        return None  # cannot ask this vLLM; the engine start will say
+        return None  # no vLLM to ask (or it cannot say): the engine start will tell
     unknown = [a for a in archs if a not in known]
     if unknown or not archs:
         return (
-            f"{path} names architecture {', '.join(unknown) or '(none)'}, which vLLM "
+            f"{config} names architecture {', '.join(unknown) or '(none)'}, which vLLM "
             f"{compat.installed_version()} does not know; use one it supports, e.g. LlamaForCausalLM"
         )
     return None
 
 
-def check_architectures(model: str, source: str) -> None:
-    """An architecture the installed vLLM lacks is a usage error, said once, before any engine starts."""
-    problem = architecture_problem(model)
+def model_label(model: str, source: str) -> str:
+    """How a message names the run's model: as the user set it, and where."""
+    if source == "command line":
+        return f"--enginedead-model={model!r}"
+    if source == "environment":
+        return f"ENGINEDEAD_MODEL={model!r}"
+    if source == "bundled":
+        return f"the bundled model {model!r}"
+    return f"enginedead_model = {model!r}"
+
+
+def check_model(model: str, source: str) -> None:
+    """A model no engine can run is a usage error, said once, before any engine starts.
+
+    ``source`` is where the run's model came from (``Settings.model_source``).
+    """
+    problem = model_problem(model)
     if problem:
-        raise pytest.UsageError(f"enginedead: {problem} (--enginedead-model, from {source})")
+        raise pytest.UsageError(f"enginedead: {model_label(model, source)} (from {source}): {problem}")
 
 
 def validate_output_path(raw: str) -> str:
-    """A file path we can write later: checked now, so no result is lost at the end."""
+    """An output path as text: not empty, ``~`` expanded, within the lengths the OS takes.
+
+    Whether it can take the output is proven when it is claimed (``outputs.claim``),
+    at the start of the run, by creating it for real.
+    """
     text = raw.strip()
     if not text:
         raise BadValue("no path given")
@@ -229,17 +249,6 @@ def validate_output_path(raw: str) -> str:
         raise BadValue(f"{path.name[:40]!r}... is too long a file name (at most 255 bytes)")
     if len(os.fsencode(str(path.absolute()))) >= 4096:
         raise BadValue(f"{str(path)[:40]!r}... is too long a path (at most 4095 bytes)")
-    if _exists(path) and path.is_dir():
-        raise BadValue(f"{str(path)!r} is a directory; give a file path")
-    parent = path.absolute().parent
-    while not _exists(parent):
-        parent = parent.parent
-    if not parent.is_dir():
-        raise BadValue(f"{str(path)!r} cannot be created: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise BadValue(f"{str(path)!r} cannot be created: {str(parent)!r} is not writable")
-    if _exists(path) and not os.access(path, os.W_OK):
-        raise BadValue(f"{str(path)!r} exists and is not writable")
     return str(path)
 
 
@@ -460,6 +469,10 @@ class Settings:
     guard: bool
     liveness: LivenessSettings
     vllm_version: str | None
+    #: how the report path was given, for messages: ``--enginedead-report='x' (from command line)``
+    report_where: str = ""
+    #: how the run's guard switch was set, e.g. "ENGINEDEAD_GUARD='1' (from environment)"
+    guard_where: str = ""
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
@@ -484,6 +497,8 @@ def resolve_settings(config: pytest.Config) -> Settings:
             interval_s=get["enginedead_sample_interval"].value,
         ),
         vllm_version=compat.installed_version(),
+        report_where=f"{get['enginedead_report'].where} (from {get['enginedead_report'].source})",
+        guard_where=f"{get['enginedead_guard'].where} (from {get['enginedead_guard'].source})",
     )
 
 
@@ -501,6 +516,44 @@ def check_vllm_environment() -> None:
     problem = vllm_environment_problem()
     if problem:
         raise pytest.UsageError(f"enginedead: {problem}")
+
+
+#: a one-line message longer than this has its long paths cut to their head and tail (``-v``: whole)
+SHOWN_LINE_CHARS = 200
+#: ... each path (or name) longer than this, in such a line
+SHOWN_PATH_CHARS = 70
+#: what a message holds a path as: a run of characters with no space or quote in it
+_TOKEN = re.compile(r"[^\s'\"]+")
+SHORTENED_NOTE = " [long paths shortened; -v shows them whole]"
+
+
+def shorten_paths(message: str, limit: int = SHOWN_PATH_CHARS, line: int = SHOWN_LINE_CHARS) -> str:
+    """``message``, if longer than ``line``, with every path longer than ``limit`` cut.
+
+    The tail is kept longer than the head: it names the file the message is about
+    (``.../models/m/config.json``).  A note at the end says how to see them whole.
+    """
+    if len(message) <= line:
+        return message
+    head = limit // 3
+
+    def cut(match: re.Match[str]) -> str:
+        text = match.group(0)
+        return text if len(text) <= limit else f"{text[:head]}...{text[-(limit - head - 3):]}"
+
+    shortened = _TOKEN.sub(cut, message)
+    return shortened if shortened == message else shortened + SHORTENED_NOTE
+
+
+@contextlib.contextmanager
+def shown_whole_if_verbose(config: pytest.Config) -> Iterator[None]:
+    """Usage errors raised inside keep their long paths under ``-v``, else are shortened."""
+    try:
+        yield
+    except pytest.UsageError as exc:
+        if (config.getoption("verbose", 0) or 0) > 0:
+            raise
+        raise pytest.UsageError(*(shorten_paths(str(a)) for a in exc.args)) from None
 
 
 def one_line(exc: BaseException) -> str:

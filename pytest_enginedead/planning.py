@@ -8,9 +8,10 @@ specs, a run order and the number of distinct configurations.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import compat
@@ -25,6 +26,8 @@ class GuardSpec:
     hang_s: float
     #: ``reference``, ``vllm-stock`` or ``module:attr``: gives the guard's hard cap
     policy: str = "reference"
+    #: who asked for it, for messages ("the enginedead_guard marker"); not part of the key
+    source: str = field(default="", compare=False)
 
     def describe(self) -> str:
         return f"guard (policy {self.policy}, hang_s {self.hang_s:g} s)"
@@ -48,6 +51,15 @@ class EngineSpec:
     server: bool = False
     #: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE), None = the harness's default 1 GiB or the user's
     kv_cache_gib: int | None = None
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The context length vLLM gets (``max_model_len``, else the harness's), None if unreadable."""
+        value = dict(self.extra_args).get("max_model_len", compat.DEFAULT_MAX_MODEL_LEN)
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return None  # vLLM itself will say what is wrong with it
 
     def label(self) -> str:
         parts = [f"bs{self.max_num_seqs}", f"model {os.path.basename(self.model.rstrip('/'))}"]
@@ -104,8 +116,24 @@ class PolicyFailure(Exception):
     """The active policy raised, or returned a deadline vLLM cannot use."""
 
 
+def deadline_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a deadline vLLM holds, or None: a real number (int or float, not
+    a bool or a string), finite, at least 1 s (vLLM's smallest), at most ``compat.MAX_DEADLINE_S``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"not a number of seconds ({type(value).__name__}; give an int or a float)"
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 1:
+        return "a deadline must be a finite number of seconds >= 1 (vLLM's smallest)"
+    if seconds > compat.MAX_DEADLINE_S:
+        return (
+            f"a deadline must be at most {compat.MAX_DEADLINE_S} s, the longest wait vLLM can make "
+            "(Python's threading.TIMEOUT_MAX)"
+        )
+    return None
+
+
 def policy_deadline(policy: PolicyLike, policy_name: str, batch_size: int) -> float:
-    """The policy's deadline for a CPU engine at ``batch_size``: a finite number of seconds >= 1.
+    """The policy's deadline for a CPU engine at ``batch_size``: see ``deadline_problem``.
 
     The one place a policy is asked for a deadline; ``PolicyFailure`` says which
     policy returned (or raised) what, for which backend and batch.
@@ -115,16 +143,11 @@ def policy_deadline(policy: PolicyLike, policy_name: str, batch_size: int) -> fl
         raw = policy.timeout_s(Backend.CPU, batch_size)
     except Exception as exc:
         raise PolicyFailure(f"{call} raised {type(exc).__name__}: {exc}") from None
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise PolicyFailure(f"{call} returned {raw!r}, not a number of seconds") from None
-    if not math.isfinite(value) or value < 1:
-        raise PolicyFailure(
-            f"{call} returned {raw!r}; a deadline must be a finite number of seconds >= 1 "
-            "(vLLM's smallest)"
-        )
-    return value
+    problem = deadline_problem(raw)
+    if problem is not None:
+        sep = ", " if problem.startswith("not a number") else "; "
+        raise PolicyFailure(f"{call} returned {raw!r}{sep}{problem}")
+    return float(raw)
 
 
 def spec_for(need: Need, model: str, cpu_bind: str | None = None) -> EngineSpec:
@@ -190,7 +213,8 @@ def budget_s(
     With the guard on, a busy step may run up to the guard's cap, not just the deadline.
     """
     longest = max(instructions.deadline_whole_s, guard_cap_s or 0.0)
-    return math.ceil(start_allowance_s + 2 * longest + 60)
+    # the longest timer pytest-timeout can set is the longest wait Python can make
+    return min(math.ceil(start_allowance_s + 2 * longest + 60), compat.MAX_DEADLINE_S)
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,16 @@ what order), ``pool`` (the engines alive), ``invariants``, ``report``.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import sys
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn
 
 import pytest
 
-from . import compat, distributed, guard, hooks, invariants, markers, options, planning, report
+from . import compat, distributed, guard, hooks, invariants, markers, options, outputs, planning, report
 from .assertions import run_settings
 from .engine import EngineBase, EngineHandle, EngineStartError, Handle, Progress
 from .options import Settings
@@ -35,6 +37,8 @@ class Run:
     pool: EnginePool
     results: Results
     cpu_bind: str | None = None
+    #: the JSON report's path, claimed at the start (never on an xdist worker: the controller writes it)
+    report: outputs.Output | None = None
     #: undoes what configure set up for the run (the liveness defaults)
     scope: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
@@ -44,6 +48,7 @@ plan_key = pytest.StashKey[TestPlan]()
 handle_key = pytest.StashKey[Handle]()
 
 ENGINE_FIXTURES = ("vllm_engine", "vllm_server")
+FACTORY_FIXTURES = ("vllm_engine_factory", "vllm_server_factory")
 
 
 def _run(config: pytest.Config) -> Run:
@@ -75,13 +80,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for line in markers.DOCS:
         config.addinivalue_line("markers", line)
-    settings = options.resolve_settings(config)
+    with options.shown_whole_if_verbose(config):
+        settings = options.resolve_settings(config)
+        claimed = None
+        if settings.report and not distributed.is_worker(config):
+            try:
+                claimed = outputs.claim(settings.report, settings.report_where)
+            except outputs.OutputError as exc:
+                raise pytest.UsageError(f"enginedead: {exc}") from None
     pool = EnginePool(max_alive=1, progress=_progress_writer(config))
-    run = Run(settings, pool, Results(), distributed.cpu_bind(config))
+    run = Run(settings, pool, Results(), distributed.cpu_bind(config), claimed)
     run.scope.enter_context(run_settings(settings.liveness))
     config.stash[run_key] = run
-    if config.pluginmanager.hasplugin("xdist"):
-        config.pluginmanager.register(distributed.ControllerHooks(run.results), "enginedead-xdist")
+    config.pluginmanager.register(_Interrupted(pool), "enginedead-interrupt")
+    if distributed.is_worker(config):
+        config.pluginmanager.register(distributed.WorkerHooks(config), "enginedead-xdist-worker")
+    elif config.pluginmanager.hasplugin("xdist"):
+        controller = distributed.ControllerHooks(run.results, lambda: _check_model(config, settings))
+        config.pluginmanager.register(controller, "enginedead-xdist")
+
+
+class _Interrupted:
+    """Ctrl-C reached pytest: the engines still running stop quickly, not gracefully."""
+
+    def __init__(self, pool: EnginePool) -> None:
+        self.pool = pool
+
+    def pytest_keyboard_interrupt(self) -> None:
+        self.pool.hurry()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -89,6 +115,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if run is not None:
         run.scope.close()
         run.pool.close()
+        if run.report is not None:
+            run.report.close()
+        if run.pool.started:
+            # an engine filled this process's heap with vLLM's and torch's objects (a
+            # million and more): pytest collects garbage five times as it exits, and
+            # walking them all took 1-2 s a time; they live until the exit anyway
+            gc.freeze()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -101,6 +134,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     note = distributed.dist_note(config)
     if note:
         lines.append(f"enginedead: {note}")
+    if s.guard:
+        lines.append(f"enginedead: the guard is on for every engine: {s.guard_where}" + (
+            f"; {guard.GUARD_ENV} is also the production switch: unset it to test engines without the guard"
+            if "(from environment)" in s.guard_where else ""))
     if os.environ.get(compat.MULTIPROCESSING_ENV, "1").strip() == "0":
         lines.append(
             f"enginedead: {compat.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
@@ -175,7 +212,8 @@ def _guard(item: pytest.Item, run: Run) -> GuardSpec | None:
             load_policy(policy, [str(item.config.rootpath), os.getcwd()])
         except PolicyError as exc:
             raise markers.BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
-    return GuardSpec(hang_s or guard.DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference")
+    return GuardSpec(hang_s or guard.DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference",
+                     "the enginedead_guard marker" if marker is not None else run.settings.guard_where)
 
 
 def _uses_engine(item: pytest.Item) -> bool:
@@ -222,10 +260,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         [_need(item, run) if _uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
     )
-    if plan.engine_specs:  # the model is checked once, before the first engine starts
-        options.check_model(run.settings.model, run.settings.model_source)
-        if compat.vllm_missing_reason() is None:
-            options.check_architectures(run.settings.model, run.settings.model_source)
+    factories = [it for it in items if any(f in getattr(it, "fixturenames", ()) for f in FACTORY_FIXTURES)]
     run.results.configurations = plan.configurations
     budget = config.pluginmanager.hasplugin("timeout")
     for item, test in zip(items, plan.tests, strict=True):
@@ -235,10 +270,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if budget and item.get_closest_marker("timeout") is None:
             _add_budget(item, test)
     items[:] = [items[i] for i in plan.order]
-    if distributed.is_worker(config):
-        distributed.publish_groups(
-            config, ((it.nodeid, distributed.item_group(it, _planned_spec(it))) for it in items)
-        )
+    engine_tests = len(plan.engine_specs) + len(factories)  # factories start the run's model too
+    controller_checks = distributed.is_worker(config) and distributed.publish_groups(
+        config, ((it.nodeid, distributed.item_group(it, _planned_spec(it))) for it in items),
+        engine_tests=engine_tests,
+    )
+    if engine_tests and not controller_checks:  # under xdist the controller checks, once
+        _check_model(config, run.settings)
+
+
+def _check_model(config: pytest.Config, settings: Settings) -> None:
+    """The model the planned engines run, checked once before the first starts: a UsageError."""
+    with options.shown_whole_if_verbose(config):
+        options.check_model(settings.model, settings.model_source)
 
 
 def _add_budget(item: pytest.Item, test: TestPlan) -> None:
@@ -324,14 +368,27 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if run is None:
         return
     records = run.pool.close()
+    if run.pool.interrupted:  # Ctrl-C while the engines stopped: they all are; say so
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+        _terminal_line(config, "enginedead: interrupted while stopping engines; every engine was stopped")
     run.results.add_engines(records)
     if distributed.is_worker(config):
         distributed.send(config, run.results.to_wire())
-    elif run.settings.report:
-        report.write(run.settings.report, report.build(run.results, run.settings))
+    elif run.report is not None:
+        try:
+            report.write(run.report, report.build(run.results, run.settings))
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            sys.stderr.write(f"ERROR: enginedead: the report was not written: {exc}\n")
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
     survivors = [r.stop_error for r in records if r.stop_error]
     if survivors:
         raise RuntimeError(survivors[0])
+
+
+def _terminal_line(config: pytest.Config, line: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
@@ -434,27 +491,34 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
         _fail(str(exc))
     except PolicyFailure as exc:
         _fail(f"{what}: {exc}")
-    guard_spec = (GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference")
+    guard_spec = (GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference",
+                            run.settings.guard_where)
                   if run.settings.guard else None)
     return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
 
 
 def _factory_model(model: Any, server: bool) -> str:
-    """A factory's ``model=``: a directory holding a config an engine can run, or the test fails."""
+    """A factory's ``model=``: the same checks as every model door, or the test fails in one line."""
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
-        model_dir = options.validate_model(os.fspath(model))
-    except (options.BadValue, TypeError) as exc:
-        _fail(f"{what}: model={model!r}: {exc}")
-    problem = options.model_problem(model_dir)
+        path = os.fsdecode(os.fspath(model))
+    except TypeError:
+        _fail(f"{what}: model={model!r} is not a path; give a model directory holding a config.json")
+    problem = options.model_problem(path)
     if problem:
         _fail(f"{what}: model={model!r}: {problem}")
-    return model_dir
+    return options.validate_model(path)
 
 
 def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any], server: bool) -> EngineSpec:
+    """The factory's engine; its engine (or server) arguments and model checked before it starts."""
     __tracebackhide__ = True
+    what = "vllm_server_factory" if server else "vllm_engine_factory"
+    try:
+        markers.factory_engine_args(what, engine_args, server)
+    except markers.BadMarker as exc:
+        _fail(str(exc))
     model_dir = run.settings.model if model is None else _factory_model(model, server)
     spec = planning.spec_for(need, model_dir, run.cpu_bind)
     return replace(spec, extra_args=tuple(sorted(engine_args.items())))

@@ -285,6 +285,14 @@ class PolicyError(ValueError):
     """A policy spec that cannot be loaded; the message says why."""
 
 
+class PolicyNotFound(PolicyError):
+    """The policy's module is on no search path of this process (``module`` names it)."""
+
+    def __init__(self, message: str, module: str) -> None:
+        super().__init__(message)
+        self.module = module
+
+
 def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
     """``reference``, ``vllm-stock`` or ``module:attr`` → a policy object."""
     spec = spec.strip()
@@ -306,7 +314,7 @@ def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise PolicyError(f"no module named {exc.name!r}") from None
+            raise PolicyNotFound(f"no module named {exc.name!r}", exc.name) from None
         raise PolicyError(f"importing {module_name!r} failed: {exc}") from None
     except (Exception, SystemExit) as exc:  # user code: a module may even exit at import
         raise PolicyError(f"importing {module_name!r} failed: {type(exc).__name__}: {exc}") from None

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import cleanup
 from .cleanup import Reaper
-from .engine import Engine, EngineBase, Progress
+from .engine import Engine, EngineBase, GuardRefused, Progress
 from .planning import EngineSpec, Instructions
 from .server import Server
 
@@ -38,16 +39,32 @@ class EnginePool:
         self._live: dict[EngineSpec, EngineBase] = {}
         self._records: list[EngineRecord] = []
         self._died: set[EngineSpec] = set()  # specs whose shared engine was dropped broken
+        #: specs whose engine core refused the guard asked for: said again, never restarted
+        self._refused: dict[EngineSpec, str] = {}
         self._reaper: Reaper | None = None
+        #: a Ctrl-C came while ``close`` stopped the engines (the run ends as interrupted)
+        self.interrupted = False
+        #: engines started by this pool, ever
+        self.started = 0
 
     def acquire(self, spec: EngineSpec, instructions: Instructions, test: str = "") -> EngineBase:
-        """The shared engine for ``spec``, told ``instructions``; started or restarted if need be."""
+        """The shared engine for ``spec``, told ``instructions``; started or restarted if need be.
+
+        A configuration whose engine core refused its guard fails every later test of
+        it at once, with the same line: the same environment would be refused again.
+        """
+        if spec in self._refused:
+            raise GuardRefused(self._refused[spec])
         engine = self._live.get(spec)
         if engine is not None and not engine.alive:
             self.drop(engine)
             engine = None
         if engine is None:
-            engine = self.start_dedicated(spec, instructions, restart=spec in self._died)
+            try:
+                engine = self.start_dedicated(spec, instructions, restart=spec in self._died)
+            except GuardRefused as exc:
+                self._refused[spec] = str(exc)
+                raise
             self._died.discard(spec)
             self._live[spec] = engine
         else:
@@ -63,6 +80,7 @@ class EnginePool:
         reaper = self._make_room()
         engine: EngineBase = Server(spec, reaper) if spec.server else Engine(spec, reaper)
         self._records.append(EngineRecord(spec, engine, restart=restart))
+        self.started += 1
         engine.start(instructions, self.progress)
         return engine
 
@@ -94,14 +112,26 @@ class EnginePool:
             record = next(r for r in self._records if r.engine is engine)
             record.stop_error = str(exc)
 
+    def hurry(self) -> None:
+        """The run was interrupted: engines stop without vLLM's graceful shutdown."""
+        for rec in self._records:
+            rec.engine.hurry = True
+
     def close(self) -> list[EngineRecord]:
-        """Stop every engine still running; return what this pool started since the last close."""
+        """Stop every engine still running; return what this pool started since the last close.
+
+        A Ctrl-C meanwhile does not cut the stops short of stopping (``cleanup.held``): the
+        rest are stopped quickly and ``interrupted`` says one came.
+        """
         self._live.clear()
-        for rec in self._records:  # shared ones, and dedicated ones a test did not stop
-            if not rec.engine.stopped:
-                self._stop(rec.engine)
-        if self._reaper is not None:
-            self._reaper.close()
-            self._reaper = None
+        with cleanup.held:
+            for rec in self._records:  # shared ones, and dedicated ones a test did not stop
+                if not rec.engine.stopped:
+                    rec.engine.hurry = rec.engine.hurry or cleanup.held.interrupted
+                    self._stop(rec.engine)
+            if self._reaper is not None:
+                self._reaper.close()
+                self._reaper = None
+        self.interrupted = cleanup.held.take() or self.interrupted
         records, self._records = self._records, []
         return records

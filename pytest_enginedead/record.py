@@ -91,6 +91,48 @@ def stack_path(run_dir: str, pid: int) -> str:
 MAIN_THREAD_PREFIX = "main-thread "
 
 
+def deadline_stack_path(run_dir: str, pid: int) -> str:
+    """The worker's own stack at the deadline of its latest step that outlived it."""
+    return os.path.join(run_dir, f"deadline-stack-{pid}.txt")
+
+
+#: The first line of a deadline stack: ``deadline-stack step=12 phase=execute_model ...``.
+DEADLINE_HEADER = "deadline-stack"
+
+
+@dataclass(frozen=True)
+class DeadlineStack:
+    """A stack the worker dumped itself when one of its steps reached the deadline in force."""
+
+    step: int
+    phase: str  # "execute_model" / "sample_tokens"
+    deadline_s: float
+    ran_s: float  # how long the phase had run when the dump was taken
+    at: float  # time.monotonic() of the dump
+    text: str  # MAIN_THREAD_PREFIX line + faulthandler's all-threads dump
+
+    def header(self) -> str:
+        return (
+            f"{DEADLINE_HEADER} step={self.step} phase={self.phase} deadline={self.deadline_s:g} "
+            f"ran={self.ran_s:.6f} at={self.at:.6f}\n"
+        )
+
+
+def read_deadline_stack(path: str) -> DeadlineStack | None:
+    """The latest deadline stack of one worker, or None (none written, or unreadable)."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        with open(path) as f:
+            first = f.readline()
+            text = f.read()
+        words = dict(w.split("=", 1) for w in first.split()[1:])
+        if first.startswith(DEADLINE_HEADER):
+            return DeadlineStack(
+                int(words["step"]), words["phase"], float(words["deadline"]), float(words["ran"]),
+                float(words["at"]), text,
+            )
+    return None
+
+
 @dataclass(frozen=True)
 class StepTime:
     """One step as the worker saw it; ``seconds`` is None while it runs."""
@@ -269,13 +311,18 @@ def control_path(run_dir: str) -> str:
     return os.path.join(run_dir, CONTROL_FILE)
 
 
-def write_control(run_dir: str, control: Control) -> None:
-    """Replace the control file atomically: a reader sees the old or the new, never half."""
-    path = control_path(run_dir)
+def _replace(path: str, text: str) -> None:
+    """Replace a file atomically (a temporary file, then renamed): a reader sees the old or the
+    new, never half."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        f.write(control.to_json())
+        f.write(text)
     os.replace(tmp, path)
+
+
+def write_control(run_dir: str, control: Control) -> None:
+    """Replace the control file atomically: a reader sees the old or the new, never half."""
+    _replace(control_path(run_dir), control.to_json())
 
 
 class ControlReader:
@@ -341,9 +388,56 @@ def read_guard_events(path: str) -> list[GuardEvent]:
     return events
 
 
+# --- the engine core's start-up record: its side of the plugin, and the guard ----------
+
 #: The engine core writes this file once its side of the plugin is in place.
 CORE_READY_FILE = "core-ready.json"
 
 
 def core_ready_path(run_dir: str) -> str:
     return os.path.join(run_dir, CORE_READY_FILE)
+
+
+@dataclass(frozen=True)
+class CoreReady:
+    """What ``VLLM::EngineCore`` found when it loaded our plugin: the guard's start-up record.
+
+    Written once by ``guard.py`` inside the engine core, read by the harness, which
+    holds it against what it asked for: the guard is judged by the engine core's own
+    word, not by the harness's reading of the environment it passed.
+    """
+
+    pid: int
+    #: the guard is on
+    guard: bool
+    #: ``ENGINEDEAD_GUARD`` asked for it (it may still be off: see ``problem``)
+    asked: bool = False
+    #: the policy spec the guard runs (or was asked to run), as the engine core read it
+    policy: str | None = None
+    policy_name: str | None = None
+    hang_s: float | None = None
+    #: why the engine core left the guard off although it was asked, in one line
+    problem: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> CoreReady:
+        data = json.loads(text)
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        return cls(**known)
+
+
+def write_core_ready(run_dir: str, ready: CoreReady) -> None:
+    """Written whole: a reader never sees half of it."""
+    _replace(core_ready_path(run_dir), ready.to_json())
+
+
+def read_core_ready(run_dir: str) -> CoreReady | None:
+    """The engine core's record, or None while it has written none (or none that parses)."""
+    try:
+        with open(core_ready_path(run_dir)) as f:
+            return CoreReady.from_json(f.read())
+    except (OSError, ValueError, TypeError):
+        return None

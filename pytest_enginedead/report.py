@@ -19,6 +19,7 @@ import pytest
 from . import compat
 from .engine import EngineBase, Handle
 from .options import Settings
+from .outputs import Output, claim
 from .pool import EngineRecord
 from .record import summarize
 
@@ -295,12 +296,12 @@ def build(results: Results, settings: Settings) -> dict[str, Any]:
     }
 
 
-def write(path: str, data: dict[str, Any]) -> None:
-    """Write atomically, so a reader never sees half a report."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
+def dumps(data: dict[str, Any]) -> str:
+    """The report as its file holds it."""
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def write(out: Output | str, data: dict[str, Any]) -> None:
+    """Through the one writer (``outputs``): a file whole or not at all, a device in place."""
+    target = out if isinstance(out, Output) else claim(out, repr(out))
+    target.write_text(dumps(data))

@@ -22,14 +22,24 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psutil
 
-from . import compat
-from .engine import EngineBase, EngineStartError, Handle, Progress, _Ticker
+from . import compat, markers
+from .cleanup import wait_until
+from .engine import (
+    EngineBase,
+    EngineStartError,
+    GuardRefused,
+    Handle,
+    Progress,
+    _Ticker,
+    interruptible,
+    refuse,
+)
 from .planning import Instructions
 
 #: How long a server may take to answer /health after it was started.
@@ -62,17 +72,16 @@ def server_command(model: str, port: int, max_num_seqs: int, served_name: str,
         "--host", "127.0.0.1", "--port", str(port),
         "--model", model, "--served-model-name", served_name,
         "--load-format", "dummy", "--max-num-seqs", str(max_num_seqs),
-        "--max-model-len", "512", "--enforce-eager", "--disable-log-stats",
-        "--disable-uvicorn-access-log",
+        "--max-model-len", str(compat.DEFAULT_MAX_MODEL_LEN),
+        *("--" + switch.replace("_", "-") for switch in compat.SERVER_SWITCHES),
     ]
     if not has_tokenizer(model):
         cmd.append("--skip-tokenizer-init")
     for key, value in extra:
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            cmd.append(flag)
-        elif value is not False and value is not None:
-            cmd += [flag, str(value)]
+        flag = compat.server_flag(key, value)
+        if flag is None:
+            continue
+        cmd += [flag] if isinstance(value, bool) else [flag, str(value)]
     return cmd
 
 
@@ -106,7 +115,7 @@ class Server(EngineBase):
         self.port = free_port()
         cmd = server_command(self.spec.model, self.port, self.spec.max_num_seqs, self.served_name,
                              self.spec.extra_args)
-        env = {**os.environ, **self.environment(first)}
+        env = self.process_environment(first, os.environ)
         t0 = time.monotonic()
         ticker = _Ticker(progress, f"starting server ({self.spec.label()})", t0)
         with open(self.log_path, "wb") as log, ticker:
@@ -122,6 +131,7 @@ class Server(EngineBase):
             except BaseException as exc:
                 if progress:
                     progress(f"server failed to start after {time.monotonic() - t0:.1f} s", done=True)
+                self.hurry = not isinstance(exc, Exception)  # Ctrl-C, pytest-timeout: stop at once
                 self.broken = True
                 self.adopt_tree()
                 self.stop()
@@ -149,6 +159,9 @@ class Server(EngineBase):
                     f"vLLM's API server exited with status {code} before it was ready; "
                     f"it printed:\n{self.log_tail()}"
                 )
+            refusal = self.guard_refusal()  # the engine core's record: no need to wait for ready
+            if refusal is not None:
+                raise GuardRefused(refusal)
             if http_status("127.0.0.1", self.port, timeout_s=1.0) == 200:
                 return
             self.adopt_tree()  # the engine core and worker, as soon as they exist
@@ -199,15 +212,15 @@ class Server(EngineBase):
                     return True
         return False
 
-    def shutdown(self) -> None:
+    def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
         """SIGTERM to the server (by pid): it stops its engine; ``stop`` ends what remains."""
         self.stopping = True
-        if self.proc is None or self.proc.poll() is not None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None or give_up is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            self.proc.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+            proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: proc.poll() is not None, 10.0, give_up)
 
     def stop(self) -> None:
         self.adopt_tree()
@@ -246,26 +259,44 @@ def describe_client_error(exc: BaseException) -> str:
 _T = TypeVar("_T")
 
 
-def _run_async(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run a coroutine to completion, also from a thread that already runs an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
+def _run_async(coro: Coroutine[Any, Any, _T], cancel_wait_s: float = 2.0) -> _T:
+    """Run a coroutine to completion on an event loop of its own thread; this thread waits.
 
-    def target() -> None:
+    The waiting thread stays interruptible (``interruptible``): Ctrl-C raises here at
+    once, whatever the clients' libraries make of a task's cancellation (``asyncio.run``
+    in the main thread only *cancels* its task on SIGINT, and a request stack that takes
+    the cancellation in lets the run go on as if nothing was pressed).  Then the clients'
+    task is cancelled and given ``cancel_wait_s``.
+    """
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(coro)
+    done = threading.Event()
+
+    def run() -> _T:
         try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:
-            box["error"] = exc
+            return loop.run_until_complete(task)
+        finally:
+            _close_loop(loop)
+            done.set()
 
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    def cancel() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(task.cancel)
+        done.wait(cancel_wait_s)
+
+    return interruptible(run, "enginedead-clients", on_interrupt=cancel)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what is left on ``loop``, finish its async generators, close it."""
+    with contextlib.suppress(Exception):
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
 
 
 class ServerHandle(Handle):
@@ -298,7 +329,9 @@ class ServerHandle(Handle):
 
     def client_timeout_s(self) -> float:
         """Longer than any wait the engine may make for one step, so clients never give up first."""
-        return 3600.0 if self.spec.guard is not None else 2 * self.timeout_s + 120.0
+        if self.spec.guard is not None:
+            return 3600.0
+        return min(2 * self.timeout_s + 120.0, float(compat.MAX_DEADLINE_S))
 
     def prompt(self, i: int, prompt_len: int) -> str | list[int]:
         rng = random.Random(i * 7919 + prompt_len)
@@ -311,8 +344,15 @@ class ServerHandle(Handle):
     ) -> list[list[int]]:
         """``n`` concurrent completions through ``openai.AsyncOpenAI``; token ids per request.
 
-        Raises the first failure (the others are counted in ``last_outcome``).
+        Raises the first failure (the others are counted in ``last_outcome``).  A bad
+        argument fails the test in one line before any request is sent.
         """
+        __tracebackhide__ = True
+        try:
+            markers.complete_arguments(n, max_tokens, prompt_len, stream, self.spec.max_model_len,
+                                       bos=has_tokenizer(self.spec.model))
+        except markers.BadMarker as exc:
+            refuse(exc)
         count = self.batch_size if n is None else n
         results = _run_async(self._complete_all(count, max_tokens, prompt_len, stream))
         failures: Counter[str] = Counter(

@@ -9,6 +9,9 @@ never active in the harness's own process.  When active it wraps the worker's
   ``steps-<pid>.jsonl``; the step's second RPC, ``sample_tokens``, is recorded as a
   phase of the same step;
 * apply fault injection (busy burn per sequence, idle hang, process exit);
+* dump its own Python stack when a step reaches the deadline in force (and every
+  deadline after that while it runs) into ``deadline-stack-<pid>.txt``: where the step
+  was at the moment vLLM gave up, whatever happens after;
 * let the harness dump its Python stack: ``SIGUSR2`` writes ``stack-<pid>.txt``.
 
 The formats are ``record.py``'s, shared with the harness that reads them.
@@ -16,9 +19,11 @@ The formats are ``record.py``'s, shared with the harness that reads them.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import functools
 import importlib
+import math
 import os
 import threading
 import time
@@ -37,10 +42,67 @@ def burn(seconds: float) -> None:
             x += 1
 
 
+#: The watchdog looks at the armed phase at least this often (a deadline is >= 1 s).
+WATCH_EVERY_S = 0.25
+#: The watchdog's own clock, whatever a test does to this module's ``time``.
+_monotonic = time.monotonic
+
+
+class DeadlineWatch:
+    """Dumps the worker's stack when the phase in progress reaches its deadline.
+
+    The step's thread only *arms* a phase (one tuple assignment at its start, one at
+    its end: no syscall, no wake-up); a daemon thread sleeps until the armed phase's
+    deadline, and once there, if the same phase still runs, writes the stack of every
+    thread (faulthandler) with a header naming the step, then again a deadline later.
+    It looks at least every ``WATCH_EVERY_S``, so it never misses a phase that lasts a
+    deadline (>= 1 s).  The file is replaced whole: a reader sees one complete dump.
+    """
+
+    def __init__(self, path: str, main_ident: int) -> None:
+        self.path = path
+        self._main = f"{record.MAIN_THREAD_PREFIX}0x{main_ident:016x}\n"
+        #: (step, phase, started, deadline_s) of the phase in progress, or None
+        self.armed: tuple[int, str, float, float] | None = None
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="enginedead-deadline", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.armed = None
+        self._closed.set()
+
+    def _run(self) -> None:
+        current: tuple[int, str, float, float] | None = None
+        due = math.inf
+        while not self._closed.is_set():
+            armed = self.armed
+            if armed is not current:
+                current = armed
+                due = armed[2] + armed[3] if armed else math.inf
+            now = _monotonic()
+            if current is not None and now >= due:
+                self._dump(current, now)
+                due += current[3]
+                continue
+            self._closed.wait(max(0.0, min(due - now, WATCH_EVERY_S)))
+
+    def _dump(self, phase: tuple[int, str, float, float], now: float) -> None:
+        step, name, started, deadline = phase
+        head = record.DeadlineStack(step, name, deadline, now - started, now, "").header()
+        tmp = f"{self.path}.tmp"
+        with contextlib.suppress(OSError):
+            with open(tmp, "w") as f:
+                f.write(head + self._main)
+                f.flush()
+                faulthandler.dump_traceback(file=f, all_threads=True)
+            os.replace(tmp, self.path)
+
+
 class StepRecorder:
     """Per-process state: the record file, the step counters, the harness's control file."""
 
-    def __init__(self, run_dir: str) -> None:
+    def __init__(self, run_dir: str, deadline_stacks: bool = True) -> None:
         pid = os.getpid()
         self.control = record.ControlReader(run_dir)
         self.step = 0  # every recorded step of this worker
@@ -57,8 +119,17 @@ class StepRecorder:
         self._stack.write(f"{record.MAIN_THREAD_PREFIX}0x{threading.main_thread().ident or 0:016x}\n")
         self._stack.flush()
         faulthandler.register(record.STACK_SIGNAL, file=self._stack, all_threads=True)
+        #: vLLM's own deadline, for a test that set none (read once: vLLM froze it at start)
+        self._stock_deadline_s = _stock_deadline_s()
+        self._watch = (
+            DeadlineWatch(record.deadline_stack_path(run_dir, pid), threading.main_thread().ident or 0)
+            if deadline_stacks else None
+        )
+        self._deadline_s = self._stock_deadline_s
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
         faulthandler.unregister(record.STACK_SIGNAL)
         os.close(self._fd)
         self._stack.close()
@@ -68,11 +139,22 @@ class StepRecorder:
         step, self._sample_for = self._sample_for, None
         if step is None:  # no recorded model step waits for it
             return call()
-        os.write(self._fd, record.SAMPLE_BEGIN_LINE % (step, time.monotonic()))
+        began = time.monotonic()
+        os.write(self._fd, record.SAMPLE_BEGIN_LINE % (step, began))
+        self._arm(step, "sample_tokens", began)
         try:
             return call()
         finally:
+            self._disarm()
             os.write(self._fd, record.SAMPLE_END_LINE % (step, time.monotonic()))
+
+    def _arm(self, step: int, phase: str, began: float) -> None:
+        if self._watch is not None:
+            self._watch.armed = (step, phase, began, self._deadline_s)
+
+    def _disarm(self) -> None:
+        if self._watch is not None:
+            self._watch.armed = None
 
     def run_step(
         self,
@@ -89,8 +171,10 @@ class StepRecorder:
         self.step += 1
         self.fault_step += 1
         step = self.step
-        line = record.BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, time.monotonic())
-        os.write(self._fd, line)
+        began = time.monotonic()
+        os.write(self._fd, record.BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
+        self._deadline_s = control.deadline_s or self._stock_deadline_s
+        self._arm(step, "execute_model", began)
         inj = control.injection
         if inj.crash_at_step == self.fault_step:
             os._exit(record.CRASH_EXIT_CODE)
@@ -101,8 +185,17 @@ class StepRecorder:
         try:
             return call()
         finally:
+            self._disarm()
             os.write(self._fd, record.END_LINE % (step, time.monotonic()))
             self._sample_for = step
+
+
+def _stock_deadline_s() -> float:
+    """The deadline vLLM applies when the harness's control file names none."""
+    try:
+        return compat.stock_deadline_s()
+    except ValueError:  # vLLM itself refuses such a value; the harness checked it before
+        return compat.STOCK_DEADLINE_S
 
 
 _recorder: StepRecorder | None = None

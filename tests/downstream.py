@@ -38,6 +38,14 @@ PROCS = HERE / "procs.py"
 REPORT_NAME = "enginedead-report.json"
 #: the title vLLM gives its worker processes
 WORKER_TITLE = "VLLM::Worker"
+#: A run to be cut short starts with Ctrl-C's default action whatever this process
+#: inherited, then becomes ``python ARGS`` (same pid): a shell that starts a command in
+#: the background without job control makes it ignore SIGINT (POSIX), and an ignored
+#: SIGINT stays ignored across every exec below it.
+DEFAULT_SIGINT = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
 
 
 @dataclass
@@ -137,10 +145,15 @@ class Downstream:
             outcome.report = validated(json.loads(path.read_text()))
         return outcome
 
-    def start(self, *args: str, plugins: Sequence[str] = ()) -> Background:
-        """The same run in a subprocess and a session of its own, to be cut short."""
-        argv = [sys.executable, "-m", "pytest", *pytest_args(plugins, args)]
-        run = Background(self.path, argv)
+    def start(
+        self, *args: str, plugins: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> Background:
+        """The same run in a subprocess and a session of its own, to be cut short.
+
+        ``env``: variables to set for the run on top of this process's environment.
+        """
+        argv = [sys.executable, "-c", DEFAULT_SIGINT, "-m", "pytest", *pytest_args(plugins, args)]
+        run = Background(self.path, argv, {**os.environ, **(env or {})})
         self._started.append(run)
         return run
 
@@ -153,18 +166,20 @@ class Downstream:
 class Background:
     """A downstream pytest in its own session; records its process tree while it runs."""
 
-    def __init__(self, path: Path, argv: list[str]) -> None:
+    def __init__(self, path: Path, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.path = path
         self.log_path = path / "pytest.log"
         self._log = open(self.log_path, "w")  # noqa: SIM115 - the run's output, for its whole life
         self.proc = subprocess.Popen(
             argv, cwd=path, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, env=env,
         )
         #: every process seen below the run (or below ``under``), pinned by creation time
         self.seen: set[ProcRef] = set()
         #: the ``/dev/shm`` entries those processes had mapped
         self.shm: set[str] = set()
+        #: each seen process's command line when it was first seen (it may be gone since)
+        self.titles: dict[ProcRef, str] = {}
 
     def record(self, under: int | None = None) -> None:
         """Add the processes now below ``under`` (default: the run's pytest) and their shm."""
@@ -174,7 +189,11 @@ class Background:
             return
         for kid in kids:
             with contextlib.suppress(psutil.Error):
-                self.seen.add(ProcRef.of(kid))
+                ref = ProcRef.of(kid)
+                self.seen.add(ref)
+                name = " ".join(kid.cmdline())
+                if name:  # the latest: a spawned process takes its title after a moment
+                    self.titles[ref] = name
         self.shm |= mapped_shm(self.seen)
 
     def watch(
@@ -200,19 +219,49 @@ class Background:
             elif began is not None and (pid := under()) is not None:
                 self.record(pid)
             if began is not None and time.monotonic() - began >= extra_s:
-                titles = [title(r) for r in self.seen]
-                assert any(t.startswith(WORKER_TITLE) for t in titles), titles
+                assert self.seen_titled(WORKER_TITLE), sorted(self.titles.values())
                 return
             if self.proc.poll() is not None:
                 pytest.fail(f"the downstream run ended early:\n{self.output()}")
             time.sleep(0.2)
         pytest.fail(f"the downstream test never wrote {marker!r}:\n{self.output()}")
 
+    def wait_for(self, what: str, found: Callable[[], bool], limit_s: float = 240) -> None:
+        """Record the process tree (every 20 ms) until ``found()``; fail if the run ends first."""
+        deadline = time.monotonic() + limit_s
+        while not found():
+            self.record()
+            if self.proc.poll() is not None:
+                pytest.fail(f"the downstream run ended before {what}:\n{self.output()}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {what} within {limit_s:.0f} s:\n{self.output()}")
+            time.sleep(0.02)
+        self.record()
+
+    def seen_titled(self, part: str) -> bool:
+        """Whether a process whose command line holds ``part`` was seen below the run."""
+        return any(part in t for t in self.titles.values())
+
     def wait(self, timeout: float = 120) -> int:
+        """The run's exit status; the process tree is recorded while it winds down."""
+        deadline = time.monotonic() + timeout
         try:
-            return self.proc.wait(timeout=timeout)
+            while self.proc.poll() is None:
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(self.proc.args, timeout)
+                self.record()
+                time.sleep(0.05)
+            return self.proc.returncode
         finally:
             self._log.close()
+
+    def sessions(self) -> set[int]:
+        """The run's session and the sessions of what it started (an API server has its own)."""
+        sids = {self.proc.pid}
+        for ref in self.seen:
+            with contextlib.suppress(OSError):
+                sids.add(os.getsid(ref.pid))
+        return sids
 
     def output(self) -> str:
         if not self._log.closed:
@@ -238,6 +287,23 @@ def enginedead(*args: str, timeout: float = 30, cwd: Path | None = None) -> subp
         [sys.executable, "-m", "pytest_enginedead.cli", *args],
         capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
     )
+
+
+def left_in_sessions(sessions: Iterable[int], spare: Iterable[int] = ()) -> list[str]:
+    """Live processes in these sessions (pid and command line), but ``spare``'s pids.
+
+    By session, not by name: whatever the run started, an orphan whose parent was
+    killed first included, stays in the session it was started in.
+    """
+    sids, keep, me = set(sessions), set(spare), os.getpid()
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+        with contextlib.suppress(psutil.Error, OSError):
+            if proc.pid in keep or proc.pid == me or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if os.getsid(proc.pid) in sids:
+                found.append(f"{proc.pid} {' '.join(proc.info['cmdline'] or [])}")
+    return found
 
 
 def title(ref: ProcRef) -> str:

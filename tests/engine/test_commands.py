@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -13,12 +15,25 @@ from pytest_enginedead.policy import STOCK_DEADLINE_S
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.parametrize(("policy", "code"), [("reference", 0), ("vllm-stock", 1)])
+#: what an operator who runs the guard in production has exported (one value the guard refuses)
+PRODUCTION_GUARD = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon"}
+
+
+@pytest.mark.parametrize(
+    ("policy", "code", "shell"),
+    [("reference", 0, PRODUCTION_GUARD), ("vllm-stock", 1, {})],
+    ids=["reference-with-the-production-guard-exported", "vllm-stock"],
+)
 def test_check_exit_code_follows_false_deaths_under_the_policy(
-    tmp_path: Path, policy: str, code: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, code: int, shell: dict[str, str]
 ) -> None:
     """The stock deadline kills the large batch falsely; exit 1 only when the chosen
-    policy does too (vllm-stock), 0 when it survives (reference)."""
+    policy does too (vllm-stock), 0 when it survives (reference).  The guard an operator
+    exported for production does not reach the check's runs: the stock run shows the same
+    false death (its engine core's own record says the guard is off), and the header says
+    what the check cleared."""
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
     report = tmp_path / "report.json"
     done = enginedead(
         "check", "--batch-sizes", "4,16", "--max-tokens", "2", "--policy", policy,
@@ -35,6 +50,9 @@ def test_check_exit_code_follows_false_deaths_under_the_policy(
     assert lines[("16", "policy")].endswith("ok" if code == 0 else "false death")
     verdict_line = "OK: no false death under policy" if code == 0 else "FAIL: 1 false death(s) under policy"
     assert verdict_line in done.stdout
+    cleared = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited "
+               "from the environment: the stock and policy runs are unguarded")
+    assert (cleared in done.stdout) == bool(shell), done.stdout
     data = json.loads(report.read_text())
     assert data["policy"]["name"] == policy
     # what a person reads: progress, the table, one verdict line; details in the log
@@ -77,14 +95,25 @@ def test_check_and_calibrate_on_the_reports_model_family(tmp_path: Path) -> None
 
 def test_calibrate_tiny_model(tmp_path: Path) -> None:
     """Batch sizes 1, 8, 64 on one engine of the tiny model: monotone step times,
-    recommendations that meet the reference constraints, and a real PNG."""
+    recommendations that meet the reference constraints, and a real PNG.  The log is a
+    character device (what /dev/null is): vLLM's output goes through it, and it is still the
+    same device afterwards, never replaced by a file."""
     png = tmp_path / "steps.png"
+    nulldev = tmp_path / "nulldev"
+    if os.geteuid() == 0:
+        os.mknod(nulldev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    else:
+        nulldev = Path(os.devnull)
+    before = os.lstat(nulldev)
     done = enginedead(
         "calibrate", "--batch-sizes", "1,8,64", "--steps", "24", "--json", "--plot", str(png),
-        timeout=600,
+        "--log", str(nulldev), timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    after = os.lstat(nulldev)
+    assert stat.S_ISCHR(after.st_mode) and after.st_ino == before.st_ino
     out = json.loads(done.stdout)
+    assert out["log"] == str(nulldev)
     results = out["results"]
     assert [r["batch_size"] for r in results] == [1, 8, 64]
     p50 = [r["p50_s"] for r in results]

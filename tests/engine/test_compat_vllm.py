@@ -9,3 +9,24 @@ def test_sampling_is_greedy() -> None:
     """Random sampling compiles a sampler in the first step on 0.27.1-0.31.0."""
     params = compat.sampling_params(4)
     assert params.temperature == 0.0 and params.max_tokens == 4 and params.ignore_eos
+
+
+def test_the_argument_lists_are_vllms_own() -> None:
+    """What the factories hold their arguments against is read from the installed vLLM: the
+    engine's (EngineArgs and vllm.LLM) and the API server's parser; every argument the harness
+    owns or passes is in them, so a refusal names a real vLLM argument, and a made-up one is not."""
+    from pytest_enginedead import markers
+
+    engine = compat.engine_argument_names()
+    assert engine is not None
+    assert {"max_model_len", "enforce_eager", "gpu_memory_utilization", "max_num_batched_tokens"} <= engine
+    assert set(compat.llm_kwargs("/m", 8)) <= engine
+    assert set(markers.OWNED_ENGINE_ARGS) <= engine and "no_such_flag" not in engine
+    flags = compat.server_option_strings()
+    assert flags is not None and "--no-such-flag" not in flags
+    for key in markers.OWNED_SERVER_ARGS:
+        assert compat.server_flag(key, "x") in flags, key
+    for switch in compat.SERVER_SWITCHES:  # the ones the harness turns on: vLLM takes them and (most) off
+        assert compat.server_flag(switch, True) in flags, switch
+    assert compat.server_flag("enforce_eager", False) in flags
+    assert "LlamaForCausalLM" in compat.known_architectures()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,12 +21,41 @@ from pytest_enginedead import compat
 pytestmark = pytest.mark.engine
 
 
+#: what each bad argument in the suite's test_guard_asked.py must say, in its one line
+BAD_ARGUMENTS = {
+    "test_bad_generate_argument[bs64-arriving-negative]": "EngineHandle.generate: arriving=-1 is not a whole",
+    "test_bad_generate_argument[bs64-prompt-len-zero]": "EngineHandle.generate: prompt_len=0 is not a whole",
+    "test_bad_generate_argument[bs64-n-zero]": "EngineHandle.generate: n=0 is not a whole number",
+    "test_bad_generate_argument[bs64-past-max-model-len]":
+        "prompt_len=4 + max_tokens=600 is 604 tokens, more than the engine's max_model_len 512",
+    "test_bad_factory_argument_beside_the_shared_engine[bs64-server-port]":
+        "vllm_server_factory: port=18123 is the harness's to set: the harness picks a free port",
+    "test_bad_factory_argument_beside_the_shared_engine[bs64-engine-unknown-argument]":
+        "vllm_engine_factory: no_such_flag=1 is not an engine argument of vLLM",
+    "test_bad_factory_argument_beside_the_shared_engine[bs64-server-unknown-argument]":
+        "vllm_server_factory: no_such_flag=1 becomes --no-such-flag, which the API server of vLLM",
+    "test_bad_factory_argument_beside_the_shared_engine[bs64-engine-unknown-architecture]":
+        "config.json names architecture NoSuchModelForCausalLM, which vLLM",
+}
+REFUSED = "test_a_guard_policy_the_engine_core_cannot_import[bs64]"
+
+
+def durations(out: str) -> dict[tuple[str, str], float]:
+    """``(phase, test name) -> seconds`` from pytest's ``--durations=0`` lines."""
+    found = re.findall(r"^(\d+\.\d+)s (setup|call|teardown) +\S+::(\S+)$", out, re.M)
+    return {(phase, name): float(t) for t, phase, name in found}
+
+
 @pytest.mark.smoke
 def test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones(
     downstream: Downstream, decoy: psutil.Process
 ) -> None:
-    result = downstream.copy("guard").run("-rA", plugins=["timeout"], in_subprocess=True, report=True)
-    result.assert_outcomes(passed=3, failed=1)
+    """The guard on real engines (test_guard_suite.py), and the same engine asked wrongly
+    (test_guard_asked.py): each bad argument fails its test in one line while the shared
+    engine serves on; a guard policy the engine core cannot import fails its test."""
+    result = downstream.copy("guard").run("-rA", "--durations=0", "--durations-min=0", plugins=["timeout"],
+                                          in_subprocess=True, report=True)
+    result.assert_outcomes(passed=3, failed=1 + len(BAD_ARGUMENTS), errors=1)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(["FAILED test_guard_suite.py::test_the_guard_never_waits_past_its_cap*"])
     assert "false engine death: vLLM raised EngineDeadError while its worker was still computing" in out
@@ -40,10 +70,38 @@ def test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones(
     assert tests["test_a_hang_ends_after_hang_s_not_600s[bs64]"]["verdict"] == "HUNG"
     assert tests["test_a_crash_is_as_quick_as_without_the_guard[bs64]"]["verdict"] == "DEAD"
     assert tests["test_the_guard_never_waits_past_its_cap[bs64]"]["verdict"] == "SLOW"
-    # two guard configurations (reference policy, the 4 s cap); the hang's death restarts one
-    assert data["configurations"] == 2
-    assert data["engines_started"] == 3 and data["restarts"] == 1
+    # three guard configurations (reference policy, the 4 s cap, the policy the engine core
+    # cannot import); the hang's death restarts one, and nothing else does
+    assert data["configurations"] == 3
+    assert data["engines_started"] == 4 and data["restarts"] == 1
     assert all(e["guard"] for e in data["engines"])
+    # every bad argument: its own line, fast, and the shared engine not thrown away for it
+    took = durations(out)
+    shared = next(e for e in data["engines"] if set(BAD_ARGUMENTS) <= {t.split("::")[-1] for t in e["tests"]})
+    # after them, on the same engine: the busy batch, then the hang that ends it (its one death)
+    assert not shared["restart"] and (shared["false_deaths"], shared["genuine_deaths"]) == (0, 1)
+    assert shared["tests"][len(BAD_ARGUMENTS):] == [
+        "test_guard_suite.py::test_busy_steps_survive_the_stock_deadline[bs64]",
+        "test_guard_suite.py::test_a_hang_ends_after_hang_s_not_600s[bs64]",
+    ]
+    for name, line in BAD_ARGUMENTS.items():
+        assert line in out, (name, line)
+        assert any(ln.startswith(f"FAILED test_guard_asked.py::{name}") for ln in out.splitlines()), name
+        assert took[("call", name)] < shared["start_s"] / 4, (name, took[("call", name)], shared["start_s"])
+    # the guard asked for and refused by the engine core: the test fails saying why, as soon as
+    # the engine core's record says so (before the engine would have been ready)
+    assert any(ln.startswith(f"ERROR test_guard_asked.py::{REFUSED}") for ln in out.splitlines())
+    refusal = (
+        "the guard is off: the enginedead_guard marker asked for the guard (policy 'edhidden:cap', "
+        "hang_s 3 s), and VLLM::EngineCore (pid *) refused it: ENGINEDEAD_GUARD_POLICY='edhidden:cap': "
+        "the policy module is not importable in the engine core: add it to PYTHONPATH or "
+        "ENGINEDEAD_GUARD_PATH (no module named 'edhidden')"
+    )
+    result.stdout.fnmatch_lines([refusal])
+    assert "never runs" not in out
+    (refused,) = [e for e in data["engines"] if "edhidden" in e["label"]]
+    assert refused["start_s"] is None and refused["steps"] == 0
+    assert took[("setup", REFUSED)] < shared["start_s"], (took[("setup", REFUSED)], shared["start_s"])
     assert_nothing_left(*engine_processes(data), decoy)
 
 

@@ -21,9 +21,10 @@ import pytest
 import procs
 from downstream import Downstream, Outcome
 from pytest_enginedead import Verdict, assert_no_false_death, compat
-from pytest_enginedead.assertions import in_step, innermost_frames, sample_places, step_summary
+from pytest_enginedead.assertions import step_summary
 from pytest_enginedead.liveness import LivenessSettings
-from pytest_enginedead.record import StepTime
+from pytest_enginedead.record import DeadlineStack, StepTime
+from pytest_enginedead.stacks import innermost_frames, short_path, where
 
 
 @dataclass
@@ -228,7 +229,7 @@ Current thread 0x00007f00000000aa (most recent call first):
 """
 
 
-#: a second place, seen once: the message names the most common place first
+#: the worker inside the MoE layers' kernels
 OTHER_DUMP = """main-thread 0x00007f00000000aa
 Current thread 0x00007f00000000aa (most recent call first):
   File "/site/torch/_ops.py", line 1279 in __call__
@@ -256,6 +257,8 @@ class RichEngine:
     deaths: list[dict[str, Any]] = field(default_factory=list)
     stacks_for: list[int] = field(default_factory=list)
     liveness_settings: LivenessSettings = field(default_factory=LivenessSettings)
+    #: what the worker dumped itself at the deadline (None: it wrote nothing)
+    at_deadline: str | None = STACK_DUMP
 
     def death_facts(self) -> dict[str, Any]:
         return {
@@ -276,9 +279,15 @@ class RichEngine:
         done = StepTime(1, 8, time.monotonic() - 10, 0.25, self.worker_pids[0])
         return [done] + ([self.step] if self.step else [])
 
-    def capture_stacks(self, pid: int, samples: int = 8) -> list[str]:
+    def deadline_stack(self, pid: int, step: StepTime) -> DeadlineStack | None:
         self.stacks_for.append(pid)
-        return [STACK_DUMP, STACK_DUMP, OTHER_DUMP]
+        if self.at_deadline is None:
+            return None
+        return DeadlineStack(step.step, "execute_model", 2.0, 2.004, time.monotonic(), self.at_deadline)
+
+    def capture_stack(self, pid: int) -> str | None:
+        self.stacks_for.append(pid)
+        return OTHER_DUMP
 
     def note_death(self, finding: dict[str, Any]) -> None:
         self.deaths.append(finding)
@@ -303,10 +312,10 @@ def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
     assert "steps:      1 finished so far, p50 0.250 s, max 0.250 s at batch 8" in text
     assert 'File "/site/pytest_enginedead/worker.py", line 82 in burn' in text
     assert "threading.py" not in text  # the main thread's frames, not another thread's
-    # where it spent its time over the samples, the most common place first, not torch's frames
+    # where the step was when vLLM gave up: the worker's own dump at the deadline
     assert (
-        "where:      2 of 3 stack samples in /site/pytest_enginedead/worker.py in burn; "
-        "1 of 3 stack samples in /site/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py in apply"
+        "where:      pytest_enginedead/worker.py in burn (no model code on the stack); "
+        "the worker's own stack at the deadline (step 3 execute_model, 2.00 s in)"
     ) in text
     assert compat.DEADLINE_ENV in text  # what to change
     assert engine.stacks_for == [busy_pid]
@@ -314,10 +323,27 @@ def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
     assert death["verdict"] == "SLOW"
     assert [p["pid"] for p in death["processes"]] == [busy_pid]
     assert death["processes"][0]["step"] == {"step": 3, "batch_size": 64}
-    assert death["stack_samples"] == {
-        "/site/pytest_enginedead/worker.py in burn": 2,
-        "/site/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py in apply": 1,
+    assert death["where"] == {
+        "model": None,
+        "innermost": "pytest_enginedead/worker.py in burn",
+        "source": "the worker's own stack at the deadline (step 3 execute_model, 2.00 s in)",
     }
+
+
+def test_without_a_deadline_stack_the_evidence_says_it_came_after(busy_pid: int) -> None:
+    """No dump from the worker at the deadline: a stack taken now, and the line says so."""
+    with procs.worker("idle", 30.0) as core:
+        step = StepTime(3, 64, time.monotonic() - 1.5, None, busy_pid)
+        engine = RichEngine([core.pid, busy_pid], [busy_pid], step, at_deadline=None)
+        with pytest.raises(pytest.fail.Exception) as info:
+            with assert_no_false_death(engine, errors=procs.StandInError):
+                time.sleep(0.5)
+                raise procs.StandInError("timed out")
+    assert (
+        "where:      vllm/model_executor/layers/fused_moe/experts/cpu_moe.py in apply "
+        "(no model code on the stack); a stack taken after the death (the worker wrote none at the deadline)"
+    ) in str(info.value)
+    assert engine.stacks_for == [busy_pid, busy_pid]  # asked for the deadline's, then took one
 
 
 def test_busy_outside_a_model_step_is_not_a_false_death(busy_pid: int) -> None:
@@ -385,13 +411,56 @@ def test_client_outcome_counts_completed_requests_beside_the_failed_ones() -> No
     )
 
 
-def test_only_samples_inside_a_step_say_where_the_step_was() -> None:
-    """A step just past the deadline ends while the samples are taken: the samples of the
-    worker shutting down afterwards do not count when some were taken inside the step."""
-    assert in_step(STACK_DUMP) and in_step(OTHER_DUMP) and not in_step(SHUTDOWN_DUMP)
-    stack, places = sample_places([SHUTDOWN_DUMP, OTHER_DUMP, SHUTDOWN_DUMP, SHUTDOWN_DUMP])
-    assert places == {"/site/vllm/model_executor/layers/fused_moe/experts/cpu_moe.py in apply": 1}
-    assert stack == OTHER_DUMP
-    # none inside a step: all of them, rather than nothing
-    _, places = sample_places([SHUTDOWN_DUMP])
-    assert places == {"/site/vllm/v1/worker/gpu_model_runner.py in _cleanup_profiling_kv_cache": 1}
+MODEL_SOURCE = """\
+class FakeDecoderLayer:
+    def forward(self, x):
+        x = self.attn(x)
+        return self.experts(x, self.router(x))
+
+
+def helper(x):
+    return x
+"""
+
+
+def test_where_names_the_deepest_model_frame_with_its_class_and_line(tmp_path: Any) -> None:
+    """The innermost frame in the model's own module, named by class and method with its
+    source line; the innermost vLLM frame beside it; torch's frames never."""
+    models = tmp_path / "site" / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    module = models / "fake.py"
+    module.write_text(MODEL_SOURCE)
+    dump = f"""main-thread 0x00007f00000000aa
+Current thread 0x00007f00000000aa (most recent call first):
+  File "/site/torch/_ops.py", line 1279 in __call__
+  File "/site/vllm/model_executor/layers/fused_moe/layer.py", line 1600 in forward
+  File "/site/torch/nn/modules/module.py", line 1786 in _call_impl
+  File "{module}", line 4 in forward
+  File "{module}", line 8 in helper
+  File "/site/vllm/v1/worker/gpu_model_runner.py", line 3100 in execute_model
+"""
+    found = where(dump, "the worker's own stack at the deadline (step 7 execute_model, 1.00 s in)")
+    assert found is not None and found.model is not None
+    assert (found.model.qualname, found.model.line) == ("FakeDecoderLayer.forward", 4)
+    assert found.model.source == "return self.experts(x, self.router(x))"
+    assert found.innermost == "vllm/model_executor/layers/fused_moe/layer.py in forward"
+    assert found.describe() == (
+        "FakeDecoderLayer.forward (vllm/model_executor/models/fake.py:4): "
+        "return self.experts(x, self.router(x)); "
+        "innermost vllm/model_executor/layers/fused_moe/layer.py in forward; "
+        "the worker's own stack at the deadline (step 7 execute_model, 1.00 s in)"
+    )
+    # a module function keeps its plain name; no model frame at all is said so
+    only_helper = dump.replace(f'  File "{module}", line 4 in forward\n', "")
+    helper = where(only_helper, "x")
+    assert helper is not None and helper.model is not None and helper.model.qualname == "helper"
+    burn = where(STACK_DUMP, "x")
+    assert burn is not None and burn.model is None
+    assert burn.describe() == "pytest_enginedead/worker.py in burn (no model code on the stack); x"
+    assert where("main-thread 0x1\nno dump\n", "x") is None
+
+
+def test_short_path_starts_at_the_package() -> None:
+    assert short_path("/a/site-packages/vllm/model_executor/x.py") == "vllm/model_executor/x.py"
+    assert short_path("/src/pytest_enginedead/worker.py") == "pytest_enginedead/worker.py"
+    assert short_path("/elsewhere/x.py") == "/elsewhere/x.py"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -39,9 +40,14 @@ ENGINE = "def test_engine(vllm_engine):\n    raise AssertionError('ran')\n"
 SERVER = "def test_server(vllm_server):\n    raise AssertionError('ran')\n"
 NOBODY = "~enginedead_no_such_user_x"
 LONG = "a" * 300
+#: a model directory whose path makes a one-line error long (over 250 characters)
+LONG_MODEL = "/".join(["d" * 60] * 4) + "/m"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 #: a model config the bundled model's engine accepts; rows break one key of it
 GOOD_CONFIG = json.loads((Path(options.BUNDLED_MODEL) / "config.json").read_text())
 
+#: what the tests here take vLLM's model registry to know (the real one is asked in tests/engine)
+KNOWN = frozenset({"LlamaForCausalLM"})
 USAGE, TEST = "usage", "test"
 NOISE = ("Traceback", "INTERNALERROR", "During handling of the above exception", "RuntimeWarning")
 
@@ -91,6 +97,11 @@ def hook(body: str) -> dict[str, str | bytes]:
     """A conftest.py whose ``pytest_enginedead_policy`` runs ``body``."""
     return {"conftest.py": "import sys\nfrom pytest_enginedead import TimeoutPolicy\n\n\n"
             "def pytest_enginedead_policy(config):\n" + textwrap.indent(textwrap.dedent(body), "    ")}
+
+
+def factory_call(call: str) -> str:
+    """A test that makes one engine or server through its factory: ``call`` names which."""
+    return f"def test_f({call.split('(')[0]}):\n    {call}\n"
 
 
 def marked(marker: str, fixtures: str = "", body: str = "pass") -> str:
@@ -261,6 +272,10 @@ CASES = [
     Case("policy-text-engine", ("policy pol_txt: timeout_s(CPU, 8) returned 'soon', not a number",),
          args=("--enginedead-policy=pol_txt:p",), files=returning("pol_txt", "'soon'"), suite=ENGINE,
          kind=TEST),
+    Case("policy-bool-engine", ("policy pol_bool: timeout_s(CPU, 8) returned True, not a number of seconds "
+                                "(bool; give an int or a float)",),
+         args=("--enginedead-policy=pol_bool:p",), files=returning("pol_bool", "True"), suite=ENGINE,
+         kind=TEST),
     Case("policy-none-server", ("policy pol_none: timeout_s(CPU, 8) returned None, not a number",),
          args=("--enginedead-policy=pol_none:p",), files=returning("pol_none", "None"), suite=SERVER,
          kind=TEST),
@@ -316,9 +331,42 @@ CASES = [
          suite="def test_f(vllm_engine_factory):\n    vllm_engine_factory(8, model='m')\n", kind=TEST),
     Case("server-factory-batch-text", ("vllm_server_factory: batch_size='8' is not a positive integer",),
          suite="def test_f(vllm_server_factory):\n    vllm_server_factory('8')\n", kind=TEST),
+    # --- factory arguments the harness owns: refused at once, saying what to use instead ----------
+    Case("factory-server-port", ("vllm_server_factory: port=18123 is the harness's to set",
+                                 "the harness picks a free port", "handle.base_url"),
+         suite=factory_call("vllm_server_factory(2, port=18123)"), kind=TEST),
+    Case("factory-server-host", ("vllm_server_factory: host='0.0.0.0' is the harness's to set",),
+         suite=factory_call("vllm_server_factory(2, host='0.0.0.0')"), kind=TEST),
+    Case("factory-server-served-name", ("vllm_server_factory: served_model_name='x' is the harness's",
+                                        "read handle.model"),
+         suite=factory_call("vllm_server_factory(2, served_model_name='x')"), kind=TEST),
+    Case("factory-server-socket", ("vllm_server_factory: uds='/tmp/s' is the harness's to set",),
+         suite=factory_call("vllm_server_factory(2, uds='/tmp/s')"), kind=TEST),
+    Case("factory-engine-max-num-seqs", ("vllm_engine_factory: max_num_seqs=4 is the harness's to set",
+                                         "give the batch size as the factory's batch_size"),
+         suite=factory_call("vllm_engine_factory(2, max_num_seqs=4)"), kind=TEST),
+    Case("factory-deadline-variable", ("vllm_engine_factory: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=5 is the "
+                                       "harness's to set", "give the deadline as timeout_s="),
+         suite=factory_call("vllm_engine_factory(2, VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=5)"), kind=TEST),
+    Case("factory-run-directory", ("vllm_server_factory: enginedead_worker_dir='/tmp' is the harness's",
+                                   "run directory"),
+         suite=factory_call("vllm_server_factory(2, enginedead_worker_dir='/tmp')"), kind=TEST),
+    Case("factory-guard-variable", ("vllm_engine_factory: ENGINEDEAD_GUARD_POLICY='p:x' is the harness's",
+                                    "--enginedead-guard"),
+         suite=factory_call("vllm_engine_factory(2, ENGINEDEAD_GUARD_POLICY='p:x')"), kind=TEST),
+    Case("factory-model-not-a-path", ("vllm_engine_factory: model=42 is not a path",),
+         suite=factory_call("vllm_engine_factory(2, model=42)"), kind=TEST),
+    Case("factory-model-unknown-architecture", ("vllm_engine_factory: model='m'", "names architecture "
+                                                "NoSuchModelForCausalLM, which vLLM", "does not know"),
+         files=model(config(architectures=["NoSuchModelForCausalLM"])),
+         suite=factory_call("vllm_engine_factory(2, model='m')"), kind=TEST),
+    Case("server-factory-model-no-architecture", ("vllm_server_factory: model='m'",
+                                                  "names architecture (none)"),
+         files=model(config(architectures=[])),
+         suite=factory_call("vllm_server_factory(2, model='m')"), kind=TEST),
     # --- model directories an engine cannot run -----------------------------------------------------
-    Case("model-negative-vocab", ('"vocab_size": -1 must be at least 1', "(--enginedead-model, from "
-                                  "command line)"),
+    Case("model-negative-vocab", ('"vocab_size": -1 must be at least 1', "--enginedead-model='",
+                                  "(from command line)"),
          args=("--enginedead-model=m",), files=model(config(vocab_size=-1)), suite=ENGINE),
     Case("model-fractional-vocab", ('"vocab_size": 32000.5 is not a whole number',),
          args=("--enginedead-model=m",), files=model(config(vocab_size=32000.5)), suite=ENGINE),
@@ -349,6 +397,14 @@ CASES = [
          args=("--enginedead-model=m",), files=model(LATIN1)),
     Case("model-config-is-a-directory", ("has no config.json",),
          args=("--enginedead-model=m",), files={"m/config.json/x": "{}"}),
+    Case("model-unknown-architecture", ("--enginedead-model='", "(from command line)",
+                                        "names architecture NoSuchModelForCausalLM, which vLLM"),
+         args=("--enginedead-model=m",), files=model(config(architectures=["NoSuchModelForCausalLM"])),
+         suite=SERVER),
+    Case("model-unknown-architecture-factory-suite", ("ENGINEDEAD_MODEL='", "(from environment)",
+                                                      "names architecture NoSuchModelForCausalLM"),
+         env={"ENGINEDEAD_MODEL": "m"}, files=model(config(architectures=["NoSuchModelForCausalLM"])),
+         suite=factory_call("vllm_server_factory(2)")),
 ]
 
 
@@ -364,6 +420,8 @@ def tripwire(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     monkeypatch.setattr(EnginePool, "start_dedicated", refuse)
     monkeypatch.setattr(compat, "vllm_missing_reason", lambda: None)
+    # vLLM's registry, asked of every model before an engine starts: not imported here
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
     monkeypatch.delenv(compat.DEADLINE_ENV, raising=False)
     yield started
     assert started == [], "an engine start was attempted"
@@ -384,6 +442,33 @@ def prepare(repo: Path, case: Case, monkeypatch: pytest.MonkeyPatch) -> list[str
     for name, value in case.env.items():
         monkeypatch.setenv(name, value)
     return [a.replace("{repo}", str(repo)) for a in case.args]
+
+
+def make_nodes(repo: Path, nodes: dict[str, str]) -> dict[Path, tuple[int, int]]:
+    """Make each special file (``chr``: a character device like /dev/null, ``fifo``, ``link:TARGET``);
+    return their (file type, inode), for ``assert_untouched``."""
+    made = {}
+    for name, kind in nodes.items():
+        path = repo / name
+        if kind == "chr":
+            if os.geteuid() != 0:
+                pytest.skip("making a character device needs root")
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # what /dev/null is
+        elif kind == "fifo":
+            os.mkfifo(path)
+        else:
+            path.symlink_to(kind.removeprefix("link:"))
+        st = os.lstat(path)
+        made[path] = (stat.S_IFMT(st.st_mode), st.st_ino)
+    return made
+
+
+def assert_untouched(nodes: dict[Path, tuple[int, int]]) -> None:
+    """Each special file is still what it was: the same type, the same inode (never renamed over)."""
+    __tracebackhide__ = True
+    for path, (kind, inode) in nodes.items():
+        st = os.lstat(path)
+        assert (stat.S_IFMT(st.st_mode), st.st_ino) == (kind, inode), f"{path} was replaced"
 
 
 def assert_clean(text: str) -> None:
@@ -432,6 +517,92 @@ def test_the_table_is_large_enough() -> None:
     doors = {c.id.split("-")[0] for c in CASES}
     assert {"flag", "env", "vllm", "ini", "toml", "marker", "hook", "policy", "factory", "model"} <= doors
     assert len(CASES) + len(COMMAND_CASES) >= 60
+
+
+# --- the handles' own arguments -------------------------------------------------------------
+
+#: (id, method, arguments, what the line must say[, the engine's arguments]): each refused before
+#: the engine sees it
+HANDLE_CASES = [
+    ("generate-arriving-negative", "generate", {"arriving": -1},
+     ("EngineHandle.generate: arriving=-1 is not a whole number >= 1", "None: all at once")),
+    ("generate-arriving-zero", "generate", {"arriving": 0}, ("arriving=0 is not a whole number >= 1",)),
+    ("generate-prompt-len-zero", "generate", {"prompt_len": 0}, ("EngineHandle.generate: prompt_len=0",)),
+    ("generate-n-zero", "generate", {"n": 0}, ("EngineHandle.generate: n=0 is not a whole number >= 1",)),
+    ("generate-n-fraction", "generate", {"n": 2.5}, ("n=2.5 is not a whole number",)),
+    ("generate-max-tokens-bool", "generate", {"max_tokens": True}, ("max_tokens=True is not a whole",)),
+    ("generate-max-tokens-text", "generate", {"max_tokens": "8"}, ("max_tokens='8' is not a whole",)),
+    ("generate-past-max-model-len", "generate", {"prompt_len": 500, "max_tokens": 20},
+     ("prompt_len=500 + max_tokens=20 is 520 tokens, more than the engine's max_model_len 512",
+      "max_model_len=N")),
+    ("complete-n-negative", "complete", {"n": -4}, ("ServerHandle.complete: n=-4 is not a whole number",)),
+    ("complete-prompt-len-zero", "complete", {"prompt_len": 0}, ("ServerHandle.complete: prompt_len=0",)),
+    ("complete-max-tokens-none", "complete", {"max_tokens": None}, ("max_tokens=None is not a whole",)),
+    ("complete-stream-text", "complete", {"stream": "yes"}, ("stream='yes' is not True or False",)),
+    ("complete-past-max-model-len", "complete", {"prompt_len": 508, "max_tokens": 4},
+     ("prompt_len=508 + max_tokens=4 + 1 (the tokenizer's BOS token) is 513 tokens",)),
+    ("complete-past-a-factory-max-model-len", "complete", {"prompt_len": 60, "max_tokens": 8},
+     ("is 69 tokens, more than the engine's max_model_len 64",), (("max_model_len", 64),)),
+]
+
+
+@pytest.mark.parametrize(("method", "kwargs", "needles", "extra"), [(*c[1:4], c[4] if len(c) > 4 else ())
+                                                                   for c in HANDLE_CASES],
+                         ids=[c[0] for c in HANDLE_CASES])
+def test_a_handles_bad_argument_is_one_line_and_the_engine_stays(
+    method: str, kwargs: dict[str, object], needles: tuple[str, ...], extra: tuple[tuple[str, object], ...]
+) -> None:
+    """``generate`` / ``complete`` check every argument before the engine (or server) sees it:
+    the test fails in one line naming the value (``pytest.fail``, no traceback), and the engine
+    is not marked broken, so a shared one stays in service (on a real engine:
+    tests/engine/test_guard.py).  The engines here were never started: reaching them fails."""
+    from pytest_enginedead.engine import Engine, EngineHandle
+    from pytest_enginedead.planning import EngineSpec, Instructions
+    from pytest_enginedead.server import Server, ServerHandle
+
+    server = method == "complete"
+    engine = (Server if server else Engine)(EngineSpec(options.BUNDLED_MODEL, 8, extra, server=server))
+    handle = (ServerHandle if server else EngineHandle)(engine, 8, Instructions(300.0))
+    try:
+        with pytest.raises(pytest.fail.Exception) as info:
+            getattr(handle, method)(**kwargs)
+    finally:
+        engine.stop()
+    message = str(info.value)
+    assert not info.value.pytrace and "\n" not in message, message
+    for needle in needles:
+        assert needle in message, (needle, message)
+    assert not engine.broken
+
+
+def test_a_factorys_engine_arguments_are_held_against_vllms_own_lists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Names vLLM does not take fail in one line naming each, with the near misses (the lists
+    stand in for the installed vLLM's; the real ones are read in tests/engine/test_compat_vllm.py);
+    a vLLM that cannot say lets the names through to its own start."""
+    from pytest_enginedead import markers
+
+    monkeypatch.setattr(compat, "engine_argument_names",
+                        lambda: frozenset({"max_model_len", "enforce_eager"}))
+    monkeypatch.setattr(compat, "server_option_strings",
+                        lambda: frozenset({"--max-model-len", "--enforce-eager", "--no-enforce-eager"}))
+    markers.factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False}, server=False)
+    markers.factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False, "x": None}, server=True)
+    with pytest.raises(markers.BadMarker) as info:
+        markers.factory_engine_args("vllm_engine_factory", {"no_such_flag": 1, "max_modl_len": 3},
+                                    server=False)
+    assert str(info.value).startswith("vllm_engine_factory: no_such_flag=1, max_modl_len=3 are not engine "
+                                      "arguments of vLLM"), info.value
+    assert "did you mean max_model_len?" in str(info.value)
+    with pytest.raises(markers.BadMarker, match="no_such_flag=1 becomes --no-such-flag, which the API"):
+        markers.factory_engine_args("vllm_server_factory", {"no_such_flag": 1}, server=True)
+    with pytest.raises(markers.BadMarker, match="disable_log_stats=False becomes --no-disable-log-stats"):
+        markers.factory_engine_args("vllm_server_factory", {"disable_log_stats": False}, server=True)
+    monkeypatch.setattr(compat, "engine_argument_names", lambda: None)
+    monkeypatch.setattr(compat, "server_option_strings", lambda: None)
+    markers.factory_engine_args("f", {"no_such_flag": 1}, server=False)
+    markers.factory_engine_args("f", {"no_such_flag": 1}, server=True)
 
 
 # --- the enginedead command ----------------------------------------------------------------
@@ -485,6 +656,8 @@ class Command:
     needles: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str | bytes] = field(default_factory=dict)
+    #: special files the case makes first (see ``make_nodes``); each must be untouched after
+    nodes: dict[str, str] = field(default_factory=dict)
 
 
 COMMAND_CASES = [
@@ -499,18 +672,16 @@ COMMAND_CASES = [
             env={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "0"}),
     Command("env-threshold", ("check",), ("ENGINEDEAD_BUSY_THRESHOLD='100' (from environment)", "at most 64"),
             env={"ENGINEDEAD_BUSY_THRESHOLD": "100"}),
-    Command("env-guard", ("check",), ("ENGINEDEAD_GUARD='perhaps' (from environment)", "not a switch"),
-            env={"ENGINEDEAD_GUARD": "perhaps"}),
     Command("report-under-a-file", ("check", "--report", "afile/r.json"),
-            ("argument --report: 'afile/r.json' cannot be created: ", "is not a directory"),
+            ("enginedead check: error: --report 'afile/r.json': cannot be created: ", "is not a directory"),
             files={"afile": "x"}),
     Command("report-unknown-user", ("check", "--report", f"{NOBODY}/r.json"),
-            ("argument --report:", "cannot be expanded"),),
+            (f"--report '{NOBODY}/r.json': ", "cannot be expanded"),),
     Command("report-name-too-long", ("check", "--report", LONG),
-            ("argument --report:", "too long a file name")),
-    Command("log-a-directory", ("calibrate", "--log", "."), ("argument --log: '.' is a directory",)),
+            ("--report 'aaa", "too long a file name")),
+    Command("log-a-directory", ("calibrate", "--log", "."), ("--log '.': ", "is a directory")),
     Command("plot-under-a-file", ("calibrate", "--plot", "afile/p.png"),
-            ("argument --plot:", "is not a directory"), files={"afile": "x"}),
+            ("--plot 'afile/p.png': ", "is not a directory"), files={"afile": "x"}),
     Command("plot-unknown-format", ("calibrate", "--plot", "steps.xyz"),
             ("enginedead calibrate: error: --plot 'steps.xyz': matplotlib picks the format",)),
     Command("model-bad-vocab", ("check", "--model", "m"),
@@ -547,15 +718,64 @@ COMMAND_CASES = [
             ("argument --headroom: 'nan' must be above 0",)),
     Command("max-tokens-zero", ("check", "--max-tokens", "0"),
             ("argument --max-tokens: '0' must be at least 1",)),
+    # --- output paths: proven at the start, by the one writer (issue 22, 20.5) ------------------
+    Command("report-in-proc", ("check", "--report", "/proc/x.json"),
+            ("enginedead check: error: --report '/proc/x.json': cannot be created: making a file in '/proc' "
+             "failed", "(/proc is the kernel's; it takes no new files)")),
+    Command("log-in-sys", ("calibrate", "--log", "/sys/x.log"),
+            ("enginedead calibrate: error: --log '/sys/x.log': cannot be created", "/sys is the kernel's")),
+    Command("report-and-log-one-file", ("check", "--report", "same.json", "--log", "./same.json"),
+            ("enginedead check: error: --report 'same.json': names the same file as --log './same.json'; "
+             "each output needs a file of its own",)),
+    Command("plot-and-log-one-file-by-a-link", ("calibrate", "--log", "p.png", "--plot", "link.png"),
+            ("--plot 'link.png': names the same file as --log 'p.png'",),
+            files={"p.png": "x"}, nodes={"link.png": "link:p.png"}),
+    Command("report-fifo", ("check", "--report", "fifo"),
+            ("enginedead check: error: --report 'fifo': ", "is a FIFO that nothing reads; writing to it "
+             "would wait forever"), nodes={"fifo": "fifo"}),
+    Command("log-fifo-check", ("check", "--log", "fifo"), ("--log 'fifo': ", "is a FIFO that nothing reads"),
+            nodes={"fifo": "fifo"}),
+    Command("log-fifo-calibrate", ("calibrate", "--log", "fifo"),
+            ("enginedead calibrate: error: --log 'fifo': ", "is a FIFO that nothing reads"),
+            nodes={"fifo": "fifo"}),
+    Command("log-dangling-dir", ("check", "--log", "gone/check.log"),
+            ("--log 'gone/check.log': ", "gone' is a symbolic link to '/nonexistent-enginedead-dir', which "
+             "does not exist"), nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    Command("report-dangling-dir", ("check", "--report", "gone/sub/r.json"),
+            ("--report 'gone/sub/r.json': ", "is a symbolic link to"),
+            nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    Command("plot-dangling-dir", ("calibrate", "--plot", "gone/p.png"),
+            ("enginedead calibrate: error: --plot 'gone/p.png': ", "is a symbolic link to"),
+            nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    # --- deadlines vLLM cannot hold, and what is not a number (20.5) ------------------------------
+    Command("policy-beyond-the-bound", ("check", "--policy", "cli_big:p"),
+            ("--policy 'cli_big:p': policy cli_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline "
+             f"must be at most {compat.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
+            files=returning("cli_big", "1e12")),
+    Command("policy-returns-text", ("check", "--policy", "cli_600:p"),
+            ("--policy 'cli_600:p': policy cli_600: timeout_s(CPU, 8) returned '600', not a number of "
+             "seconds (str; give an int or a float)",),
+            files=returning("cli_600", "'600'")),
+    Command("stock-deadline-beyond-the-bound", ("check", "--stock-deadline", "10000000000000"),
+            (f"argument --stock-deadline: '10000000000000' must be at most {compat.MAX_DEADLINE_S} s, the "
+             "longest wait vLLM can make",)),
+    # --- a long model path: its head and tail in the line (20.5) ----------------------------------
+    Command("model-long-path", ("check", "--model", LONG_MODEL),
+            ("enginedead check: error: --model ", '"vocab_size": -1 must be at least 1',
+             "[long paths shortened; -v shows them whole]"),
+            files=model(config(vocab_size=-1), LONG_MODEL)),
 ]
 
 
 @pytest.mark.parametrize("case", COMMAND_CASES, ids=[c.id for c in COMMAND_CASES])
 def test_bad_command_line_is_one_line_exit_2(
-    tmp_path: Path, wired: Path, monkeypatch: pytest.MonkeyPatch, case: Command
+    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, case: Command
 ) -> None:
+    """Each bad command line: one line, exit 2, at once (a FIFO never hangs it: the run has a
+    30 s limit), its special files untouched, and nothing left in the temporary directory."""
     if case.id == "plot-unknown-format":
         pytest.importorskip("matplotlib")
+    nodes = make_nodes(tmp_path, case.nodes)
     files = dict(case.files)
     if case.id == "model-not-utf8":
         files.update(model(LATIN1))
@@ -578,6 +798,12 @@ def test_bad_command_line_is_one_line_exit_2(
         assert needle in lines[0], (needle, lines[0])
     if case.id == "vllm-env-check-vllm-stock":
         assert "--policy" not in lines[0]  # the variable is to blame, not the valid policy name
+    if case.id == "model-long-path":
+        assert len(lines[0]) < 300 < len(LONG_MODEL) + 100, lines[0]
+        assert LONG_MODEL not in lines[0] and str(tmp_path)[:20] in lines[0]  # the head ...
+        assert "dddd/m/config.json" in lines[0]  # ... and the tail
+    assert_untouched(nodes)
+    assert leftovers(private_tmp) == []
 
 
 # --- the same empty value, wherever it is given -----------------------------------------------
@@ -649,7 +875,7 @@ def test_group_markers_apply_to_the_engine_tests_only(
 ) -> None:
     """A module's ``pytestmark`` or a class's marker covers its engine tests; the plain tests
     beside them run as usual.  Only a marker on the plain test itself is an error."""
-    monkeypatch.setattr(options, "check_architectures", lambda model, source: None)
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
     downstream.pytester.makepyfile(test_group=textwrap.dedent("""
         import pytest
 
@@ -718,11 +944,230 @@ def test_checked_before_the_first_engine_starts(
     assert "engine failed to start" not in result.text and "tripwire" not in result.text
 
 
+# --- output paths and the xdist door: each case without -n and with -n 2, alike -----------------------
+
+OK = "ok"
+
+
+@dataclass(frozen=True)
+class Twin(Case):
+    """A case run twice, as ``pytest -p enginedead`` and as ``pytest -p enginedead -p xdist -n 2``:
+    the same outcome both ways (for a usage error: exactly the same one line, exit 4).
+    ``{repo}`` in a needle is the repo's path (whole only under ``-v``: a long line is shortened)."""
+
+    #: special files the case makes first (see ``make_nodes``); each must be untouched after
+    nodes: dict[str, str] = field(default_factory=dict)
+
+
+#: three engine tests whose deadlines vLLM cannot hold (1e12 s): from the policy, a marker, a factory
+DEADLINES = """import pytest
+
+
+def test_policy_deadline(vllm_engine):
+    pass
+
+
+@pytest.mark.enginedead_timeout(1e12)
+def test_marker_deadline(vllm_engine):
+    pass
+
+
+def test_factory_deadline(vllm_engine_factory):
+    vllm_engine_factory(8, timeout_s=10**12)
+"""
+BOUND = (f"must be at most {compat.MAX_DEADLINE_S} s, the longest wait vLLM can make "
+         "(Python's threading.TIMEOUT_MAX)")
+#: a conftest (standing for any plugin) that refuses the collection; "enginedead: " lets usage_line read it
+REFUSING_CONFTEST = ("import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
+                     "    raise pytest.UsageError('enginedead: a conftest refused this collection')\n")
+
+TWINS = [
+    # --- the report path (issue 22: never replace a device, never lose a report; 20.5) ----------------
+    Twin("report-char-device", (), args=("--enginedead-report={repo}/nulldev",), nodes={"nulldev": "chr"},
+         kind=OK),
+    Twin("report-dev-null", (), args=("--enginedead-report=/dev/null",), kind=OK),
+    Twin("report-fifo", ("--enginedead-report='", "/fifo' (from command line): '",
+                         "/fifo' is a FIFO that nothing reads; writing to it would wait forever"),
+         args=("--enginedead-report={repo}/fifo",), nodes={"fifo": "fifo"}),
+    Twin("report-dangling-dir", ("--enginedead-report='", "(from command line): '",
+                                 "/gone' is a symbolic link to '/nonexistent-enginedead-dir', "
+                                 "which does not exist; make that directory or give another path"),
+         args=("--enginedead-report={repo}/gone/r.json",),
+         nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    Twin("env-report-dangling-dir", ("ENGINEDEAD_REPORT='gone/sub/r.json' (from environment):",
+                                     "gone' is a symbolic link to"),
+         env={"ENGINEDEAD_REPORT": "gone/sub/r.json"}, nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    Twin("report-in-proc", ("--enginedead-report='/proc/x.json' (from command line): cannot be created: "
+                            "making a file in '/proc' failed",
+                            "(/proc is the kernel's; it takes no new files)"),
+         args=("--enginedead-report=/proc/x.json",), suite=ENGINE),
+    Twin("env-report-in-sys", ("ENGINEDEAD_REPORT='/sys/x.json' (from environment): cannot be created",
+                               "(/sys is the kernel's; it takes no new files)"),
+         env={"ENGINEDEAD_REPORT": "/sys/x.json"}, suite=ENGINE),
+    # --- the model, checked once in the controller under xdist (issue 22) ------------------------------
+    Twin("model-negative-vocab",
+         ("(from command line): ", '/m/config.json: "vocab_size": -1 must be at least 1'),
+         args=("--enginedead-model=m",), files=model(config(vocab_size=-1)), suite=ENGINE),
+    Twin("model-unknown-architecture", (f"{FIXTURES}/unknown-arch/config.json names architecture "
+                                        "NoSuchModelForCausalLM, which vLLM",
+                                        "--enginedead-model=", "(from command line): "),
+         args=(f"--enginedead-model={FIXTURES / 'unknown-arch'}",), suite=SERVER),
+    Twin("model-long-path", ('"vocab_size": -1 must be at least 1',
+                             "[long paths shortened; -v shows them whole]"),
+         args=(f"--enginedead-model={LONG_MODEL}",), files=model(config(vocab_size=-1), LONG_MODEL),
+         suite=ENGINE),
+    Twin("model-long-path-verbose", (f'{{repo}}/{LONG_MODEL}/config.json: "vocab_size": -1',),
+         args=(f"--enginedead-model={LONG_MODEL}", "-v"), files=model(config(vocab_size=-1), LONG_MODEL),
+         suite=ENGINE),
+    Twin("a-plugin-refuses-the-collection", ("enginedead: a conftest refused this collection",),
+         files={"conftest.py": REFUSING_CONFTEST}, suite=ENGINE),
+    # --- deadlines vLLM cannot hold, and a policy's text (20.5) ----------------------------------------
+    Twin("deadlines-beyond-the-bound",
+         (f"policy pol_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline {BOUND}",
+          f"@pytest.mark.enginedead_timeout: seconds=1000000000000.0 {BOUND}",
+          f"vllm_engine_factory: timeout_s=1000000000000 {BOUND}"),
+         args=("--enginedead-policy=pol_big:p", "--enginedead-batch-sizes=8"),
+         files=returning("pol_big", "1e12"), suite=DEADLINES, kind=TEST),
+    Twin("policy-returns-text", ("policy pol_600: timeout_s(CPU, 8) returned '600', not a number of seconds "
+                                 "(str; give an int or a float)",),
+         args=("--enginedead-policy=pol_600:p", "--enginedead-batch-sizes=8"),
+         files=returning("pol_600", "'600'"), suite=ENGINE, kind=TEST),
+]
+
+#: vLLM's model registry, stubbed in every process a run starts (xdist workers too): importing the
+#: real one costs ~12 s a process; what is under test is who checks, and what the line says
+REGISTRY_STUB = """
+import pytest_enginedead.compat as _compat
+
+
+def _known_architectures():
+    with open(os.environ["ENGINEDEAD_TEST_REGISTRY_CALLS"], "a") as f:  # who asked: a worker, or not
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "controller") + "\\n")
+    return {"LlamaForCausalLM"}
+
+
+_compat.known_architectures = _known_architectures
+_compat.vllm_missing_reason = lambda: None
+"""
+
+
+@pytest.fixture
+def stub_registry(wired: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The registry stub, in this process and (through the tripwire's sitecustomize) in its children;
+    yields the file where the children record who asked it."""
+    with open(tmp_path / "tripwire-site" / "sitecustomize.py", "a") as f:
+        f.write(REGISTRY_STUB)
+    calls = tmp_path / "registry-calls"
+    monkeypatch.setenv("ENGINEDEAD_TEST_REGISTRY_CALLS", str(calls))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # ours, when this suite runs under xdist
+    monkeypatch.setattr(compat, "known_architectures", lambda: {"LlamaForCausalLM"})
+    return calls
+
+
+@pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
+def test_alike_with_and_without_xdist(
+    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Twin,
+) -> None:
+    """Without ``-n`` and with ``-n 2`` (where the controller collects nothing), the same input
+    gives the same outcome: a usage error is exactly the same one line and exit 4, never xdist's
+    INTERNALERROR; a device or FIFO given as the report is untouched (same type, same inode); no
+    engine starts, and nothing is left in the temporary directory."""
+    args = prepare(downstream.path, case, monkeypatch)
+    nodes = make_nodes(downstream.path, case.nodes)
+    needles = [n.replace("{repo}", str(downstream.path)) for n in case.needles]
+    plain = downstream.run(*args, "-rfE")
+    n2 = downstream.run(*args, "-rfE", "-n", "2", plugins=["xdist"], in_subprocess=True, timeout=120)
+    for result in (plain, n2):
+        assert_clean(result.text)
+    if case.kind == USAGE:
+        line = usage_line(plain)
+        assert usage_line(n2) == line
+        for needle in needles:
+            assert needle in line, (needle, line)
+    elif case.kind == TEST:
+        assert plain.ret == n2.ret == pytest.ExitCode.TESTS_FAILED, n2.text[-3000:]
+        assert plain.outcomes.get("failed", 0) + plain.outcomes.get("errors", 0) == len(
+            [ln for ln in case.suite.splitlines() if ln.startswith("def test_")]
+        ), plain.outcomes
+        for result in (plain, n2):
+            assert result.outcomes.get("passed", 0) == 0, result.outcomes
+            shown = [ln for ln in result.stdout.lines if not ln.startswith(("FAILED ", "ERROR ", "E "))]
+            for needle in needles:  # the failure's own section holds the message itself
+                assert any(needle in ln for ln in shown), (needle, result.text[-3000:])
+    else:
+        assert plain.ret == n2.ret == pytest.ExitCode.OK, (plain.text[-3000:], n2.text[-3000:])
+        assert plain.outcomes == n2.outcomes
+    if case.id == "model-long-path":
+        assert len(line) < 300 < len(str(downstream.path / LONG_MODEL)), line
+        assert LONG_MODEL not in line and "dddd/m/config.json" in line, line
+    if case.id == "model-unknown-architecture":  # under -n 2 the controller asked, once; no worker did
+        assert stub_registry.read_text().split() == ["controller"]
+    assert_untouched(nodes)
+    assert leftovers(private_tmp) == []
+
+
+def test_a_fifo_with_a_reader_gets_the_report(downstream: Downstream, private_tmp: Path) -> None:
+    """A FIFO somebody reads is written through, in place: the reader gets the whole report, and
+    the FIFO is still a FIFO."""
+    downstream.copy("plain")
+    nodes = make_nodes(downstream.path, {"fifo": "fifo"})
+    reader = os.open(downstream.path / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # a reader, before the run
+    try:
+        result = downstream.run(f"--enginedead-report={downstream.path / 'fifo'}")
+        assert result.ret == pytest.ExitCode.OK, result.text[-3000:]
+        data = b""
+        while chunk := os.read(reader, 65536):
+            data += chunk
+    finally:
+        os.close(reader)
+    report = json.loads(data)
+    assert report["schema_version"] == 1 and report["tests"] == []
+    assert_untouched(nodes)
+    assert leftovers(private_tmp) == []
+
+
+def test_a_report_path_that_stops_taking_output_is_one_line_at_the_end(downstream: Downstream) -> None:
+    """Proven at the start, the report's directory is replaced by a file during the run: the end
+    says so in one line and the exit status is not 0 (it was a traceback), the tests' outcome
+    stays in the summary."""
+    downstream.pytester.makepyfile(test_spoil="""
+        import os, shutil
+
+        def test_spoils_the_report_directory():
+            shutil.rmtree("out", ignore_errors=True)
+            with open("out", "w") as f:
+                f.write("not a directory")
+    """)
+    (downstream.path / "out").mkdir()
+    result = downstream.run(f"--enginedead-report={downstream.path / 'out' / 'r.json'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.text[-3000:]
+    assert_clean(result.text)
+    lines = [ln for ln in result.stderr.lines if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ERROR: enginedead: the report was not written: "), lines
+    assert "out/r.json' (from command line): cannot be written" in lines[0]
+    result.assert_outcomes(passed=1)
+
+
+def test_a_report_through_a_symlink_replaces_the_file_not_the_link(downstream: Downstream) -> None:
+    """``latest.json -> runs/1.json``: the file the link names gets the report; the link stays."""
+    downstream.copy("plain")
+    (downstream.path / "runs").mkdir()
+    (downstream.path / "runs" / "1.json").write_text("old")
+    (downstream.path / "latest.json").symlink_to("runs/1.json")
+    result = downstream.run(f"--enginedead-report={downstream.path / 'latest.json'}")
+    assert result.ret == pytest.ExitCode.OK, result.text[-3000:]
+    assert (downstream.path / "latest.json").is_symlink()
+    assert json.loads((downstream.path / "runs" / "1.json").read_text())["schema_version"] == 1
+    assert sorted(os.listdir(downstream.path / "runs")) == ["1.json"]  # no temporary sibling left
+
+
 # --- nothing left in the temporary directory ------------------------------------------------------
 
 
 def leftovers(tmp: Path) -> list[str]:
-    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("enginedead"))
+    """What the plugin or the command left: run directories, logs, an output's temporary sibling."""
+    return sorted(p.name for p in tmp.iterdir() if p.name.lstrip(".").startswith("enginedead"))
 
 
 @pytest.fixture
@@ -775,7 +1220,7 @@ def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
     from pytest_enginedead import cli
 
     monkeypatch.setattr(compat, "installed_version", lambda: "0.32.0")
-    monkeypatch.setattr(options, "architecture_problem", lambda model: None)
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
     log = tmp_path / "check.log"
     code = cli.main(["check", "--log", str(log), "--", "--no-such-flag"])
     out, err = capsys.readouterr()
@@ -785,3 +1230,31 @@ def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
     assert "--no-such-flag" in lines[0]
     assert_clean(out + err)
     assert leftovers(private_tmp) == []
+
+
+def test_check_clears_an_inherited_guard_and_says_so(
+    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator's production ``ENGINEDEAD_GUARD*`` (even a value the guard would refuse) does
+    not reach the check's regression run, whose stock runs must stay unguarded: the command
+    clears it, the header says which it cleared, and nothing is refused for it."""
+    from pytest_enginedead import checking, cli
+
+    shell = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_BUSY_THRESHOLD": "0.1"}
+    env, cleared = cli.regression_environment({**shell, "PATH": "/usr/bin"},
+                                              checking.plan_for(options.BUNDLED_MODEL, [8, 64]))
+    assert not [k for k in env if k.startswith("ENGINEDEAD_GUARD")]
+    assert env["PATH"] == "/usr/bin" and env["ENGINEDEAD_BUSY_THRESHOLD"] == "0.1"  # the others still count
+    assert cleared == ["ENGINEDEAD_GUARD='1'", "ENGINEDEAD_GUARD_HANG_S='soon'"]
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(compat, "installed_version", lambda: "0.32.0")
+    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
+    code = cli.main(["check", "--log", str(tmp_path / "check.log"), "--", "--no-such-flag"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)  # pytest refused the extra argument: no engine, and not the guard
+    said = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited from "
+            "the environment: the stock and policy runs are unguarded (--guard adds a guarded run)")
+    assert said in out, out
+    assert_clean(out + err)

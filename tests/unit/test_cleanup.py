@@ -136,7 +136,8 @@ def test_terminate_ends_a_process_with_sigterm(spawned: list[subprocess.Popen[st
     t0 = time.monotonic()
     assert terminate([ref], grace_s=10.0) == []
     assert time.monotonic() - t0 < 5.0  # SIGTERM was enough: no wait for the grace period
-    assert ref.process(zombie=True) is None  # and our child was reaped, not left a zombie
+    assert ref.process() is None  # gone: a zombie its owner (here Popen) reaps
+    assert proc.wait(timeout=1) == -15
 
 
 def test_terminate_kills_what_ignores_sigterm(spawned: list[subprocess.Popen[str]]) -> None:
@@ -146,7 +147,59 @@ def test_terminate_kills_what_ignores_sigterm(spawned: list[subprocess.Popen[str
     t0 = time.monotonic()
     assert terminate([ref], grace_s=0.5) == []
     assert time.monotonic() - t0 >= 0.5  # it outlived SIGTERM's grace period
-    assert ref.process(zombie=True) is None
+    assert ref.process() is None
+    assert proc.wait(timeout=1) == -9
+
+
+SPAWNER = """
+import subprocess, sys, time
+print("ready", flush=True)
+while True:  # an engine core starting workers, one after another
+    subprocess.Popen(["sleep", "600"])
+    time.sleep(0.02)
+"""
+
+
+def test_terminate_at_once_takes_the_whole_tree_even_while_it_spawns(
+    spawned: list[subprocess.Popen[str]],
+) -> None:
+    """An interrupted run's stop: the tree is stopped before its children are read, so a
+    process spawning one at that moment leaves no half-started child behind."""
+    proc = start(spawned, sys.executable, "-c", SPAWNER)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(0.3)
+    parent = psutil.Process(proc.pid)
+    assert parent.children()
+    t0 = time.monotonic()
+    assert terminate([ProcRef.of(parent)], at_once=True) == []
+    assert time.monotonic() - t0 < 2.0  # no grace period
+    time.sleep(0.2)
+    assert proc.wait(timeout=1) == -9
+    left = [p for p in psutil.process_iter(["ppid", "cmdline", "status"])
+            if p.info["cmdline"] == ["sleep", "600"] and p.info["status"] != psutil.STATUS_ZOMBIE
+            and p.info["ppid"] in (1, proc.pid)]
+    assert not left, left
+
+
+def _sleep_forever() -> None:
+    time.sleep(600)
+
+
+def test_terminate_leaves_reaping_to_the_owner() -> None:
+    """A multiprocessing child (as vLLM's client starts its engine core) ended by pid must
+    still read as ended to multiprocessing: reaped behind its back, ``is_alive()`` says
+    True forever and vLLM's shutdown waits out its whole timeout on it."""
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=_sleep_forever, daemon=True)
+    child.start()
+    assert child.pid is not None
+    ref = ProcRef.of(psutil.Process(child.pid))
+    assert terminate([ref], grace_s=5.0) == []
+    t0 = time.monotonic()
+    child.join(timeout=5)
+    assert not child.is_alive() and child.exitcode == -15
+    assert time.monotonic() - t0 < 1.0
 
 
 def test_terminate_never_touches_a_process_that_is_not_ours(decoy: psutil.Process) -> None:

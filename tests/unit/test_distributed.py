@@ -100,13 +100,88 @@ def test_dist_note_only_when_groups_would_be_split() -> None:
 
 def test_publish_groups_writes_one_file_per_worker(tmp_path: Path) -> None:
     config: Any = SimpleNamespace(workerinput={"workerid": "gw1", distributed.GROUPS_KEY: str(tmp_path)})
-    distributed.publish_groups(config, [("t.py::a", "g1"), ("t.py::b", None), ("t.py::c", "g1")])
+    published = distributed.publish_groups(config, [("t.py::a", "g1"), ("t.py::b", None), ("t.py::c", "g1")],
+                                           engine_tests=2)
+    assert published is False  # the controller did not say it checks: the worker checks for itself
     assert [p.name for p in tmp_path.iterdir()] == ["gw1.json"]
-    assert json.loads((tmp_path / "gw1.json").read_text()) == {"t.py::a": "g1", "t.py::c": "g1"}
-    distributed.publish_groups(SimpleNamespace(workerinput={}), [("t.py::a", "g1")])  # type: ignore[arg-type]
+    assert json.loads((tmp_path / "gw1.json").read_text()) == {
+        "groups": {"t.py::a": "g1", "t.py::c": "g1"}, "engine_tests": 2,
+    }
+    config.workerinput[distributed.CHECKS_KEY] = True
+    assert distributed.publish_groups(config, [], engine_tests=1) is True
+    bare: Any = SimpleNamespace(workerinput={})
+    assert distributed.publish_groups(bare, [("t.py::a", "g1")]) is False
+    gone: Any = SimpleNamespace(workerinput={
+        "workerid": "gw2", distributed.GROUPS_KEY: str(tmp_path / "gone"), distributed.CHECKS_KEY: True,
+    })
+    assert distributed.publish_groups(gone, []) is False  # not reachable from here (a remote worker)
 
 
 def test_header_says_when_dist_is_not_loadgroup(downstream: Downstream) -> None:
     result = downstream.copy("plain").run("-n", "2", plugins=["xdist"], in_subprocess=True, timeout=120)
     result.stdout.fnmatch_lines(["enginedead: --dist load: *use --dist loadgroup"])
     result.assert_outcomes(passed=1)
+
+
+# --- a worker that dies anyway, or ends its session early -----------------------------------------
+
+DYING = """import ctypes
+import os
+import signal
+
+
+def test_crashes():
+    ctypes.string_at(0)  # SIGSEGV: faulthandler has last words
+
+
+def test_is_killed():
+    os.kill(os.getpid(), signal.SIGKILL)  # no last words: only how it ended
+
+
+def test_lives():
+    pass
+"""
+
+
+def test_a_worker_that_dies_is_its_tests_failure_with_its_last_words(downstream: Downstream) -> None:
+    """A worker process that dies mid-test is that test's failure (xdist's), and the failure says
+    how the process ended and what faulthandler wrote, the crashing test's frame first; never an
+    INTERNALERROR.  Without the plugin's hook the report says only "worker 'gw0' crashed"."""
+    downstream.pytester.makepyfile(test_dying=DYING)
+    result = downstream.run("-n", "2", plugins=["xdist"], in_subprocess=True, timeout=120)
+    assert "INTERNALERROR" not in result.text
+    result.assert_outcomes(failed=2, passed=1)
+    out = result.stdout.str()
+    crashed = out[out.index("crashed while running 'test_dying.py::test_crashes'"):]
+    assert "process was killed by SIGSEGV (a crash)" in crashed
+    assert "its last words (faulthandler, the crashing thread first):" in crashed
+    first = crashed.split("its last words")[1].splitlines()[1:4]
+    assert first[0].strip() == "Fatal Python error: Segmentation fault", first
+    assert first[1].strip().startswith("Current thread"), first
+    assert "in string_at" in first[2] or "test_dying.py" in first[2], first
+    killed = out[out.index("crashed while running 'test_dying.py::test_is_killed'"):]
+    assert "process was killed by SIGKILL (the kernel's OOM killer, or a kill -9)" in killed
+    assert "it left no last words" in killed
+
+
+def test_a_worker_ended_by_pytest_exit_ends_the_run_as_without_xdist(downstream: Downstream) -> None:
+    """``pytest.exit(..., returncode=3)`` in a test on a worker: without the plugin, xdist meets the
+    tests still assigned to that worker with ``assert not crashitem`` (INTERNALERROR); with it the
+    controller ends as a run without ``-n`` does: the reason, the return code."""
+    downstream.pytester.makepyfile(test_exit="""
+        import pytest
+
+
+        def test_exits():
+            pytest.exit("the suite decided to stop", returncode=3)
+
+
+        def test_after():
+            pass
+    """)
+    plain = downstream.run()
+    n2 = downstream.run("-n", "2", "--dist", "loadfile", plugins=["xdist"], in_subprocess=True, timeout=120)
+    for result in (plain, n2):
+        assert result.ret == 3, result.text[-3000:]
+        assert "Exit: the suite decided to stop" in result.text
+        assert "INTERNALERROR" not in result.text and "Traceback" not in result.text

@@ -120,12 +120,29 @@ def test_header_warns_when_multiprocessing_is_off(plain: Downstream, monkeypatch
     )
 
 
+@pytest.mark.parametrize(("source", "where"), [
+    ("flag", "--enginedead-guard='1' (from command line)"),
+    ("env", "ENGINEDEAD_GUARD='1' (from environment); ENGINEDEAD_GUARD is also the production switch"),
+])
+def test_header_says_when_every_engine_is_guarded(
+    plain: Downstream, monkeypatch: pytest.MonkeyPatch, source: str, where: str
+) -> None:
+    """The guard for every engine, and where that came from: an operator's exported production
+    ``ENGINEDEAD_GUARD=1`` is also this option's, and the header says so; off, nothing is said."""
+    assert "enginedead: the guard" not in plain.run().stdout.str()
+    if source == "env":
+        monkeypatch.setenv("ENGINEDEAD_GUARD", "1")
+    out = plain.run(*(["--enginedead-guard"] if source == "flag" else [])).stdout.str()
+    line = next(ln for ln in out.splitlines() if ln.startswith("enginedead: the guard is on"))
+    assert line.startswith(f"enginedead: the guard is on for every engine: {where}"), line
+
+
 # --- model ----------------------------------------------------------------------------------
 
 
 def test_model_that_does_not_exist(plain: Downstream) -> None:
     missing = plain.path / "no-such-model"
-    line = usage_error(plain.run(f"--enginedead-model={missing}"))
+    line = usage_error(plain.run(f"--enginedead-model={missing}", "-v"))  # -v: long paths whole
     assert f"--enginedead-model={str(missing)!r} (from command line): " in line
     assert "does not exist" in line
 

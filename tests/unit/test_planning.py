@@ -7,10 +7,12 @@ planning's internals can change (engine reuse) without rewriting these.
 from __future__ import annotations
 
 import math
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 
-from pytest_enginedead import Backend, TimeoutPolicy
+from pytest_enginedead import Backend, TimeoutPolicy, compat
 from pytest_enginedead.planning import (
     EngineSpec,
     GuardSpec,
@@ -85,7 +87,32 @@ def test_policy_deadline_failures_say_which_policy_returned_what(answer: object,
 
 def test_smallest_usable_deadline_is_one_second() -> None:
     assert policy_deadline(Recording(1), "p", 1) == 1.0
-    assert policy_deadline(Recording("2.5"), "p", 1) == 2.5  # anything float() takes
+    assert policy_deadline(Recording(Fraction(5, 2)), "p", 1) == 2.5  # any real number
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("600", "returned '600', not a number of seconds (str; give an int or a float)"),
+    (True, "returned True, not a number of seconds (bool; give an int or a float)"),
+    (Decimal("600"), "returned Decimal('600'), not a number of seconds (Decimal;"),
+    (0.5, "returned 0.5; a deadline must be a finite number of seconds >= 1"),
+])
+def test_a_deadline_is_a_real_number_of_seconds(value: object, why: str) -> None:
+    """A policy returning text or a bool is refused, not converted: float("600") and
+    float(True) would make a number of what is a bug in the policy."""
+    with pytest.raises(PolicyFailure) as err:
+        policy_deadline(Recording(value), "p", 1)
+    assert why in str(err.value)
+
+
+def test_a_deadline_is_bounded_by_the_longest_wait_vllm_can_make() -> None:
+    """1e12 s would overflow Python's waits inside vLLM and pytest-timeout's timer (INTERNALERROR);
+    the bound is named in the message, and the largest deadline that fits passes."""
+    with pytest.raises(PolicyFailure) as err:
+        policy_deadline(Recording(1e12), "p", 8)
+    assert f"returned 1000000000000.0; a deadline must be at most {compat.MAX_DEADLINE_S} s" in str(err.value)
+    assert "threading.TIMEOUT_MAX" in str(err.value)
+    assert policy_deadline(Recording(compat.MAX_DEADLINE_S), "p", 8) == compat.MAX_DEADLINE_S
+    assert budget_s(Instructions(float(compat.MAX_DEADLINE_S))) == compat.MAX_DEADLINE_S
 
 
 # --- specs and sharing ---------------------------------------------------------------------

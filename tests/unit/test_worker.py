@@ -24,12 +24,12 @@ import pytest
 
 import procs
 from pytest_enginedead import record, worker
-from pytest_enginedead.assertions import innermost_frames
 from pytest_enginedead.cleanup import ProcRef
 from pytest_enginedead.engine import Engine
 from pytest_enginedead.options import BUNDLED_MODEL
 from pytest_enginedead.planning import EngineSpec
 from pytest_enginedead.record import Control, Injection, StepTime, read_steps, write_control
+from pytest_enginedead.stacks import innermost_frames
 
 ME = os.getpid()
 
@@ -51,7 +51,8 @@ def run_dir(tmp_path: Path) -> str:
 
 @pytest.fixture
 def recorder(run_dir: str) -> Iterator[worker.StepRecorder]:
-    rec = worker.StepRecorder(run_dir)
+    """A recorder for scripted clocks: without the deadline watch, which keeps real time."""
+    rec = worker.StepRecorder(run_dir, deadline_stacks=False)
     try:
         yield rec
     finally:
@@ -143,6 +144,63 @@ def test_worker_plugin_is_inert_without_the_harness(monkeypatch: pytest.MonkeyPa
     monkeypatch.delenv(record.ENV_DIR, raising=False)
     monkeypatch.setitem(sys.modules, "vllm", None)  # any import of vLLM would now fail
     assert worker.register() is None
+
+
+# --- the worker's own stack at the deadline ------------------------------------------------
+
+
+def test_a_step_past_its_deadline_dumps_the_workers_own_stack_then_and_a_deadline_later(
+    run_dir: str,
+) -> None:
+    """Deadline 1 s from the control file: a 2.4 s step is dumped at ~1 s and again at ~2 s,
+    from inside the step (the main thread in the model call); the dump names the step."""
+    write_control(run_dir, Control(1, 1.0))
+    rec = worker.StepRecorder(run_dir)
+    path = record.deadline_stack_path(run_dir, ME)
+    seen: list[record.DeadlineStack | None] = []
+
+    def model_step() -> None:
+        time.sleep(1.5)
+        seen.append(record.read_deadline_stack(path))
+        time.sleep(0.9)
+
+    try:
+        rec.run_step(8, model_step)
+    finally:
+        rec.close()
+    first, last = seen[0], record.read_deadline_stack(path)
+    assert first is not None and last is not None
+    assert (first.step, first.phase, first.deadline_s) == (1, "execute_model", 1.0)
+    assert 1.0 <= first.ran_s < 1.3 and 2.0 <= last.ran_s < 2.3  # due, not a sample taken later
+    frames = innermost_frames(first.text, frames=50)
+    assert any("in model_step" in f for f in frames) and any("in run_step" in f for f in frames)
+
+
+def test_a_step_within_its_deadline_leaves_no_stack(run_dir: str) -> None:
+    """Steps that end before the deadline (the healthy case) write nothing; nor does
+    a sampling phase that does."""
+    write_control(run_dir, Control(1, 1.0))
+    rec = worker.StepRecorder(run_dir)
+    try:
+        for _ in range(3):
+            rec.run_step(8, lambda: time.sleep(0.3))
+            rec.run_sample(lambda: time.sleep(0.3))
+        time.sleep(1.2)  # past a deadline of the last step, were it still armed
+    finally:
+        rec.close()
+    assert not os.path.exists(record.deadline_stack_path(run_dir, ME))
+
+
+def test_the_sampling_phase_has_its_own_deadline(run_dir: str) -> None:
+    write_control(run_dir, Control(1, 1.0))
+    rec = worker.StepRecorder(run_dir)
+    try:
+        rec.run_step(8, lambda: time.sleep(0.6))
+        rec.run_sample(lambda: time.sleep(1.3))  # its own RPC: its own 1 s from its own start
+    finally:
+        rec.close()
+    dump = record.read_deadline_stack(record.deadline_stack_path(run_dir, ME))
+    assert dump is not None and (dump.step, dump.phase) == (1, "sample_tokens") and dump.ran_s >= 1.0
 
 
 # --- the wrappers vLLM's methods get --------------------------------------------------------
@@ -249,9 +307,10 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
     busy = textwrap.dedent(
         """
         import sys, threading
-        from pytest_enginedead import worker
+        from pytest_enginedead import record, worker
 
         threading.Thread(target=threading.Event().wait, daemon=True).start()  # another thread
+        record.write_control(sys.argv[1], record.Control(1, 1.0))
         rec = worker.StepRecorder(sys.argv[1])
         rec.run_step(8, lambda: worker.burn(60))
         """
@@ -268,9 +327,13 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
         assert step is not None and (step.step, step.batch_size, step.pid) == (1, 8, proc.pid)
         assert engine.has_record(proc.pid) and engine.worker_pids == [proc.pid]
         stack = engine.capture_stack(proc.pid, timeout_s=5.0)
+        at_deadline = engine.deadline_stack(proc.pid, step, 1.0)
     finally:
         engine.stop()
-    assert ref.process(zombie=True) is None  # stopped by pid, and reaped
+    assert ref.process() is None  # stopped by pid
+    assert proc.wait(timeout=1) == -15  # and left for its owner to reap
+    assert at_deadline is not None and at_deadline.step == 1 and at_deadline.ran_s >= 1.0
+    assert "in burn" in innermost_frames(at_deadline.text)[1]
     assert not os.path.exists(engine.run_dir)
     assert [(s.step, s.running) for s in engine.steps()] == [(1, True)]  # the record outlives it
     assert stack is not None and stack.startswith(record.MAIN_THREAD_PREFIX)
