@@ -225,9 +225,21 @@ def _summary(pairs: list[dict[str, Any]], on: str, off: str) -> dict[str, Any]:
             "median_on_s": statistics.median(on_s), "median_off_s": statistics.median(off_s)}
 
 
-def step_record_cost(steps: int = 100_000) -> float:
+def scheduler_output(n: int = 64, context: int = 200) -> Any:
+    """What the worker reads of a decode step of ``n`` sequences at ``context`` (vLLM's V1
+    ``SchedulerOutput`` fields the record uses: what each request computed, what it schedules)."""
+    ids = [f"req-{i}" for i in range(n)]
+    return types.SimpleNamespace(
+        num_scheduled_tokens=dict.fromkeys(ids, 1), total_num_scheduled_tokens=n, scheduled_new_reqs=[],
+        scheduled_cached_reqs=types.SimpleNamespace(
+            req_ids=ids, num_computed_tokens=[context + i for i in range(n)]),
+    )
+
+
+def step_record_cost(steps: int = 100_000, n: int = 64) -> float:
     """Seconds the worker's wrapper and its four record writes add to one step, measured
-    directly on a no-op step (the side-by-side ratio cannot resolve below ~1 %)."""
+    directly on a no-op step of ``n`` decodes (the side-by-side ratio cannot resolve below
+    ~1 %); the begin line carries what the step scheduled, read from the scheduler output."""
     from pytest_enginedead import worker
 
     class Fake:
@@ -246,7 +258,7 @@ def step_record_cost(steps: int = 100_000) -> float:
         Fake.sample_tokens = worker.wrap_sample_tokens("sample_tokens", None)  # type: ignore[attr-defined]
         fake = Fake()
         fake.worker = Inner()  # type: ignore[attr-defined]
-        output = types.SimpleNamespace(num_scheduled_tokens={i: 1 for i in range(64)})
+        output = scheduler_output(n)
         t0 = time.perf_counter()
         for _ in range(steps):
             fake.execute_model(output)

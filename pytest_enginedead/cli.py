@@ -3,8 +3,11 @@
 enginedead check      runs the bundled regression suite against the installed vLLM and
                       prints a verdict table; exit 1 exactly when a false death happens
                       under the policy (or under the guard).
-enginedead calibrate  measures step time per batch size on this machine and prints the
-                      deadline to set for each.
+enginedead calibrate  sizes a serving configuration (--max-num-seqs, --max-num-batched-tokens,
+                      --max-model-len; vLLM's defaults otherwise): the step model, the worst
+                      step the scheduler can form, and what to set; --forecast-layers for a
+                      model too large to run here.  With --batch-sizes alone, decode steps
+                      per batch size and the deadline for each.
 
 Everything is checked before the first engine starts; a bad argument is one line and
 exit 2.  pytest's output and vLLM's logs go to a log file named at the end (and to
@@ -117,12 +120,12 @@ def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
     parser.verbose = verbose
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    def common(p: argparse.ArgumentParser, sizes: tuple[int, ...]) -> None:
+    def common(p: argparse.ArgumentParser, sizes: tuple[int, ...] | None, what: str = "") -> None:
         p.add_argument("--model", type=_arg(options.validate_model), default=options.BUNDLED_MODEL,
                        metavar="DIR",
                        help="model directory (config.json is enough); default: the bundled tiny Llama")
         p.add_argument("--batch-sizes", type=_arg(options.parse_batch_sizes), default=sizes, metavar="N,N",
-                       help=f"comma list of batch sizes (default {','.join(map(str, sizes))})")
+                       help=what or f"comma list of batch sizes (default {','.join(map(str, sizes or ()))})")
         p.add_argument("--log", metavar="PATH",
                        help="where pytest's output and vLLM's logs go (default: a file in the temp dir)")
         p.add_argument("-v", "--verbose", action="store_true",
@@ -150,19 +153,66 @@ def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
     check.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                        help="extra arguments for pytest, after --")
 
-    cal = sub.add_parser("calibrate", help="measure step time and recommend deadlines",
-                         description="Measure step time per batch size on one engine and print the "
-                         "deadline to set for each.")
+    cal = sub.add_parser("calibrate",
+                         help="size a serving configuration: step model, worst step, what to set",
+                         description="Measure real steps on one engine per model (or depth slice), fit "
+                         "the step model, bound the worst step vLLM's scheduler can form under the serving "
+                         "limits, and print the deadline, the guard's policy and the limits to set.  With "
+                         "--batch-sizes and no serving flag: decode steps per batch size only.")
     cal.verbose = verbose
-    common(cal, (1, 8, 64))
+    common(cal, None, "decode batch sizes to measure (default 1,8,32 and --max-num-seqs); alone, without "
+           "a serving flag: the decode-only calibration at these sizes")
     cal.add_argument("--headroom", type=_headroom, default=3.0,
                      help="deadline = headroom x predicted step time (default 3)")
-    cal.add_argument("--steps", type=_positive_int, default=64,
-                     help="measured decode steps per batch size, after warm-up (default 64)")
+    cal.add_argument("--steps", type=_positive_int, default=None,
+                     help="measured decode steps per batch size, after warm-up (default 4; 64 with "
+                     "--batch-sizes alone)")
+    cal.add_argument("--max-num-seqs", type=_positive_int, metavar="N",
+                     help=f"vLLM's flag: sequences per step (default {SERVER_SEQS}, vLLM's for the CPU "
+                     "server)")
+    cal.add_argument("--max-num-batched-tokens", type=_positive_int, metavar="T",
+                     help=f"vLLM's flag: tokens per step (default {SERVER_TOKENS}, vLLM's for the CPU "
+                     "server)")
+    cal.add_argument("--max-model-len", type=_positive_int, metavar="L",
+                     help="vLLM's flag: longest context (default: the model's, from its config.json)")
+    cal.add_argument("--kv-cache-tokens", type=_positive_int, metavar="K",
+                     help="your server's KV cache in tokens (vLLM logs 'KV cache size: K tokens' at start); "
+                     "default: holds every sequence at max-model-len")
+    cal.add_argument("--deadline", type=_deadline, metavar="SECONDS",
+                     help=f"the deadline the limits must stay under (default: {compat.DEADLINE_ENV} or 300)")
+    cal.add_argument("--forecast-layers", type=_arg(_parse_depths), metavar="K1,K2",
+                     help="measure depth slices of the model's config (K layers of each layer type, dummy "
+                     "weights) and forecast the full depth: for models too large to run here")
+    cal.add_argument("--no-validate", action="store_true",
+                     help="do not form the worst step on the engine (it is predicted only)")
     cal.add_argument("--plot", metavar="FILE.png",
-                     help="draw step time against batch size (needs matplotlib)")
+                     help="draw step time against sequences per context, with the deadlines "
+                     "(needs matplotlib)")
     cal.add_argument("--json", action="store_true", help="print the results as JSON")
     return parser
+
+
+SERVER_SEQS, SERVER_TOKENS = 128, 2048  # sizing.shapes.SERVER_MAX_NUM_*: vLLM's CPU server defaults
+
+#: calibrate's flags that ask for sizing a serving configuration
+SIZING_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens", "deadline",
+                "forecast_layers", "no_validate")
+
+
+def _parse_depths(raw: str) -> tuple[int, ...]:
+    """``"1,2"`` -> (1, 2): slice depths, layers per layer type."""
+    try:
+        depths = options.parse_batch_sizes(raw)
+    except options.BadValue as exc:
+        raise options.BadValue(str(exc).replace("batch size", "slice depth").replace("8,64", "1,2")) from None
+    return depths
+
+
+def sizing_requested(args: argparse.Namespace) -> bool:
+    """Sizing, unless --batch-sizes alone asks for the decode-only calibration."""
+    if args.command != "calibrate":
+        return False
+    return args.batch_sizes is None or any(getattr(args, f) not in (None, False) for f in SIZING_FLAGS)
 
 
 # --- before any engine starts ---------------------------------------------------------
@@ -225,6 +275,8 @@ def _preflight_inputs(args: argparse.Namespace) -> None:
     problem = options.model_problem(args.model, architecture=False)
     if problem:
         raise Refused(f"--model {args.model}: {problem}")
+    if sizing_requested(args):
+        args.sizing_plan = _plan_sizing(args)
     if getattr(args, "plot", None):
         _check_plot(args.plot)
     if compat.installed_version() is None:
@@ -233,6 +285,36 @@ def _preflight_inputs(args: argparse.Namespace) -> None:
         problem = options.model_problem(args.model)
     if problem:
         raise Refused(f"--model {args.model}: {problem}")
+
+
+def _plan_sizing(args: argparse.Namespace) -> Any:
+    """The serving limits (vLLM's defaults where not given), checked as vLLM would, and the sizing plan."""
+    from . import calibration
+    from .sizing import shapes
+
+    _, longest = calibration.default_limits(args.model)
+    given = {}
+    values = {}
+    for flag, default, why in (
+        ("max_num_seqs", shapes.SERVER_MAX_NUM_SEQS, "vLLM's default for the CPU server"),
+        ("max_num_batched_tokens", shapes.SERVER_MAX_NUM_BATCHED_TOKENS, "vLLM's default for the CPU server"),
+        ("max_model_len", longest or 2048, "the model's, from its config.json"),
+    ):
+        value = getattr(args, flag)
+        name = "--" + flag.replace("_", "-")
+        values[flag] = default if value is None else value
+        given[flag] = f"{name} {values[flag]}" + ("" if value is not None else f" ({why})")
+    given["kv_cache_tokens"] = f"--kv-cache-tokens {args.kv_cache_tokens}"
+    limits = shapes.Limits(values["max_num_seqs"], values["max_num_batched_tokens"], values["max_model_len"],
+                           args.kv_cache_tokens)
+    problem = shapes.limits_problem(limits, longest, given)
+    if problem:
+        raise Refused(problem)
+    try:
+        return calibration.plan_sizing(args.model, limits, args.batch_sizes, args.steps, args.forecast_layers,
+                                       validate=not args.no_validate)
+    except calibration.SizingRefused as exc:
+        raise Refused(str(exc)) from None
 
 
 #: options the regression run reads from the environment, since the check passes no flag for them
@@ -508,12 +590,41 @@ def _output_to(log_out: Output, verbose: bool) -> Iterator[Progress]:
         log.close()
 
 
-def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
+def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     from . import calibration
 
     log = claimed["log"]
+    deadline = float(args.deadline) if args.deadline else compat.stock_deadline_s()
+    t0 = time.monotonic()
     with _output_to(log, args.verbose) as progress:
-        results = calibration.measure(args.model, args.batch_sizes, args.steps, progress)
+        out = calibration.size(args.sizing_plan, args.headroom, deadline, progress)
+    out["wall_s"] = time.monotonic() - t0
+    if "plot" in claimed:
+        try:
+            calibration.plot_sizing(claimed["plot"], out)
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            print(f"enginedead calibrate: error: the plot was not written: {exc}", file=sys.stderr)
+            return 2
+        out["plot"] = args.plot
+    out["log"] = log.path
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(calibration.format_sizing(out))
+    if args.plot:
+        print(f"plot: {args.plot}")
+    print(f"log: {log.path}")
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
+    from . import calibration
+
+    if sizing_requested(args):
+        return run_sizing(args, claimed)
+    log = claimed["log"]
+    with _output_to(log, args.verbose) as progress:
+        results = calibration.measure(args.model, args.batch_sizes, args.steps or 64, progress)
     out, policy = calibration.calibration(
         results, args.headroom, compat.stock_deadline_s(),
         vllm=compat.installed_version(), model=args.model,

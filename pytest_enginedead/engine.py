@@ -123,6 +123,8 @@ class EngineBase:
         }
         if self.spec.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.cpu_bind
+        if self.spec.kv_cache_gib is not None:
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.spec.kv_cache_gib)
         if self.spec.guard is not None:
             env[guard.GUARD_ENV] = "1"
             env[guard.GUARD_HANG_ENV] = repr(self.spec.guard.hang_s)
@@ -428,6 +430,28 @@ class Engine(EngineBase):
             if not ok:
                 self.broken = True
         return [compat.output_token_ids(o) for o in outputs]
+
+
+    def prompts(self, lengths: list[int], seed: int, prefix: list[int] | None = None) -> list[list[int]]:
+        """Distinct random token-id prompts of these lengths (the first may start with ``prefix``)."""
+        rng = random.Random(seed)
+        hi = max(10, self._vocab - 1)
+        out = [[rng.randrange(3, hi) for _ in range(n)] for n in lengths]
+        if prefix and out:
+            out[0][: len(prefix)] = prefix[: len(out[0])]
+        return out
+
+    def drive(self, waves: list[tuple[list[list[int]], int]]) -> None:
+        """Send waves of (prompts, max_tokens); each once every earlier request has its first token."""
+        if self.llm is None or self.broken:
+            raise RuntimeError("engine is stopped or unusable")
+        ok = False
+        try:
+            compat.drive(self.llm, [(prompts, compat.sampling_params(n)) for prompts, n in waves])
+            ok = True
+        finally:
+            if not ok:
+                self.broken = True
 
 
 class Handle:

@@ -176,12 +176,7 @@ class TimeoutPolicy:
         what = "TimeoutPolicy.calibrated"
         if not _real(headroom) or not 0 < headroom < math.inf:
             raise ValueError(f"{what}: headroom must be > 0 and finite, got {headroom!r}")
-        if not _real(floor_s) or not 0 <= floor_s < math.inf:
-            raise ValueError(f"{what}: floor_s must be a finite number >= 0, got {floor_s!r}")
-        if not _real(cap_s) or math.isnan(cap_s) or cap_s < floor_s or cap_s <= 0:
-            raise ValueError(
-                f"{what}: cap_s must be a number >= floor_s ({floor_s!r}) and > 0, got {cap_s!r}"
-            )
+        _check_clamp(what, floor_s, cap_s)
         pairs = _samples(samples, what)
         a, b = fit_step_time(pairs)
         # lift the line over every sample: a deadline must cover each measured step
@@ -194,6 +189,45 @@ class TimeoutPolicy:
             rules,
             origin=f"{headroom:g} x ({a:.4g} s + {b:.4g} s/seq) on {backend.name}",
         )
+
+    @classmethod
+    def linear(
+        cls,
+        base_s: float,
+        per_seq_s: float,
+        per_token_s: float = 0.0,
+        floor_s: float = STOCK_DEADLINE_S,
+        cap_s: float = 7200.0,
+        backend: Backend | str = Backend.CPU,
+        name: str = "calibrated",
+        origin: str = "",
+    ) -> TimeoutPolicy:
+        """``base + per_seq x seqs + per_token x tokens``, clamped to ``[floor_s, cap_s]``.
+
+        What ``enginedead calibrate --max-num-seqs ...`` prints for the guard: the
+        terms cover the heaviest step a batch of that many sequences and tokens can
+        form.  Other backends keep the reference rule.
+        """
+        what = "TimeoutPolicy.linear"
+        for label, value in (("base_s", base_s), ("per_seq_s", per_seq_s), ("per_token_s", per_token_s)):
+            if not _real(value) or not 0 <= value < math.inf:
+                raise ValueError(f"{what}: {label} must be a finite number >= 0, got {value!r}")
+        _check_clamp(what, floor_s, cap_s)
+        backend = Backend.parse(backend)
+        rules = _reference_rules()
+        rules[backend] = Rule(
+            float(base_s), float(per_seq_s), float(per_token_s), floor_s=floor_s, cap_s=cap_s
+        )
+        return cls(name, rules, origin=origin or (
+            f"{base_s:.4g} s + {per_seq_s:.4g} s/seq + {per_token_s:.4g} s/token on {backend.name}"))
+
+
+def _check_clamp(what: str, floor_s: float, cap_s: float) -> None:
+    """A policy's floor and cap: finite floor >= 0, cap >= floor and > 0 (may be infinite)."""
+    if not _real(floor_s) or not 0 <= floor_s < math.inf:
+        raise ValueError(f"{what}: floor_s must be a finite number >= 0, got {floor_s!r}")
+    if not _real(cap_s) or math.isnan(cap_s) or cap_s < floor_s or cap_s <= 0:
+        raise ValueError(f"{what}: cap_s must be a number >= floor_s ({floor_s!r}) and > 0, got {cap_s!r}")
 
 
 def _real(value: object) -> bool:

@@ -7,9 +7,11 @@ its line templates from here, so neither can drift from the other.  Nothing here
 imports pytest or vLLM: this module is loaded inside vLLM's processes.
 
 The step record, ``steps-<pid>.jsonl``, is one JSON object per line, each appended
-with a single ``write``: ``{"e": "b", "i": 3, "n": 64, "t": 1234.5}`` begins step 3
-with batch 64 at ``time.monotonic()`` 1234.5; ``e`` ends it.  V1 steps have a
-second RPC, ``sample_tokens``, recorded as the same step's ``sb`` / ``se`` phase.
+with a single ``write``: ``{"e": "b", "i": 3, "n": 64, "k": 64, "c": 8192, "w": 8192,
+"t": 1234.5}`` begins step 3 with batch 64 at ``time.monotonic()`` 1234.5; it
+schedules 64 tokens whose queries attend 8192 keys in all (``w``: with each query's
+keys capped at the sliding window; -1 where unknown); ``e`` ends it.  V1 steps have
+a second RPC, ``sample_tokens``, recorded as the same step's ``sb`` / ``se`` phase.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ CRASH_EXIT_CODE = 86
 # --- the step record ----------------------------------------------------------------
 
 KEY_EVENT, KEY_STEP, KEY_BATCH, KEY_TIME = "e", "i", "n", "t"
+#: what the step scheduled: tokens, keys attended (summed over its tokens), the same capped at the window
+KEY_TOKENS, KEY_CONTEXT, KEY_WINDOW_CONTEXT = "k", "c", "w"
 BEGIN, END, SAMPLE_BEGIN, SAMPLE_END = "b", "e", "sb", "se"
 
 # byte templates: the worker formats one line with ``%`` per record, no json.dumps
@@ -42,6 +46,24 @@ BEGIN_LINE = (
     b'{"%s":"%s","%s":%%d,"%s":%%d,"%s":%%.6f}\n'
     % (KEY_EVENT.encode(), BEGIN.encode(), KEY_STEP.encode(), KEY_BATCH.encode(), KEY_TIME.encode())
 )
+#: the begin line with what the step scheduled (step, batch, tokens, context, window context, time)
+BEGIN_SHAPE_LINE = (
+    b'{"%s":"%s","%s":%%d,"%s":%%d,"%s":%%d,"%s":%%d,"%s":%%d,"%s":%%.6f}\n'
+    % (KEY_EVENT.encode(), BEGIN.encode(), KEY_STEP.encode(), KEY_BATCH.encode(), KEY_TOKENS.encode(),
+       KEY_CONTEXT.encode(), KEY_WINDOW_CONTEXT.encode(), KEY_TIME.encode())
+)
+
+
+def attended_keys(first: int, last: int, window: int | None = None) -> int:
+    """What the record's context counts: keys attended by queries that see ``first``..``last``
+    keys each (a chunk's tokens, in order), each capped at ``window`` if given."""
+    if last < first:
+        return 0
+    if window is None or last <= window:
+        return (first + last) * (last - first + 1) // 2
+    if first >= window:
+        return window * (last - first + 1)
+    return (first + window) * (window - first + 1) // 2 + window * (last - window)
 
 
 def _phase_line(event: str) -> bytes:
@@ -131,6 +153,11 @@ class StepTime:
     started: float  # time.monotonic() in the worker (a system-wide clock)
     seconds: float | None
     pid: int
+    #: what vLLM scheduled (None where the record does not say): tokens, and the keys
+    #: their queries attend, summed; the same with each capped at the sliding window
+    tokens: int | None = None
+    context_tokens: int | None = None
+    window_context_tokens: int | None = None
 
     @property
     def running(self) -> bool:
@@ -145,6 +172,7 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
     """
     times: dict[int, dict[str, float]] = {}
     batch: dict[int, int] = {}
+    shape: dict[int, tuple[int | None, int | None, int | None]] = {}
     for line in lines:
         try:
             rec = json.loads(line)
@@ -154,6 +182,7 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
         times.setdefault(step, {})[event] = t
         if event == BEGIN:
             batch[step] = int(rec.get(KEY_BATCH, 0))
+            shape[step] = (_count(rec, KEY_TOKENS), _count(rec, KEY_CONTEXT), _count(rec, KEY_WINDOW_CONTEXT))
     steps = []
     for i, at in sorted(times.items()):
         if BEGIN not in at:
@@ -164,8 +193,14 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
             seconds = at[END] - at[BEGIN]
             if SAMPLE_BEGIN in at:
                 seconds += at[SAMPLE_END] - at[SAMPLE_BEGIN]
-        steps.append(StepTime(i, batch[i], at[BEGIN], seconds, pid))
+        steps.append(StepTime(i, batch[i], at[BEGIN], seconds, pid, *shape[i]))
     return steps
+
+
+def _count(rec: Mapping[str, Any], key: str) -> int | None:
+    """A count the record may lack (older writers) or mark unknown (-1)."""
+    value = rec.get(key)
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def read_steps(path: str, pid: int) -> list[StepTime]:

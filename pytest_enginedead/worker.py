@@ -5,8 +5,9 @@ starts.  Inert unless the harness set ``ENGINEDEAD_WORKER_DIR`` for the engine, 
 never active in the harness's own process.  When active it wraps the worker's
 ``execute_model`` to
 
-* append a step record (index, batch size, start, end) to ``steps-<pid>.jsonl``;
-  the step's second RPC, ``sample_tokens``, is recorded as a phase of the same step;
+* append a step record (index, batch size, what it scheduled, start, end) to
+  ``steps-<pid>.jsonl``; the step's second RPC, ``sample_tokens``, is recorded as a
+  phase of the same step;
 * apply fault injection (busy burn per sequence, idle hang, process exit);
 * dump its own Python stack when a step reaches the deadline in force (and every
   deadline after that while it runs), with samples of the second before, into
@@ -184,7 +185,15 @@ class StepRecorder:
         if self._watch is not None:
             self._watch.armed = None
 
-    def run_step(self, batch: int, call: Callable[[], Any]) -> Any:
+    def run_step(
+        self,
+        batch: int,
+        call: Callable[[], Any],
+        tokens: int = -1,
+        context: int = -1,
+        window_context: int = -1,
+    ) -> Any:
+        """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended."""
         control = self.control.get()  # once per step: the faults of the test running now
         if control.epoch != self.epoch:
             self.epoch, self.fault_step = control.epoch, 0
@@ -192,7 +201,7 @@ class StepRecorder:
         self.fault_step += 1
         step = self.step
         began = time.monotonic()
-        os.write(self._fd, record.BEGIN_LINE % (step, batch, began))
+        os.write(self._fd, record.BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
         self._deadline_s = control.deadline_s or self._stock_deadline_s
         self._arm(step, "execute_model", began)
         inj = control.injection
@@ -219,6 +228,15 @@ def _stock_deadline_s() -> float:
 
 
 _recorder: StepRecorder | None = None
+_windows: dict[int, int | None] = {}
+
+
+def _window(wrapper: Any) -> int | None:
+    """The model's sliding window, read once per worker from its vLLM config."""
+    key = id(wrapper)
+    if key not in _windows:
+        _windows[key] = compat.sliding_window(wrapper)
+    return _windows[key]
 
 
 def _get_recorder() -> StepRecorder:
@@ -235,7 +253,8 @@ def wrap_execute_model(method: Callable[..., Any]) -> Callable[..., Any]:
         if batch == 0:
             return method(self, scheduler_output, *args, **kwargs)
         return _get_recorder().run_step(
-            batch, lambda: method(self, scheduler_output, *args, **kwargs)
+            batch, lambda: method(self, scheduler_output, *args, **kwargs),
+            *compat.step_shape(scheduler_output, _window(self)),
         )
 
     execute_model.__enginedead__ = True  # type: ignore[attr-defined]

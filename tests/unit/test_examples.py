@@ -51,3 +51,14 @@ def test_suite_collects(downstream: Downstream, suite: str, monkeypatch: pytest.
     assert ids, result.text
     if suite in IDS:
         assert sorted(ids) == sorted(IDS[suite])
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest's default import mode imports ``tests/*/test_x.py`` as the top-level module
+    ``test_x``: two folders with the same file name fail collection of the whole run."""
+    tests = EXAMPLES.parent
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        if EXAMPLES not in path.parents:
+            seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert not {name: paths for name, paths in seen.items() if len(paths) > 1}

@@ -1,0 +1,72 @@
+"""``enginedead calibrate`` sizing a serving configuration on real engines: one engine per model or
+slice, the steps recorded as vLLM scheduled them, the worst step formed and measured.
+
+(The maths without vLLM: ``tests/unit/test_sizing.py``; the figures the issue asks for, from real
+runs on the Gemma-4 fixtures: ``bench/sizing.py``.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from downstream import enginedead
+
+pytestmark = pytest.mark.engine
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+
+
+def test_sizing_forms_the_worst_step_the_bound_names(tmp_path: Path) -> None:
+    """The bundled model under small serving limits: the fit is made of what each step scheduled,
+    the worst step the bound names is the one vLLM's scheduler forms for the requests sent (same
+    sequences and tokens), and its measured time is what the model predicts, within a factor 2 on
+    a shared machine."""
+    png = tmp_path / "sizing.png"
+    done = enginedead(
+        "calibrate", "--max-num-seqs", "16", "--max-num-batched-tokens", "256", "--max-model-len", "256",
+        "--json", "--plot", str(png), timeout=600, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert len(out["engines"]) == 1
+    terms = out["fit"]["terms"]
+    assert terms["per_token_s"] > 0 and terms["per_seq_s"] + terms["fixed_s"] > 0, terms
+    assert out["fit"]["steps"] >= 20
+    worst = out["worst_step"]
+    formed = worst["formed"]
+    assert (formed["seqs"], formed["tokens"]) == (worst["seqs"], worst["tokens"]) == (16, 256), worst
+    assert worst["plan"]["decodes"] == 15 and worst["plan"]["chunks"], worst["plan"]
+    assert 0.5 < formed["predicted_s"] / worst["measured_s"] < 2.0, worst
+    measured = [r for r in out["results"] if r["measured"]]
+    assert [r["batch_size"] for r in measured] == [1, 8, 16]
+    assert all(r["context_tokens"] < 10 for r in measured)  # one-token prompts, a few decodes
+    assert measured[-1]["p50_s"] > measured[0]["p50_s"]
+    assert worst["measured_s"] > measured[-1]["p50_s"]  # 256 tokens cost more than 16
+    rec = out["recommend"]
+    assert rec["deadline_s"] >= 300 and rec["worst_step_fits_deadline"] is True
+    assert rec["max_num_batched_tokens_under_deadline"] >= 256 and rec["policy"]["per_token_s"] > 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_forecast_from_two_slices(tmp_path: Path) -> None:
+    """Slices 1 and 2 of a 12-layer Llama (one engine each, dummy weights): the fit splits into what
+    depends on depth and what does not, the full depth costs more per token than a layer, and every
+    answer is marked as a forecast with no measured worst step."""
+    done = enginedead(
+        "calibrate", "--model", str(FIXTURES / "heavy-llama"), "--forecast-layers", "1,2",
+        "--max-num-seqs", "8", "--max-num-batched-tokens", "512", "--max-model-len", "512", "--json",
+        timeout=600, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert [e["depth"] for e in out["engines"]] == [1, 2]
+    assert out["engines"][0]["memory_bytes"] < out["engines"][1]["memory_bytes"]
+    per_layer = out["forecast"]["per_layer"]["full_attention"]
+    assert per_layer["per_token_s"] > 0
+    assert out["fit"]["terms"]["per_token_s"] > 10 * per_layer["per_token_s"]  # 12 layers and the rest
+    assert out["results"] and all(r["forecast"] and not r["measured"] for r in out["results"])
+    assert out["worst_step"]["measured_s"] is None and "forecast" in out["worst_step"]["note"]
+    assert "enginedead: slice 1" in done.stderr and "needs" in done.stderr  # memory said before starting
