@@ -250,7 +250,7 @@ def where_it_was(engine: Inspectable, pid: int, step: StepTime | None) -> tuple[
     if dump is not None:
         how = f"the worker's own stack at the deadline (step {dump.step} {dump.phase}, {dump.ran_s:.2f} s in)"
         if dump.samples:
-            how += f", and {len(dump.samples)} samples of the moments before"
+            how += f", and {len(dump.samples)} samples of the step until then"
         return dump.text, stacks.where(dump.text, how, dump.samples)
     text = engine.capture_stack(pid)
     if text is None:

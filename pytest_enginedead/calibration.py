@@ -71,10 +71,17 @@ def measure(
             if progress:
                 progress(f"measuring round {r + 1}/{rounds}: batch sizes {', '.join(map(str, sizes))}")
             for n in sizes if r % 2 == 0 else reversed(sizes):
-                seen = len(engine.steps())
-                engine.generate(n, max_tokens=per_round + 1, prompt_len=1)
-                measured[n] += [s.seconds for s in engine.steps()[seen:]
-                                if s.seconds is not None and s.batch_size == n]
+                # vLLM's engine core may start a step before the last request of a batch has
+                # arrived, and the first requests finish first: a run's first and last steps
+                # can be smaller than n, so each round asks for two more and tops up.
+                for _ in range(3):
+                    missing = per_round * (r + 1) - len(measured[n])
+                    if missing <= 0:
+                        break
+                    seen = len(engine.steps())
+                    engine.generate(n, max_tokens=missing + 2, prompt_len=1)
+                    measured[n] += [s.seconds for s in engine.steps()[seen:]
+                                    if s.seconds is not None and s.batch_size == n]
         start_s = engine.start_s
     finally:
         engine.stop()

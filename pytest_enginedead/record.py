@@ -117,7 +117,7 @@ class DeadlineStack:
     ran_s: float  # how long the phase had run when the dump was taken
     at: float  # time.monotonic() of the dump
     text: str  # MAIN_THREAD_PREFIX line + faulthandler's all-threads dump, at the deadline
-    #: the main thread's frames sampled in the moments before (``sample_block``s)
+    #: the main thread's frames sampled during the step until the dump (``sample_block``s)
     samples: tuple[str, ...] = ()
 
     def header(self, samples: int = 0) -> str:

@@ -10,7 +10,7 @@ never active in the harness's own process.  When active it wraps the worker's
   phase of the same step;
 * apply fault injection (busy burn per sequence, idle hang, process exit);
 * dump its own Python stack when a step reaches the deadline in force (and every
-  deadline after that while it runs), with samples of the second before, into
+  deadline after that while it runs), with samples of the step until then, into
   ``deadline-stack-<pid>.txt``: where the step was when vLLM gave up, whatever happens
   after;
 * let the harness dump its Python stack: ``SIGUSR2`` writes ``stack-<pid>.txt``.
@@ -46,13 +46,19 @@ def burn(seconds: float) -> None:
 
 #: The watchdog looks at the armed phase at least this often (a deadline is >= 1 s).
 WATCH_EVERY_S = 0.25
-#: Before the deadline, the main thread's stack is sampled this often, over this long
-#: (at most half the deadline): one frame at one instant says where one lucky moment
-#: was; the samples say where the step spends its time.
+#: Until the deadline, the main thread's stack is sampled ``SAMPLES_PER_DEADLINE`` times,
+#: evenly from the phase's start (never more often than ``SAMPLE_EVERY_S``): one frame at
+#: one instant says where one lucky moment was, and a second before the deadline covers
+#: one layer or two of a model; samples across the step say where it spends its time.
 SAMPLE_EVERY_S = 0.05
-SAMPLE_WINDOW_S = 0.45
+SAMPLES_PER_DEADLINE = 20
 #: The watchdog's own clock, whatever a test does to this module's ``time``.
 _monotonic = time.monotonic
+
+
+def _every(deadline_s: float) -> float:
+    """Seconds between two samples of a phase under this deadline."""
+    return max(SAMPLE_EVERY_S, deadline_s / SAMPLES_PER_DEADLINE)
 
 
 class DeadlineWatch:
@@ -60,8 +66,8 @@ class DeadlineWatch:
 
     The step's thread only *arms* a phase (one tuple assignment at its start, one at
     its end: no syscall, no wake-up).  A daemon thread looks at the armed phase at least
-    every ``WATCH_EVERY_S`` and sleeps until it is due: from ``SAMPLE_WINDOW_S`` before
-    the deadline it samples the main thread's frames every ``SAMPLE_EVERY_S``, and at the
+    every ``WATCH_EVERY_S`` and sleeps until it is due: until the deadline it samples the
+    main thread's frames ``SAMPLES_PER_DEADLINE`` times, evenly, and at the
     deadline, if the same phase still runs, writes every thread's stack (faulthandler)
     with the samples and a header naming the step; then again a deadline later.  A phase
     that ends first costs nothing more.  The file is replaced whole: a reader sees one
@@ -91,17 +97,17 @@ class DeadlineWatch:
             if armed is not current:
                 current, samples = armed, []
                 deadline_at = armed[2] + armed[3] if armed else math.inf
-                next_at = deadline_at - min(SAMPLE_WINDOW_S, armed[3] / 2) if armed else math.inf
+                next_at = armed[2] + _every(armed[3]) if armed else math.inf
             now = _monotonic()
             if current is not None and now >= next_at:
                 if now >= deadline_at:
                     self._dump(current, now, samples)
                     samples = []
                     deadline_at += current[3]
-                    next_at = deadline_at - min(SAMPLE_WINDOW_S, current[3] / 2)
+                    next_at = now + _every(current[3])
                 else:
                     samples.append(self._sample(deadline_at - now))
-                    next_at = min(now + SAMPLE_EVERY_S, deadline_at)
+                    next_at = min(now + _every(current[3]), deadline_at)
                 continue
             self._closed.wait(max(0.0, min(next_at - now, WATCH_EVERY_S)))
 
