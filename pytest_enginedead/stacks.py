@@ -81,13 +81,8 @@ class ModelFrame:
 
 def model_frame(frames: Sequence[str]) -> ModelFrame | None:
     """The innermost frame in the model's own modules (``compat.MODEL_CODE``), or None."""
-    for frame in frames[1:]:
-        match = _FRAME.match(frame)
-        if match and compat.MODEL_CODE in match["path"]:
-            path, line = match["path"], int(match["line"])
-            source = linecache.getline(path, line).strip()
-            return ModelFrame(path, line, _qualname(path, line) or match["fn"], source)
-    return None
+    found = model_frames(frames)
+    return found[0] if found else None
 
 
 @functools.lru_cache(maxsize=64)
@@ -119,21 +114,34 @@ def _qualname(path: str, line: int) -> str | None:
 
 @dataclass(frozen=True)
 class Where:
-    """Where the worker was: the model code most samples were in, and the innermost frame."""
+    """Where the worker was: the model function most samples ran under, the lines of it they
+    were at (the model code named is the commonest), and the innermost frame there."""
 
     model: ModelFrame | None
     innermost: str
     #: how the stack was taken: "the worker's own stack at the deadline (...)", or after
     source: str
-    #: how many of the samples were at ``model`` (or, without model code, at ``innermost``)
+    #: how many of the samples were in ``model``'s function (without model code: at ``innermost``)
     count: int = 1
     total: int = 1
+    #: the lines of ``model``'s function the samples were at, commonest first, with their counts
+    shares: tuple[tuple[ModelFrame, int], ...] = ()
 
     def describe(self) -> str:
-        share = f" in {self.count} of {self.total} samples" if self.total > 1 else ""
         if self.model is None:
+            share = f" in {self.count} of {self.total} samples" if self.total > 1 else ""
             return f"{self.innermost}{share} (no model code on the stack); {self.source}"
-        return f"{self.model.describe()}{share}; innermost {self.innermost}; {self.source}"
+        if self.total == 1:
+            return f"{self.model.describe()}; innermost {self.innermost}; {self.source}"
+        m = self.model
+        lines = ", ".join(
+            f":{f.line} {f.source or f.qualname} in {n}" for f, n in self.shares[:SHOWN_SHARES]
+        )
+        more = f", {len(self.shares) - SHOWN_SHARES} more lines" if len(self.shares) > SHOWN_SHARES else ""
+        return (
+            f"{m.qualname} ({short_path(m.path)}) in {self.count} of {self.total} samples, at "
+            f"{lines}{more}; innermost {self.innermost}; {self.source}"
+        )
 
     def to_dict(self) -> dict[str, object]:
         model = self.model
@@ -146,15 +154,38 @@ class Where:
             "source": self.source,
             "samples": self.total,
             "samples_here": self.count,
+            "lines": [{"line": f.line, "source": f.source, "samples": n} for f, n in self.shares],
         }
+
+
+#: the lines of the model function a ``where:`` line lists
+SHOWN_SHARES = 3
+#: the model function named is the deepest one at least this share of the samples ran under:
+#: the layer, not one of its blocks that happens to hold just over half of them
+MOST_SAMPLES = 0.75
+
+
+def model_frames(frames: Sequence[str]) -> list[ModelFrame]:
+    """Every frame in the model's own modules, innermost first."""
+    found = []
+    for frame in frames[1:]:
+        match = _FRAME.match(frame)
+        if match and compat.MODEL_CODE in match["path"]:
+            path, line = match["path"], int(match["line"])
+            source = linecache.getline(path, line).strip()
+            found.append(ModelFrame(path, line, _qualname(path, line) or match["fn"], source))
+    return found
 
 
 def where(stack: str, source: str, samples: Sequence[str] = ()) -> Where | None:
     """Where the main thread was: over ``samples`` (``record.sample_block``s) and ``stack``.
 
-    The model code named is the one most samples were in (each sample's deepest frame
-    in the model's own modules, by its line); the innermost frame is the most common one
-    among those samples.  None for a stack with no frames.
+    The model function named is the deepest one three quarters of the samples ran under
+    (for a transformer: its decoder layer's ``forward``), with the lines of it they were at,
+    commonest first (its MoE block, its MLP, its attention): a profile of where the step
+    spends its time, which one sample, or one box's proportions, cannot give.  The
+    innermost frame is the commonest among the samples at the commonest line.  None for a
+    stack with no frames.
     """
     blocks = [["sample"] + [ln.strip() for ln in b.splitlines() if ln.strip().startswith("File ")]
               for b in samples]
@@ -162,13 +193,39 @@ def where(stack: str, source: str, samples: Sequence[str] = ()) -> Where | None:
     blocks = [b for b in blocks if len(b) > 1]
     if not blocks:
         return None
-    seen = [(model_frame(b), place_of(b)) for b in blocks]
-    counts = Counter(_key(m, place) for m, place in seen)
-    top, count = counts.most_common(1)[0]
-    here = [(m, place) for m, place in seen if _key(m, place) == top]
-    innermost = Counter(place for _, place in here).most_common(1)[0][0]
-    return Where(here[0][0], innermost, source, count, len(blocks))
+    seen = [(model_frames(b), place_of(b)) for b in blocks]
+    inside = [(fs, place) for fs, place in seen if fs]
+    if not inside:
+        top, count = Counter(place for _, place in seen).most_common(1)[0]
+        return Where(None, top, source, count, len(blocks))
+    # each sample's model functions, outermost first: (path, qualname) -> its depth there
+    depths: list[dict[tuple[str, str], int]] = []
+    for fs, _ in inside:
+        chain: dict[tuple[str, str], int] = {}
+        for depth, f in enumerate(reversed(fs)):
+            chain[(f.path, f.qualname)] = depth  # a recursion keeps its innermost call
+        depths.append(chain)
+    presence = Counter(key for chain in depths for key in chain)
+    most = [k for k, n in presence.items() if n >= MOST_SAMPLES * len(inside)]
+    most = most or [presence.most_common(1)[0][0]]
+
+    def median_depth(key: tuple[str, str]) -> int:
+        found = sorted(chain[key] for chain in depths if key in chain)
+        return found[(len(found) - 1) // 2]
+
+    chosen = max(most, key=lambda k: (median_depth(k), presence[k]))
+    at: list[tuple[ModelFrame, str]] = []
+    for fs, place in inside:
+        frame = next((f for f in fs if (f.path, f.qualname) == chosen), None)
+        if frame is not None:
+            at.append((frame, place))
+    lines = Counter(f.line for f, _ in at)
+    first = {}
+    for f, _ in at:
+        first.setdefault(f.line, f)
+    shares = tuple((first[line], n) for line, n in lines.most_common())
+    top_line = shares[0][0].line
+    innermost = Counter(place for f, place in at if f.line == top_line).most_common(1)[0][0]
+    return Where(shares[0][0], innermost, source, len(at), len(blocks), shares)
 
 
-def _key(model: ModelFrame | None, place: str) -> str:
-    return f"{model.path}:{model.line}" if model is not None else place

@@ -42,11 +42,12 @@ def test_gemma4_moe_decode_batch_outlives_its_deadline(
     out = result.stdout.str()
     assert "false engine death: vLLM raised EngineDeadError while its worker was still computing" in out
     assert "in burn" not in out  # nothing injected: the model itself
-    # where: the MoE block of Gemma-4's decoder layer, over the samples before the deadline
+    # where: Gemma-4's decoder layer with its MoE block among the lines the samples were at
+    # (how its share compares with the dense MLP's beside it depends on the box's kernels)
     where = next(line for line in out.splitlines() if line.startswith("  where:"))
     print(where)
-    assert "Gemma4" in where and "models/gemma4.py" in where and "experts" in where, where
-    assert "fused_moe" in where and "the worker's own stack at the deadline" in where, where
+    assert "Gemma4DecoderLayer.forward (vllm/model_executor/models/gemma4.py)" in where, where
+    assert "self.experts(" in where and "the worker's own stack at the deadline" in where, where
     data = result.report
     assert data is not None
     (test,) = [t for t in data["tests"] if t["when"] == "call"]
@@ -56,5 +57,7 @@ def test_gemma4_moe_decode_batch_outlives_its_deadline(
     (death,) = test["deaths"]
     (worker,) = [p for p in death["processes"] if p["step"]]
     assert worker["step"]["batch_size"] == sizes.dying  # the shaped step, decodes beside newcomers
-    assert death["where"]["samples"] > 1 and death["where"]["model"]["qualname"].startswith("Gemma4")
+    found = death["where"]
+    assert found["samples"] > 1 and found["model"]["qualname"] == "Gemma4DecoderLayer.forward", found
+    assert any("self.experts(" in line["source"] and line["samples"] >= 1 for line in found["lines"]), found
     assert_nothing_left(*engine_processes(data), decoy)

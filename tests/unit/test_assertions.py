@@ -329,6 +329,7 @@ def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
         "source": "the worker's own stack at the deadline (step 3 execute_model, 2.00 s in)",
         "samples": 1,
         "samples_here": 1,
+        "lines": [],
     }
 
 
@@ -463,8 +464,9 @@ Current thread 0x00007f00000000aa (most recent call first):
 
 
 def test_where_counts_the_samples_before_the_deadline(tmp_path: Any) -> None:
-    """Over the samples of the moments before the deadline, the model code most of them
-    were in wins, whatever the one instant at the deadline shows: not one lucky frame."""
+    """Over the samples of the step until the deadline, the model function they ran under
+    and its lines by count, whatever the one instant at the deadline shows: not one lucky
+    frame."""
     from pytest_enginedead.record import sample_block
 
     models = tmp_path / "site" / "vllm" / "model_executor" / "models"
@@ -483,15 +485,61 @@ def test_where_counts_the_samples_before_the_deadline(tmp_path: Any) -> None:
     at_deadline = head + "\n".join(at(3, "attention"))
     found = where(at_deadline, "how", samples)
     assert found is not None and found.model is not None
-    assert (found.model.line, found.count, found.total) == (4, 3, 5)
+    # every sample ran under the layer's forward: 3 at its MoE line, 2 at its attention line
+    assert (found.model.line, found.count, found.total) == (4, 5, 5)
+    assert [(f.line, n) for f, n in found.shares] == [(4, 3), (3, 2)]
     assert found.innermost == "vllm/model_executor/layers/fused_moe/layer.py in forward"
     assert found.describe().startswith(
-        "FakeDecoderLayer.forward (vllm/model_executor/models/fake.py:4): "
-        "return self.experts(x, self.router(x)) in 3 of 5 samples; innermost vllm/"
-    )
+        "FakeDecoderLayer.forward (vllm/model_executor/models/fake.py) in 5 of 5 samples, at "
+        ":4 return self.experts(x, self.router(x)) in 3, :3 "
+    ), found.describe()
+    assert found.to_dict()["lines"][0] == {
+        "line": 4, "source": "return self.experts(x, self.router(x))", "samples": 3}
 
 
 def test_short_path_starts_at_the_package() -> None:
     assert short_path("/a/site-packages/vllm/model_executor/x.py") == "vllm/model_executor/x.py"
     assert short_path("/src/pytest_enginedead/worker.py") == "pytest_enginedead/worker.py"
     assert short_path("/elsewhere/x.py") == "/elsewhere/x.py"
+
+
+LAYER_SOURCE = """\
+class FakeMLP:
+    def forward(self, x):
+        return self.down_proj(self.gate_up_proj(x))
+
+
+class FakeDecoderLayer:
+    def forward(self, x):
+        x = self.attn(x)
+        y = self.mlp(x)
+        return y + self.experts(x, self.router(x))
+"""
+
+
+def test_where_names_the_layer_most_samples_ran_under_with_its_lines(tmp_path: Any) -> None:
+    """Samples split between a dense MLP (a function of its own, deeper) and the MoE call
+    in the layer: the layer's forward is named, in every sample, with its lines by count —
+    the MLP's call and the MoE block both listed, whichever box makes which one larger."""
+    from pytest_enginedead.record import sample_block
+
+    models = tmp_path / "site" / "vllm" / "model_executor" / "models"
+    models.mkdir(parents=True)
+    module = models / "fake.py"
+    module.write_text(LAYER_SOURCE)
+    runner = '  File "/site/vllm/v1/worker/gpu_model_runner.py", line 3100 in execute_model'
+
+    def layer_at(line: int, *inner: str) -> list[str]:
+        return [*inner, f'  File "{module}", line {line} in forward', runner]
+
+    mlp = layer_at(9, f'  File "{module}", line 3 in forward')
+    moe = layer_at(10, '  File "/site/vllm/model_executor/layers/fused_moe/layer.py", line 9 in forward')
+    attn = layer_at(8, '  File "/site/vllm/model_executor/layers/attention.py", line 5 in forward')
+    samples = [sample_block(1.0 - 0.05 * i, s) for i, s in enumerate([mlp] * 5 + [moe] * 3 + [attn])]
+    stack = "main-thread 0x1\nCurrent thread 0x1 (most recent call first):\n" + "\n".join(moe)
+    found = where(stack, "how", samples)
+    assert found is not None and found.model is not None
+    assert (found.model.qualname, found.count, found.total) == ("FakeDecoderLayer.forward", 10, 10)
+    assert [(f.line, n) for f, n in found.shares] == [(9, 5), (10, 4), (8, 1)]
+    text = found.describe()
+    assert ":9 y = self.mlp(x) in 5, :10 return y + self.experts(x, self.router(x)) in 4" in text, text
