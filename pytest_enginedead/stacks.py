@@ -220,7 +220,7 @@ def where(stack: str, source: str, samples: Sequence[str] = ()) -> Where | None:
         if frame is not None:
             at.append((frame, place))
     lines = Counter(f.line for f, _ in at)
-    first = {}
+    first: dict[int, ModelFrame] = {}
     for f, _ in at:
         first.setdefault(f.line, f)
     shares = tuple((first[line], n) for line, n in lines.most_common())
