@@ -19,8 +19,8 @@ GEMMA = Path(__file__).resolve().parents[2] / "fixtures" / "gemma4-moe"
 #: the batch sizes the step cost is measured at, and the most sequences the test may ask for
 MEASURED_AT = (8, 32, 64)
 MOST = 512
-#: the decoder layer's call of its MoE block: ``self.experts(...)`` from 0.28.0, ``self.moe(...)``
-#: (a Gemma4MoE whose forward calls the experts) in 0.27.1
+#: the decoder layer's call of its MoE block: ``self.experts(...)`` in 0.32.0, ``self.moe(...)``
+#: (a Gemma4MoE whose forward calls the experts) in 0.27.1 and 0.28.0
 MOE_CALL = re.compile(r"self\.(experts|moe)\(")
 
 
