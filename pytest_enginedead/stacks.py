@@ -79,12 +79,6 @@ class ModelFrame:
         return f"{text}: {self.source}" if self.source else text
 
 
-def model_frame(frames: Sequence[str]) -> ModelFrame | None:
-    """The innermost frame in the model's own modules (``compat.MODEL_CODE``), or None."""
-    found = model_frames(frames)
-    return found[0] if found else None
-
-
 @functools.lru_cache(maxsize=64)
 def _functions(path: str) -> tuple[tuple[int, int, str], ...]:
     """(first line, last line, qualified name) of every function in a source file."""
