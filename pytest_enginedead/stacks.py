@@ -131,7 +131,8 @@ class Where:
         lines = ", ".join(
             f":{f.line} {f.source or f.qualname} in {n}" for f, n in self.shares[:SHOWN_SHARES]
         )
-        more = f", {len(self.shares) - SHOWN_SHARES} more lines" if len(self.shares) > SHOWN_SHARES else ""
+        left = len(self.shares) - SHOWN_SHARES
+        more = f", {left} more line{'s' if left > 1 else ''}" if left > 0 else ""
         return (
             f"{m.qualname} ({short_path(m.path)}) in {self.count} of {self.total} samples, at "
             f"{lines}{more}; innermost {self.innermost}; {self.source}"
