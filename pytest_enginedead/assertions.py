@@ -68,7 +68,7 @@ class Inspectable(Protocol):
 
     def has_record(self, pid: int) -> bool: ...
 
-    def deadline_stack(self, pid: int, step: StepTime) -> DeadlineStack | None: ...
+    def deadline_stack(self, pid: int, step: StepTime, wait: bool = True) -> DeadlineStack | None: ...
 
     def capture_stack(self, pid: int) -> str | None: ...
 
@@ -108,6 +108,9 @@ class Finding:
     where: Where | None = None
     facts: dict[str, Any] = field(default_factory=dict)
     verdict_s: float = 0.0  # how long judging took
+    #: workers judged as of their own dump at the deadline (by the verdict, their step had
+    #: ended or vLLM had stopped them): pid -> what they were doing at the verdict
+    at_deadline: dict[int, str] = field(default_factory=dict)
 
     @property
     def false_death(self) -> bool:
@@ -128,6 +131,7 @@ class Finding:
                     "cpu_cores": round(e.cpu_cores, 3),
                     "window_s": round(e.window_s, 3),
                     "step": _step_dict(self.steps.get(e.pid)),
+                    "judged_at_deadline": e.pid in self.at_deadline,
                 }
                 for e in self.judged.values()
             ],
@@ -150,6 +154,11 @@ class Finding:
                 lines.append(
                     f"  step:       step {step.step}, batch {step.batch_size}, had run "
                     f"{ran:.1f} s and was still running"
+                )
+            if pid in self.at_deadline:
+                lines.append(
+                    f"  afterwards: judged as of the deadline, from its own stack then; by the verdict "
+                    f"{self.at_deadline[pid]}"
                 )
         f = self.facts
         if f.get("deadline_s") is not None:
@@ -218,17 +227,25 @@ def judge(
     workers = [p for p in (inspectable.worker_pids if inspectable else ()) if p in evidence]
     judged = {pid: evidence[pid] for pid in (workers or evidence)}
     steps: dict[int, StepTime] = {}
+    at_deadline: dict[int, str] = {}
     verdicts = []
-    for pid, ev in judged.items():
+    for pid, ev in list(judged.items()):
         v = classify(ev, settings.threshold)
-        if v is Verdict.SLOW and inspectable is not None and inspectable.has_record(pid):
-            step = inspectable.running_step(pid)
-            if step is None:
+        if inspectable is not None and inspectable.has_record(pid):
+            step = inspectable.running_step(pid) if v is Verdict.SLOW else None
+            then = None if step is not None else as_of_the_deadline(inspectable, sampler, pid)
+            if then is not None:
+                judged[pid], step = then
+                v = classify(then[0], settings.threshold)
+                at_deadline[pid] = ("the worker was gone (vLLM stops its workers once it declares "
+                                    "the engine dead)" if not ev.alive else "its step had ended")
+            elif step is None and v is Verdict.SLOW:
                 v = Verdict.HUNG  # busy, but not in a model step
-            else:
+            if v is Verdict.SLOW and step is not None:
                 steps[pid] = step
         verdicts.append(v)
-    finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps)
+    finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps,
+                      at_deadline=at_deadline)
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
         if finding.false_death:  # a genuine death propagates without waiting for a stack
@@ -238,6 +255,28 @@ def judge(
         facts = {**inspectable.death_facts(), "step_summary": summary}
         finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
     return finding
+
+
+def as_of_the_deadline(
+    engine: Inspectable, sampler: Sampler, pid: int
+) -> tuple[ProcessEvidence, StepTime] | None:
+    """The worker as it was when its last step reached the deadline, if it did.
+
+    A server's clients hear of the death only after vLLM has declared it, and by then
+    the step may have ended or vLLM may have stopped the worker: "gone" or "idle" then
+    is not what it was doing when vLLM gave up.  The worker's own dump at the deadline
+    proves it was in the step; the samples up to that moment say whether it was
+    computing.  A worker that died or hung before the deadline wrote no such dump.
+    """
+    mine = [s for s in engine.step_times_since_start() if s.pid == pid]
+    if not mine:
+        return None
+    step = max(mine, key=lambda s: s.started)
+    dump = engine.deadline_stack(pid, step, wait=False)
+    then = sampler.evidence_at(pid, dump.at) if dump is not None else None
+    if then is None or not then.alive:
+        return None
+    return then, step
 
 
 def where_it_was(engine: Inspectable, pid: int, step: StepTime | None) -> tuple[str | None, Where | None]:

@@ -298,14 +298,18 @@ class EngineBase:
         return header + text if text else None
 
     def deadline_stack(
-        self, pid: int, step: StepTime, deadline_s: float, wait_s: float = 0.5
+        self, pid: int, step: StepTime, deadline_s: float, wait_s: float | None = 0.5
     ) -> record.DeadlineStack | None:
         """The worker's own stack at the deadline of ``step`` (``worker.DeadlineWatch``).
 
         vLLM's deadline runs from when it sent the step, a moment before the worker
-        began it, so the dump may still be due: wait for it until ``wait_s`` past due.
+        began it, so the dump may still be due: wait for it until ``wait_s`` past due
+        (None: read what is there now).
         """
         path = record.deadline_stack_path(self.run_dir, pid)
+        if wait_s is None:
+            dump = record.read_deadline_stack(path)
+            return dump if dump is not None and dump.step == step.step else None
         until = max(time.monotonic(), step.started + deadline_s) + wait_s
         while True:
             dump = record.read_deadline_stack(path)
@@ -532,8 +536,9 @@ class Handle:
     def has_record(self, pid: int) -> bool:
         return self._engine.has_record(pid)
 
-    def deadline_stack(self, pid: int, step: StepTime) -> record.DeadlineStack | None:
-        return self._engine.deadline_stack(pid, step, self.timeout_s)
+    def deadline_stack(self, pid: int, step: StepTime, wait: bool = True) -> record.DeadlineStack | None:
+        """The worker's own stack at the deadline of ``step``; ``wait=False``: only one already written."""
+        return self._engine.deadline_stack(pid, step, self.timeout_s, 0.5 if wait else None)
 
     def capture_stack(self, pid: int) -> str | None:
         return self._engine.capture_stack(pid)

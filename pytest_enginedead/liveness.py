@@ -22,6 +22,8 @@ import psutil
 DEFAULT_BUSY_THRESHOLD = 0.05
 DEFAULT_INTERVAL_S = 0.1
 DEFAULT_WINDOW_S = 1.0
+#: how far back a sampler keeps its samples
+HISTORY_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,9 @@ class Watched:
             self.proc = None
 
     def sample(self) -> Sample:
+        """Sample the process now; once it is gone, its history stays as it was."""
+        if self.samples and not self.samples[-1].alive:
+            return self.samples[-1]  # gone stays gone (pinned by creation time)
         now = time.monotonic()
         proc = self.proc
         if proc is None or not proc.is_running():  # is_running() checks creation time
@@ -123,9 +128,18 @@ class Watched:
 
     def evidence(self, window_s: float) -> ProcessEvidence:
         """Evidence as of the newest sample, CPU measured over ``window_s`` before it."""
-        last = self.samples[-1] if self.samples else self.sample()
+        return self._evidence_at(self.samples[-1] if self.samples else self.sample(), window_s)
+
+    def evidence_at(self, t: float, window_s: float) -> ProcessEvidence | None:
+        """Evidence as of the newest sample taken at or before ``t``, or None."""
+        last = next((s for s in reversed(self.samples) if s.t <= t), None)
+        return None if last is None else self._evidence_at(last, window_s)
+
+    def _evidence_at(self, last: Sample, window_s: float) -> ProcessEvidence:
         first = last
         for s in reversed(self.samples):
+            if s.t > last.t:
+                continue
             first = s
             if last.t - s.t >= window_s:
                 break
@@ -163,7 +177,8 @@ class Sampler:
             raise ValueError(f"sample interval must be > 0 s, got {interval_s!r}")
         self.interval_s = interval_s
         self.window_s = window_s
-        history = max(8, int(4 * window_s / interval_s) + 4)
+        # long enough to judge a death as of its deadline, after the clients hear of it
+        history = max(8, int(max(4 * window_s, HISTORY_S) / interval_s) + 4)
         self.watched = {pid: Watched(pid, history) for pid in dict.fromkeys(pids)}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -201,6 +216,12 @@ class Sampler:
             self.sample_now()
         with self._lock:
             return {pid: w.evidence(self.window_s) for pid, w in self.watched.items()}
+
+    def evidence_at(self, pid: int, t: float) -> ProcessEvidence | None:
+        """``pid`` as it was at ``t`` (``time.monotonic()``): the newest sample by then."""
+        with self._lock:
+            w = self.watched.get(pid)
+            return None if w is None else w.evidence_at(t, self.window_s)
 
 
 def snapshot(pids: Iterable[int], window_s: float = 0.2) -> dict[int, ProcessEvidence]:

@@ -69,6 +69,8 @@ def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psuti
     assert "server exited (status " in out
     assert "false engine death: vLLM raised APIError" in out  # inside the stream
     assert out.count("VLLM::Worker (pid ") >= 3 and out.count("in burn") >= 3
+    # the own clients' test hears of the death 5 s late: judged as of the deadline
+    assert "afterwards: judged as of the deadline, from its own stack then" in out
     data = result.report
     assert data is not None
     assert {e["kind"] for e in data["engines"]} == {"server"}

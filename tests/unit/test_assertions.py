@@ -7,13 +7,15 @@ Whether that death is false depends only on what the worker was doing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -259,6 +261,8 @@ class RichEngine:
     liveness_settings: LivenessSettings = field(default_factory=LivenessSettings)
     #: what the worker dumped itself at the deadline (None: it wrote nothing)
     at_deadline: str | None = STACK_DUMP
+    #: a step that has ended since (it ran past the deadline)
+    ended: StepTime | None = None
 
     def death_facts(self) -> dict[str, Any]:
         return {
@@ -277,13 +281,15 @@ class RichEngine:
 
     def step_times_since_start(self) -> list[StepTime]:
         done = StepTime(1, 8, time.monotonic() - 10, 0.25, self.worker_pids[0])
-        return [done] + ([self.step] if self.step else [])
+        return [done] + ([self.step] if self.step else []) + ([self.ended] if self.ended else [])
 
-    def deadline_stack(self, pid: int, step: StepTime) -> DeadlineStack | None:
-        self.stacks_for.append(pid)
-        if self.at_deadline is None:
-            return None
-        return DeadlineStack(step.step, "execute_model", 2.0, 2.004, time.monotonic(), self.at_deadline)
+    def deadline_stack(self, pid: int, step: StepTime, wait: bool = True) -> DeadlineStack | None:
+        if wait:  # a look that may wait for the dump; wait=False only reads what is there
+            self.stacks_for.append(pid)
+        if self.at_deadline is None or (step.seconds is not None and step.seconds < 2.0):
+            return None  # the worker dumps only a step that reaches the 2 s deadline
+        at = min(time.monotonic(), step.started + 2.004)
+        return DeadlineStack(step.step, "execute_model", 2.0, 2.004, at, self.at_deadline)
 
     def capture_stack(self, pid: int) -> str | None:
         self.stacks_for.append(pid)
@@ -347,6 +353,48 @@ def test_without_a_deadline_stack_the_evidence_says_it_came_after(busy_pid: int)
         "(no model code on the stack); a stack taken after the death (the worker wrote none at the deadline)"
     ) in str(info.value)
     assert engine.stacks_for == [busy_pid, busy_pid]  # asked for the deadline's, then took one
+
+
+@pytest.mark.parametrize("after", ["gone", "step-ended"])
+@pytest.mark.parametrize("dumped", [True, False], ids=["dump-at-deadline", "no-dump"])
+def test_a_death_heard_of_late_is_judged_as_of_the_deadline(dumped: bool, after: str) -> None:
+    """A server's clients hear of the death after vLLM declared it; by then the step may
+    have ended or vLLM may have stopped the worker.  Its own dump at the deadline shows it
+    in the step: SLOW, from the samples up to then.  Without that dump it may have died or
+    ended its step first: genuine."""
+    with procs.worker("busy", 30.0) as worker, procs.worker("idle", 30.0) as core:
+        procs.wait_for_cpu(worker.pid)
+        step = StepTime(3, 64, time.monotonic(), None, worker.pid)
+        engine = RichEngine([core.pid, worker.pid], [worker.pid], step,
+                            at_deadline=STACK_DUMP if dumped else None)
+        err = procs.StandInError("EngineCore encountered an issue")
+        with pytest.raises((pytest.fail.Exception, procs.StandInError)) as info:
+            with assert_no_false_death(engine, errors=procs.StandInError):
+                time.sleep(2.3)  # past the 2 s deadline, the worker computing
+                if after == "gone":
+                    worker.kill()  # vLLM's shutdown after the death
+                    worker.wait(timeout=10)
+                else:
+                    worker.send_signal(signal.SIGSTOP)  # idle, its step over
+                    engine.step = None
+                    engine.ended = replace(step, seconds=2.4)
+                time.sleep(1.2)  # the clients' errors arrive
+                raise err
+        with contextlib.suppress(ProcessLookupError):
+            worker.send_signal(signal.SIGCONT)
+    [death] = engine.deaths
+    [judged] = death["processes"]
+    assert judged["pid"] == worker.pid
+    if not dumped:
+        assert info.value is err and death["verdict"] in ("DEAD", "HUNG")
+        assert not judged["judged_at_deadline"]
+        return
+    text = str(info.value)
+    assert death["verdict"] == "SLOW" and judged["judged_at_deadline"] and judged["alive"], text
+    assert judged["cpu_cores"] > 0.5
+    assert re.search(r"step 3, batch 64, had run (1\.9|2\.0) s and was still running", text), text
+    assert "afterwards: judged as of the deadline, from its own stack then; by the verdict " + (
+        "the worker was gone" if after == "gone" else "its step had ended") in text
 
 
 def test_busy_outside_a_model_step_is_not_a_false_death(busy_pid: int) -> None:

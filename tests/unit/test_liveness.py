@@ -97,6 +97,32 @@ def test_zombie_process_is_dead() -> None:
         assert classify(e) is Verdict.DEAD
 
 
+def test_a_gone_process_keeps_what_it_did_before_it_went() -> None:
+    """Once gone, its history stops, and the evidence as of a moment before it went still
+    shows it computing, however long the sampler runs on (vLLM stops its workers after a
+    death, and a server's clients hear of the death seconds later)."""
+    with procs.worker("busy", 30.0) as proc:
+        procs.wait_for_cpu(proc.pid)
+        sampler = Sampler([proc.pid], interval_s=0.02, window_s=0.3).start()
+        time.sleep(0.5)
+        busy_at = time.monotonic()
+        proc.kill()
+        proc.wait(timeout=10)
+        time.sleep(1.0)
+        now = sampler.evidence()[proc.pid]
+        then = sampler.evidence_at(proc.pid, busy_at)
+        held = len(sampler.watched[proc.pid].samples)
+        time.sleep(0.3)
+        sampler.stop()
+        assert len(sampler.watched[proc.pid].samples) == held  # gone: no more samples
+    assert classify(now) is Verdict.DEAD
+    assert then is not None and then.alive and then.at <= busy_at, then
+    assert classify(then) is Verdict.SLOW, then.describe()
+    assert then.window_s >= 0.25
+    assert sampler.evidence_at(proc.pid, busy_at - 10) is None  # before its first sample
+    assert Sampler([proc.pid]).evidence_at(proc.pid + 10**7, busy_at) is None  # not watched
+
+
 def test_pid_that_never_existed_is_dead() -> None:
     """A pid with no process is DEAD from the first sample, and named by its pid."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
