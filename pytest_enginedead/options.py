@@ -21,6 +21,8 @@ import pytest
 from . import compat
 from .liveness import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S, LivenessSettings
 from .policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
+from .sharding import Shard, ShardError, durations_path
+from .sharding import parse_shard as _parse_shard
 
 BUNDLED_MODEL = str(Path(__file__).parent / "models" / "tiny-llama")
 DEFAULT_BATCH_SIZES = (8, 64)
@@ -291,6 +293,22 @@ def parse_seconds(raw: str) -> float:
     return value
 
 
+def parse_shard(raw: str) -> Shard:
+    """``"1/2"``: shard K of N, 1 <= K <= N."""
+    try:
+        return _parse_shard(raw)
+    except ShardError as exc:
+        raise BadValue(str(exc)) from None
+
+
+def validate_input_path(raw: str) -> str:
+    """An input file's path as text: not empty, ``~`` expanded (read when it is used)."""
+    text = raw.strip()
+    if not text:
+        raise BadValue("no path given")
+    return str(_expand(text))
+
+
 def parse_policy(raw: str) -> str:
     """A policy spec as given: ``reference``, ``vllm-stock`` or ``module:attr`` (loaded later)."""
     text = raw.strip()
@@ -347,6 +365,25 @@ OPTIONS = (
         "suspicion, a busy worker gets up to the policy's cap, a hung one ends after 60 s "
         "(marker enginedead_guard for one test).",
         "0", parse_switch, "", switch=True,
+    ),
+    Option(
+        "enginedead_shard",
+        "Run shard K of N (e.g. 1/2) of the collected tests: every test in exactly one shard, "
+        "the tests sharing an engine configuration in the same one (one start each), balanced "
+        "by --enginedead-durations when given, else by tests and engine starts.",
+        None, parse_shard, "K/N",
+    ),
+    Option(
+        "enginedead_durations",
+        "Test durations to balance shards by: a file written by --enginedead-store-durations "
+        "on the same vLLM release; {vllm} in the path becomes the installed release.",
+        None, validate_input_path, "PATH",
+    ),
+    Option(
+        "enginedead_store_durations",
+        "Write each test's duration (setup + call + teardown) to this path at the end of the "
+        "run, for --enginedead-durations; {vllm} in the path becomes the installed release.",
+        None, validate_output_path, "PATH",
     ),
     Option(
         "enginedead_busy_threshold",
@@ -473,6 +510,14 @@ class Settings:
     report_where: str = ""
     #: how the run's guard switch was set, e.g. "ENGINEDEAD_GUARD='1' (from environment)"
     guard_where: str = ""
+    #: run only this shard of the collected tests (``--enginedead-shard``), None: all
+    shard: Shard | None = None
+    #: durations to balance shards by / to write at the end, ``{vllm}`` replaced
+    durations: str | None = None
+    store_durations: str | None = None
+    #: how each was given, for messages
+    durations_where: str = ""
+    store_durations_where: str = ""
 
 
 def resolve_settings(config: pytest.Config) -> Settings:
@@ -499,7 +544,21 @@ def resolve_settings(config: pytest.Config) -> Settings:
         vllm_version=compat.installed_version(),
         report_where=f"{get['enginedead_report'].where} (from {get['enginedead_report'].source})",
         guard_where=f"{get['enginedead_guard'].where} (from {get['enginedead_guard'].source})",
+        shard=get["enginedead_shard"].value,
+        durations=_with_release(get["enginedead_durations"].value),
+        store_durations=_with_release(get["enginedead_store_durations"].value),
+        durations_where=_given(get["enginedead_durations"]),
+        store_durations_where=_given(get["enginedead_store_durations"]),
     )
+
+
+def _with_release(path: str | None) -> str | None:
+    """A durations path with ``{vllm}`` replaced by the installed vLLM release."""
+    return None if path is None else durations_path(path, compat.installed_version())
+
+
+def _given(value: Value) -> str:
+    return f"{value.where} (from {value.source})"
 
 
 def vllm_environment_problem() -> str | None:

@@ -17,7 +17,19 @@ from typing import Any, NoReturn
 
 import pytest
 
-from . import compat, distributed, guard, hooks, invariants, markers, options, outputs, planning, report
+from . import (
+    compat,
+    distributed,
+    guard,
+    hooks,
+    invariants,
+    markers,
+    options,
+    outputs,
+    planning,
+    report,
+    sharding,
+)
 from .assertions import run_settings
 from .engine import EngineBase, EngineHandle, EngineStartError, Handle, Progress
 from .options import Settings
@@ -41,6 +53,12 @@ class Run:
     report: outputs.Output | None = None
     #: undoes what configure set up for the run (the liveness defaults)
     scope: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    #: recorded durations to balance shards by, and this shard's tests
+    durations: sharding.Durations | None = None
+    split: sharding.Split | None = None
+    #: where this run's durations go (claimed at the start), and what they are so far
+    store: outputs.Output | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 run_key = pytest.StashKey[Run]()
@@ -82,22 +100,66 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     with options.shown_whole_if_verbose(config):
         settings = options.resolve_settings(config)
-        claimed = None
-        if settings.report and not distributed.is_worker(config):
+        claimed = store = None
+        if not distributed.is_worker(config):
             try:
-                claimed = outputs.claim(settings.report, settings.report_where)
+                if settings.report:
+                    claimed = outputs.claim(settings.report, settings.report_where)
+                if settings.store_durations:
+                    store = outputs.claim(settings.store_durations, settings.store_durations_where,
+                                          [o for o in (claimed,) if o is not None])
             except outputs.OutputError as exc:
+                if claimed is not None:
+                    claimed.close()
                 raise pytest.UsageError(f"enginedead: {exc}") from None
+        durations = _durations(settings)
     pool = EnginePool(max_alive=1, progress=_progress_writer(config))
-    run = Run(settings, pool, Results(), distributed.cpu_bind(config), claimed)
+    run = Run(settings, pool, Results(), distributed.cpu_bind(config), claimed,
+              durations=durations, store=store)
     run.scope.enter_context(run_settings(settings.liveness))
     config.stash[run_key] = run
     config.pluginmanager.register(_Interrupted(pool), "enginedead-interrupt")
+    if store is not None:
+        config.pluginmanager.register(_StoreDurations(run.seconds), "enginedead-durations")
     if distributed.is_worker(config):
         config.pluginmanager.register(distributed.WorkerHooks(config), "enginedead-xdist-worker")
     elif config.pluginmanager.hasplugin("xdist"):
         controller = distributed.ControllerHooks(run.results, lambda: _check_model(config, settings))
         config.pluginmanager.register(controller, "enginedead-xdist")
+
+
+def _durations(settings: Settings) -> sharding.Durations | None:
+    """The durations file the run was given, read and checked now: a UsageError if unusable."""
+    if settings.durations is None:
+        return None
+    where = settings.durations_where
+    try:
+        with open(settings.durations, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise pytest.UsageError(
+            f"enginedead: {where}: {settings.durations!r} does not exist; write it with "
+            "--enginedead-store-durations on a run of the whole suite"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise pytest.UsageError(
+            f"enginedead: {where}: cannot read {settings.durations!r}: {reason}"
+        ) from None
+    try:
+        return sharding.read_durations(text, where, settings.vllm_version or sharding.NO_VLLM)
+    except sharding.ShardError as exc:
+        raise pytest.UsageError(f"enginedead: {exc}") from None
+
+
+class _StoreDurations:
+    """Each test's setup + call + teardown seconds (xdist workers' reports included)."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds = seconds
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
 
 
 class _Interrupted:
@@ -115,8 +177,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if run is not None:
         run.scope.close()
         run.pool.close()
-        if run.report is not None:
-            run.report.close()
+        for out in (run.report, run.store):
+            if out is not None:
+                out.close()
         if run.pool.started:
             # an engine filled this process's heap with vLLM's and torch's objects (a
             # million and more): pytest collects garbage five times as it exits, and
@@ -256,6 +319,8 @@ def _stray_markers(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run = _run(config)
+    if run.settings.shard is not None:
+        _keep_shard(config, run, items)
     plan = planning.plan(
         [_need(item, run) if _uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
@@ -277,6 +342,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
     if engine_tests and not controller_checks:  # under xdist the controller checks, once
         _check_model(config, run.settings)
+
+
+def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> None:
+    """Keep this shard's tests (``--enginedead-shard``); the others are deselected.
+
+    The engine configurations are planned without the worker's core budget, so every
+    xdist worker and every machine deals the same collection the same way.
+    """
+    assert run.settings.shard is not None
+    plan = planning.plan(
+        [_need(item, run) if _uses_engine(item) else None for item in items], run.settings.model, None
+    )
+    keys = [t.spec if t is not None and t.spec is not None else None for t in plan.tests]
+    nodeids = [it.nodeid for it in items]
+    run.split = sharding.split(keys, nodeids, run.settings.shard, run.durations)
+    run.results.shard = run.split.to_dict(nodeids)
+    kept = set(run.split.keep)
+    dropped = [it for i, it in enumerate(items) if i not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = [items[i] for i in run.split.keep]
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
+    run = config.stash.get(run_key, None)
+    return f"enginedead: {run.split.describe()}" if run is not None and run.split is not None else None
 
 
 def _check_model(config: pytest.Config, settings: Settings) -> None:
@@ -374,15 +465,27 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     run.results.add_engines(records)
     if distributed.is_worker(config):
         distributed.send(config, run.results.to_wire())
-    elif run.report is not None:
-        try:
-            report.write(run.report, report.build(run.results, run.settings))
-        except outputs.OutputError as exc:  # proven writable at the start; it changed since
-            sys.stderr.write(f"ERROR: enginedead: the report was not written: {exc}\n")
-            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+    else:
+        _write_outputs(session, run)
     survivors = [r.stop_error for r in records if r.stop_error]
     if survivors:
         raise RuntimeError(survivors[0])
+
+
+def _write_outputs(session: pytest.Session, run: Run) -> None:
+    """The JSON report and the durations, through the paths claimed at the start."""
+    written: list[tuple[outputs.Output, str, Callable[[], str]]] = []
+    if run.report is not None:
+        written.append((run.report, "report", lambda: report.dumps(report.build(run.results, run.settings))))
+    if run.store is not None:
+        durations = sharding.Durations(run.seconds, run.settings.vllm_version or sharding.NO_VLLM)
+        written.append((run.store, "durations file", lambda: durations.to_json(report.machine())))
+    for out, what, text in written:
+        try:
+            out.write_text(text())
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            sys.stderr.write(f"ERROR: enginedead: the {what} was not written: {exc}\n")
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 def _terminal_line(config: pytest.Config, line: str) -> None:

@@ -90,6 +90,8 @@ class Results:
     lost_workers: list[str] = field(default_factory=list)
     #: distinct engine configurations the collected tests need
     configurations: int = 0
+    #: the shard this run kept (``--enginedead-shard``), as the report says it
+    shard: dict[str, Any] | None = None
 
     def observe(self, nodeid: str, rep: pytest.TestReport, handle: Handle) -> TestRow | None:
         """Keep the call phase, and setup/teardown phases that did not pass; return the row kept."""
@@ -123,7 +125,8 @@ class Results:
 
     def to_wire(self) -> str:
         return json.dumps(
-            {"tests": self.tests, "engines": self.engines, "configurations": self.configurations},
+            {"tests": self.tests, "engines": self.engines, "configurations": self.configurations,
+             "shard": self.shard},
             default=str,
         )
 
@@ -134,6 +137,7 @@ class Results:
         data = json.loads(wire)
         self.tests.extend(data.get("tests", []))
         self.configurations = max(self.configurations, int(data.get("configurations", 0)))
+        self.shard = self.shard or data.get("shard")  # every worker deals the same shard
         for row in data.get("engines", []):
             row["worker"] = worker
             self.engines.append(row)
@@ -281,6 +285,7 @@ def build(results: Results, settings: Settings) -> dict[str, Any]:
         "engines": results.engines,
         "tests": results.tests,
         "lost_workers": results.lost_workers,
+        **({"shard": results.shard} if results.shard else {}),
     }
 
 

@@ -134,6 +134,48 @@ CASES = [
          args=(f"--enginedead-report={LONG}.json",)),
     Case("flag-report-path-too-long", ("cannot be used: File name too long", "(from command line)"),
          args=("--enginedead-report={repo}/" + "/".join([LONG] * 3) + "/r.json",)),
+    # --- shards and durations (issue 21.3) ----------------------------------------------------------
+    Case("flag-shard-malformed", ("--enginedead-shard='1-2' (from command line)",
+                                  "'1-2' is not K/N; use e.g. 1/2"),
+         args=("--enginedead-shard=1-2",)),
+    Case("flag-shard-out-of-range", ("--enginedead-shard='3/2' (from command line)",
+                                     "there is no shard 3 of 2; K runs from 1 to 2"),
+         args=("--enginedead-shard=3/2",)),
+    Case("flag-shard-zero", ("--enginedead-shard='0/2'", "there is no shard 0 of 2"),
+         args=("--enginedead-shard=0/2",)),
+    Case("flag-shard-no-shards", ("--enginedead-shard='1/0'", "the number of shards must be from 1 to 1000"),
+         args=("--enginedead-shard=1/0",)),
+    Case("env-shard-words", ("ENGINEDEAD_SHARD='one/two' (from environment)", "is not K/N"),
+         env={"ENGINEDEAD_SHARD": "one/two"}),
+    Case("ini-shard-negative", ("enginedead_shard = '-1/2' (from tox.ini)", "is not K/N"),
+         files={"tox.ini": "[pytest]\nenginedead_shard = -1/2\n"}),
+    Case("flag-durations-missing", ("--enginedead-durations='nope.json' (from command line)",
+                                    "'nope.json' does not exist; write it with --enginedead-store-durations"),
+         args=("--enginedead-shard=1/2", "--enginedead-durations=nope.json")),
+    Case("flag-durations-foreign", ("--enginedead-durations='d.json' (from command line) is not an "
+                                    "enginedead durations file (no 'enginedead_durations' key)",),
+         args=("--enginedead-shard=1/2", "--enginedead-durations=d.json"),
+         files={"d.json": '{"test_x.py::test_plain": 1.0}'}),
+    Case("flag-durations-truncated", ("--enginedead-durations='d.json' (from command line) is not a "
+                                      "durations file: not JSON",),
+         args=("--enginedead-shard=1/2", "--enginedead-durations=d.json"),
+         files={"d.json": '{"enginedead_durations": 1, "vllm": "0.3'}),
+    Case("flag-durations-other-release", ("--enginedead-durations='d.json' (from command line) was "
+                                          "recorded on vLLM '0.1.0', this run has",),
+         args=("--enginedead-shard=1/2", "--enginedead-durations=d.json"),
+         files={"d.json": '{"enginedead_durations": 1, "vllm": "0.1.0", "tests": {}}'}),
+    Case("flag-durations-not-seconds", ("--enginedead-durations='d.json'",
+                                        "'t::x' has 'long', not a number of seconds >= 0"),
+         args=("--enginedead-durations=d.json",),
+         files={"d.json": '{"enginedead_durations": 1, "vllm": "@VLLM@", "tests": {"t::x": "long"}}'}),
+    Case("flag-durations-a-directory", ("--enginedead-durations='sub' (from command line): "
+                                        "cannot read 'sub'",),
+         args=("--enginedead-durations=sub",), files={"sub/x": "x"}),
+    Case("flag-store-durations-is-the-report", ("--enginedead-store-durations='r.json' (from command line): "
+                                                "names the same file as --enginedead-report='r.json'",),
+         args=("--enginedead-report=r.json", "--enginedead-store-durations=r.json")),
+    Case("flag-store-durations-under-a-file", ("--enginedead-store-durations=", "is not a directory"),
+         args=("--enginedead-store-durations=afile/d.json",), files={"afile": "x"}),
     Case("flag-model-unknown-user", (f"'{NOBODY}/m' cannot be expanded", "--enginedead-model="),
          args=(f"--enginedead-model={NOBODY}/m",)),
     Case("flag-model-name-too-long", ("cannot be used: File name too long", "(from command line)"),
@@ -435,8 +477,8 @@ def prepare(repo: Path, case: Case, monkeypatch: pytest.MonkeyPatch) -> list[str
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, bytes):
             path.write_bytes(content)
-        else:
-            path.write_text(content)
+        else:  # @VLLM@: the installed release, as a durations file records it
+            path.write_text(content.replace("@VLLM@", compat.installed_version() or "none"))
     if any("{repo}/loop" in a for a in case.args):
         (repo / "loop").symlink_to(repo / "loop")
     for name, value in case.env.items():
@@ -815,6 +857,9 @@ EMPTY = [
     ("enginedead_report", "no path given"),
     ("enginedead_busy_threshold", "'' is not a number"),
     ("enginedead_sample_interval", "'' is not a number of seconds"),
+    ("enginedead_shard", "'' is not K/N"),
+    ("enginedead_durations", "no path given"),
+    ("enginedead_store_durations", "no path given"),
 ]
 
 
@@ -982,6 +1027,12 @@ REFUSING_CONFTEST = ("import pytest\n\n\ndef pytest_collection_modifyitems(items
                      "    raise pytest.UsageError('enginedead: a conftest refused this collection')\n")
 
 TWINS = [
+    # --- shards and durations (issue 21.3): refused on the controller as on a plain run ------------
+    Twin("shard-out-of-range", ("--enginedead-shard='2/1' (from command line)", "there is no shard 2 of 1"),
+         args=("--enginedead-shard=2/1",), suite=ENGINE),
+    Twin("durations-other-release", ("was recorded on vLLM '0.1.0', this run has",),
+         args=("--enginedead-shard=1/2", "--enginedead-durations=d.json"), suite=ENGINE,
+         files={"d.json": '{"enginedead_durations": 1, "vllm": "0.1.0", "tests": {}}'}),
     # --- the report path (issue 22: never replace a device, never lose a report; 20.5) ----------------
     Twin("report-char-device", (), args=("--enginedead-report={repo}/nulldev",), nodes={"nulldev": "chr"},
          kind=OK),
