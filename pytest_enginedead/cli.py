@@ -3,6 +3,8 @@
 enginedead check      runs the bundled regression suite against the installed vLLM and
                       prints a verdict table; exit 1 exactly when a false death happens
                       under the policy (or under the guard).
+enginedead merge      one verdict table from many reports (shards, releases, machines); exit 1
+                      on a false death under the policy or a missing shard.
 enginedead calibrate  sizes a serving configuration (--max-num-seqs, --max-num-batched-tokens,
                       --max-model-len; vLLM's defaults otherwise): the step model, the worst
                       step the scheduler can form, and what to set; --forecast-layers for a
@@ -30,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from . import checking, compat, guard, options, outputs, planning
+from . import checking, compat, guard, merging, options, outputs, planning
 from .outputs import Output
 from .policy import PolicyError, load_policy, policy_name
 
@@ -189,6 +191,18 @@ def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
                      help="draw step time against sequences per context, with the deadlines "
                      "(needs matplotlib)")
     cal.add_argument("--json", action="store_true", help="print the results as JSON")
+
+    mer = sub.add_parser("merge", help="one verdict table from many reports (shards, releases, machines)",
+                         description="Merge the JSON reports of shards (--enginedead-shard), vLLM "
+                         "releases and machines into one verdict table; step figures of different machines "
+                         "stay apart.  Exit 1 when a false death happened under the policy or the guard, "
+                         "or a shard is missing.")
+    mer.verbose = verbose
+    mer.add_argument("reports", nargs="+", metavar="REPORT",
+                     help="reports written by --enginedead-report or `enginedead check --report`")
+    mer.add_argument("--junitxml", metavar="PATH", help="also write the merged table as JUnit XML here")
+    mer.add_argument("--json", action="store_true", help="print the merge as JSON")
+    mer.add_argument("-v", "--verbose", action="store_true", help="show long paths whole in errors")
     return parser
 
 
@@ -648,9 +662,55 @@ def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     return 0
 
 
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    with contextlib.suppress(OSError):
+        return os.path.samefile(a, b)
+    return False
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    """Read every report first (a bad one: exit 2, nothing written), then the table; exit 1 on a problem."""
+    try:
+        loaded = [merging.load(path) for path in args.reports]
+        merged = merging.merge(loaded)
+    except merging.MergeError as exc:
+        raise Refused(str(exc)) from None
+    junit = None
+    if args.junitxml is not None:
+        try:
+            junit = outputs.claim(args.junitxml, f"--junitxml {args.junitxml!r}")
+        except outputs.OutputError as exc:
+            raise Refused(str(exc)) from None
+        if any(_same_file(p, junit.target) for p in args.reports):
+            junit.close()
+            raise Refused(
+                f"--junitxml {args.junitxml!r} names one of the reports to merge; give another path"
+            )
+    try:
+        if args.json:
+            print(json.dumps(merging.to_json(merged), indent=2, default=str))
+        else:
+            print(merging.table(merged))
+            print(merging.summary(merged))
+        if junit is not None:
+            junit.write_text(merging.junit_xml(merged))
+    finally:
+        if junit is not None:
+            junit.close()
+    return 1 if merged.problems else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(_verbose_in(argv)).parse_args(argv)
+    if args.command == "merge":
+        try:
+            return run_merge(args)
+        except (Refused, outputs.OutputError) as exc:
+            print(f"enginedead merge: error: {_shown(str(exc), args.verbose)}", file=sys.stderr)
+            return 2
     try:
         claimed = preflight(args)
     except Refused as exc:
