@@ -279,6 +279,10 @@ def _guard(item: pytest.Item, run: Run) -> GuardSpec | None:
                      "the enginedead_guard marker" if marker is not None else run.settings.guard_where)
 
 
+def _uses_factory(item: pytest.Item) -> bool:
+    return any(f in getattr(item, "fixturenames", ()) for f in FACTORY_FIXTURES)
+
+
 def _uses_engine(item: pytest.Item) -> bool:
     return any(f in getattr(item, "fixturenames", ()) for f in ENGINE_FIXTURES)
 
@@ -445,6 +449,8 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
     handle = item.stash.get(handle_key, None)
+    uses_engine = handle is not None or plan_key in item.stash or _uses_factory(item)
+    _run(item.config).results.observe_time(uses_engine, rep.duration)
     if handle is not None:
         row = _run(item.config).results.observe(item.nodeid, rep, handle)
         if row is not None and rep.when == "call":

@@ -68,6 +68,8 @@ class EngineRow(TypedDict, total=False):
     steps: int
     step_p50_s: float | None
     step_max_s: float | None
+    #: the finished steps' seconds, summed
+    step_total_s: float
     headroom: float | None
     false_deaths: int
     genuine_deaths: int
@@ -92,6 +94,12 @@ class Results:
     configurations: int = 0
     #: the shard this run kept (``--enginedead-shard``), as the report says it
     shard: dict[str, Any] | None = None
+    #: seconds of tests (setup + call + teardown) with an engine and without one
+    test_s: dict[str, float] = field(default_factory=lambda: {"engine": 0.0, "other": 0.0})
+
+    def observe_time(self, uses_engine: bool, seconds: float) -> None:
+        kind = "engine" if uses_engine else "other"
+        self.test_s[kind] = self.test_s.get(kind, 0.0) + seconds
 
     def observe(self, nodeid: str, rep: pytest.TestReport, handle: Handle) -> TestRow | None:
         """Keep the call phase, and setup/teardown phases that did not pass; return the row kept."""
@@ -126,7 +134,7 @@ class Results:
     def to_wire(self) -> str:
         return json.dumps(
             {"tests": self.tests, "engines": self.engines, "configurations": self.configurations,
-             "shard": self.shard},
+             "shard": self.shard, "test_s": self.test_s},
             default=str,
         )
 
@@ -138,6 +146,8 @@ class Results:
         self.tests.extend(data.get("tests", []))
         self.configurations = max(self.configurations, int(data.get("configurations", 0)))
         self.shard = self.shard or data.get("shard")  # every worker deals the same shard
+        for kind, seconds in (data.get("test_s") or {}).items():
+            self.test_s[kind] = self.test_s.get(kind, 0.0) + float(seconds)
         for row in data.get("engines", []):
             row["worker"] = worker
             self.engines.append(row)
@@ -209,6 +219,7 @@ def engine_row(engine: EngineBase, tests: Sequence[str], restart: bool = False) 
         steps=stats.steps,
         step_p50_s=_r(stats.p50_s),
         step_max_s=_r(stats.max_s),
+        step_total_s=round(sum(s.seconds for s in engine.steps() if s.seconds is not None), 3),
         headroom=_r(deadline / stats.max_s) if stats.max_s and deadline else None,
         false_deaths=false,
         genuine_deaths=genuine,
@@ -261,8 +272,40 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
         f"engines started: {len(rows)}; restarts after a death: {restarts}; "
         f"false deaths: {false}; genuine deaths: {genuine}; policy: {policy_name}"
     )
+    for line in time_lines(time_breakdown(results)):
+        tr.write_line(line)
     for worker in results.lost_workers:
         tr.write_line(f"enginedead: no results from xdist worker {worker} (it crashed)", red=True)
+
+
+def time_breakdown(results: Results) -> dict[str, Any]:
+    """Where the run's time went: engine starts (per configuration), steps, tests by kind."""
+    per: dict[str, dict[str, Any]] = {}
+    for r in results.engines:
+        entry = per.setdefault(r["label"], {"configuration": r["label"], "starts": 0, "start_s": 0.0})
+        entry["starts"] += 1
+        entry["start_s"] = round(entry["start_s"] + (r.get("start_s") or 0.0), 2)
+    return {
+        "engine_starts": len(results.engines),
+        "engine_start_s": round(sum(r.get("start_s") or 0.0 for r in results.engines), 2),
+        "per_configuration": list(per.values()),
+        "steps": sum(r.get("steps", 0) for r in results.engines),
+        "step_s": round(sum(r.get("step_total_s", 0.0) for r in results.engines), 2),
+        "engine_tests_s": round(results.test_s.get("engine", 0.0), 2),
+        "other_tests_s": round(results.test_s.get("other", 0.0), 2),
+    }
+
+
+def time_lines(t: Mapping[str, Any]) -> list[str]:
+    """The breakdown, one line per kind, for the terminal summary."""
+    per = "; ".join(f"{c['configuration']}: {c['starts']} in {c['start_s']:.1f}s"
+                    for c in t["per_configuration"])
+    return [
+        f"time: engine starts {t['engine_starts']} in {t['engine_start_s']:.1f}s ({per})",
+        f"time: steps {t['steps']} in {t['step_s']:.1f}s",
+        f"time: tests with an engine {t['engine_tests_s']:.1f}s (their starts and steps included), "
+        f"without {t['other_tests_s']:.1f}s",
+    ]
 
 
 def machine() -> Machine:
@@ -285,6 +328,7 @@ def build(results: Results, settings: Settings) -> dict[str, Any]:
         "engines": results.engines,
         "tests": results.tests,
         "lost_workers": results.lost_workers,
+        "time": time_breakdown(results),
         **({"shard": results.shard} if results.shard else {}),
     }
 

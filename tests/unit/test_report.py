@@ -87,6 +87,7 @@ def test_engine_row(engine: Engine) -> None:
         "steps": 3,
         "step_p50_s": 0.5,
         "step_max_s": 1.0,
+        "step_total_s": 1.75,
         "headroom": 2.0,
         "false_deaths": 2,
         "genuine_deaths": 1,
@@ -267,4 +268,36 @@ def test_terminal_summary(engine: Engine) -> None:
     assert full.lines[3] == (
         "engines started: 1; restarts after a death: 0; false deaths: 1; genuine deaths: 0; policy: reference"
     )
-    assert full.lines[4] == "enginedead: no results from xdist worker gw1 (it crashed)"
+    assert full.lines[4:7] == [  # where the time went, one line per kind
+        f"time: engine starts 1 in 13.0s ({engine.spec.label()}: 1 in 13.0s)",
+        "time: steps 2 in 1.4s",
+        "time: tests with an engine 0.0s (their starts and steps included), without 0.0s",
+    ]
+    assert full.lines[7] == "enginedead: no results from xdist worker gw1 (it crashed)"
+
+
+def test_time_breakdown_per_configuration_and_over_the_wire() -> None:
+    """Starts summed per configuration, steps and tests by kind; xdist workers' times add up."""
+    rows: Any = [
+        {"label": "bs64, model m", "start_s": 10.0, "steps": 5, "step_total_s": 2.5},
+        {"label": "bs64, model m", "start_s": 12.0, "steps": 1, "step_total_s": 3.0, "restart": True},
+        {"label": "bs8, model m", "start_s": None, "steps": 0, "step_total_s": 0.0},
+    ]
+    worker = Results(engines=rows)
+    worker.observe_time(True, 30.0)
+    worker.observe_time(False, 0.5)
+    controller = Results()
+    controller.absorb(worker.to_wire(), "gw0")
+    controller.absorb(worker.to_wire(), "gw1")
+    t = report.time_breakdown(controller)
+    assert t == {
+        "engine_starts": 6, "engine_start_s": 44.0,
+        "per_configuration": [
+            {"configuration": "bs64, model m", "starts": 4, "start_s": 44.0},
+            {"configuration": "bs8, model m", "starts": 2, "start_s": 0.0},
+        ],
+        "steps": 12, "step_s": 11.0, "engine_tests_s": 60.0, "other_tests_s": 1.0,
+    }
+    assert report.time_lines(t)[0] == (
+        "time: engine starts 6 in 44.0s (bs64, model m: 4 in 44.0s; bs8, model m: 2 in 0.0s)"
+    )
