@@ -111,3 +111,10 @@ def death_sizes(
             f"{cost.predict(most):.2f} s)"
         )
     return DeathSizes(deadline, alive, dying, cost)
+
+
+#: the batch sizes Gemma-4's decode step cost is measured at, by the Gemma test and the
+#: check's (one measurement serves both).  Small enough that the measurement stays well
+#: inside its budget on a slow box: on 0.27.1 on the 2-core AVX2 box a batch-64 step is
+#: 12 s, and measuring at 8/32/64 took the whole 600 s.
+GEMMA_MEASURED_AT = (4, 16, 32)

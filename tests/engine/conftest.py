@@ -64,11 +64,19 @@ def step_cost(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., StepCos
     return measured
 
 
+#: the most one measurement may take; it is a fixture of a test with pytest-timeout's 900 s
+MEASURE_BUDGET_S = 600
+
+
 def _measure(model: Path, batch_sizes: Sequence[int], steps: int) -> list[dict[str, float]]:
-    done = subprocess.run(
-        [sys.executable, "-c", MEASURE, str(model), ",".join(map(str, batch_sizes)), str(steps)],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", MEASURE, str(model), ",".join(map(str, batch_sizes)), str(steps)],
+            capture_output=True, text=True, timeout=MEASURE_BUDGET_S, check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"measuring {model.name}'s decode steps at batch {list(batch_sizes)} took more than "
+                    f"{MEASURE_BUDGET_S} s on this machine; measure at smaller batch sizes", pytrace=False)
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("STEPS ")), None)
     if done.returncode != 0 or line is None:
         pytest.fail(f"measuring {model.name}'s steps failed:\n{done.stderr[-3000:]}")

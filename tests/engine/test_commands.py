@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from downstream import enginedead
-from machine import StepCost, death_sizes
+from machine import GEMMA_MEASURED_AT, StepCost, death_sizes
 from pytest_enginedead.policy import STOCK_DEADLINE_S
 
 pytestmark = pytest.mark.engine
@@ -80,7 +80,7 @@ def test_check_on_the_reports_model_family(tmp_path: Path, step_cost: Callable[.
     batch, and so the test, affordable on a slow box.)"""
     gemma = FIXTURES / "gemma4-moe"
     # the check's prompts are 4 tokens: a living batch's first step carries 4 per sequence
-    sizes = death_sizes(step_cost(gemma, (8, 32, 64)), most=512, living=(8, 4, 2, 1), tokens_per_seq=4)
+    sizes = death_sizes(step_cost(gemma, GEMMA_MEASURED_AT), most=512, living=(8, 4, 2, 1), tokens_per_seq=4)
     if isinstance(sizes, str):
         pytest.skip(sizes)
     print(sizes.describe())

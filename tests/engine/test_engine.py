@@ -102,6 +102,13 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
     assert summary, out[-3000:]
     assert summary[0].split()[5] == f"{engine['step_max_s']:.3f}s"
     assert f"engines started: {data['engines_started']}; restarts after a death: 0;" in out
+    # where the time went: the one start, every step, the tests by kind
+    t = data["time"]
+    assert t["engine_starts"] == 1 and t["engine_start_s"] == engine["start_s"] > 0
+    assert t["steps"] == engine["steps"] and 0 < t["step_s"] <= t["engine_tests_s"]
+    assert t["engine_tests_s"] >= t["engine_start_s"]  # the start is in the first test's setup
+    assert f"time: engine starts 1 in {t['engine_start_s']:.1f}s" in out
+    assert f"time: steps {t['steps']} in {t['step_s']:.1f}s" in out
     assert_nothing_left(*engine_processes(data), decoy)
 
 

@@ -11,13 +11,13 @@ import psutil
 import pytest
 
 from downstream import Downstream, assert_nothing_left, engine_processes
-from machine import StepCost, death_sizes
+from machine import GEMMA_MEASURED_AT, StepCost, death_sizes
 
 pytestmark = pytest.mark.engine
 
 GEMMA = Path(__file__).resolve().parents[2] / "fixtures" / "gemma4-moe"
 #: the batch sizes the step cost is measured at, and the most sequences the test may ask for
-MEASURED_AT = (8, 32, 64)
+MEASURED_AT = GEMMA_MEASURED_AT
 MOST = 512
 #: the decoder layer's call of its MoE block: ``self.experts(...)`` in 0.32.0, ``self.moe(...)``
 #: (a Gemma4MoE whose forward calls the experts) in 0.27.1 and 0.28.0
