@@ -232,13 +232,17 @@ def judge(
     for pid, ev in list(judged.items()):
         v = classify(ev, settings.threshold)
         if inspectable is not None and inspectable.has_record(pid):
-            step = inspectable.running_step(pid) if v is Verdict.SLOW else None
+            running = inspectable.running_step(pid)
+            step = running if v is Verdict.SLOW else None
             then = None if step is not None else as_of_the_deadline(inspectable, sampler, pid)
             if then is not None:
                 judged[pid], step = then
                 v = classify(then[0], settings.threshold)
-                at_deadline[pid] = ("the worker was gone (vLLM stops its workers once it declares "
-                                    "the engine dead)" if not ev.alive else "its step had ended")
+                at_deadline[pid] = (
+                    "the worker was gone (vLLM stops its workers once it declares the engine dead)"
+                    if not ev.alive else "it sat idle in its step" if running is not None
+                    else "its step had ended"
+                )
             elif step is None and v is Verdict.SLOW:
                 v = Verdict.HUNG  # busy, but not in a model step
             if v is Verdict.SLOW and step is not None:

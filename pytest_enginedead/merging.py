@@ -93,6 +93,8 @@ class Merged:
     machines: list[dict[str, Any]] = field(default_factory=list)
     #: (input index, machine index, test row)
     rows: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+    #: per input, the index of its machine in ``machines``
+    machine_of: list[int] = field(default_factory=list)
     #: what makes the merge fail (exit 1): false deaths under the policy, missing shards
     problems: list[str] = field(default_factory=list)
 
@@ -130,6 +132,7 @@ def merge(inputs: Sequence[Loaded]) -> Merged:
             )
     for i, x in enumerate(inputs):
         m = _machine_index(merged.machines, x.machine)
+        merged.machine_of.append(m)
         if x.kind == "report":
             merged.rows.extend((i, m, row) for row in x.data["tests"] if isinstance(row, dict))
     merged.problems.extend(_shard_problems([x for x in inputs if x.kind == "report"]))
@@ -194,10 +197,9 @@ def table(merged: Merged) -> str:
         )
     lines.append("")
     lines.extend(_step_figures(merged))
-    calibrations = [x for x in merged.inputs if x.kind == "calibration"]
-    if calibrations:
-        lines.append(f"calibrations: {len(calibrations)}, all on M"
-                     f"{_machine_index(merged.machines, calibrations[0].machine) + 1}")
+    calibrations = [i for i, x in enumerate(merged.inputs) if x.kind == "calibration"]
+    if calibrations:  # merge refused calibrations of different machines: one machine holds them all
+        lines.append(f"calibrations: {len(calibrations)}, all on M{merged.machine_of[calibrations[0]] + 1}")
     return "\n".join(lines)
 
 

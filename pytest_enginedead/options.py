@@ -542,8 +542,8 @@ def resolve_settings(config: pytest.Config) -> Settings:
             interval_s=get["enginedead_sample_interval"].value,
         ),
         vllm_version=compat.installed_version(),
-        report_where=f"{get['enginedead_report'].where} (from {get['enginedead_report'].source})",
-        guard_where=f"{get['enginedead_guard'].where} (from {get['enginedead_guard'].source})",
+        report_where=_given(get["enginedead_report"]),
+        guard_where=_given(get["enginedead_guard"]),
         shard=get["enginedead_shard"].value,
         durations=_with_release(get["enginedead_durations"].value),
         store_durations=_with_release(get["enginedead_store_durations"].value),
@@ -558,6 +558,7 @@ def _with_release(path: str | None) -> str | None:
 
 
 def _given(value: Value) -> str:
+    """How a value was given, for messages: ``--enginedead-report='x' (from command line)``."""
     return f"{value.where} (from {value.source})"
 
 

@@ -329,7 +329,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         [_need(item, run) if _uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
     )
-    factories = [it for it in items if any(f in getattr(it, "fixturenames", ()) for f in FACTORY_FIXTURES)]
+    factories = [it for it in items if _uses_factory(it)]
     run.results.configurations = plan.configurations
     budget = config.pluginmanager.hasplugin("timeout")
     for item, test in zip(items, plan.tests, strict=True):

@@ -355,7 +355,7 @@ def test_without_a_deadline_stack_the_evidence_says_it_came_after(busy_pid: int)
     assert engine.stacks_for == [busy_pid, busy_pid]  # asked for the deadline's, then took one
 
 
-@pytest.mark.parametrize("after", ["gone", "step-ended"])
+@pytest.mark.parametrize("after", ["gone", "step-ended", "idle-in-step"])
 @pytest.mark.parametrize("dumped", [True, False], ids=["dump-at-deadline", "no-dump"])
 def test_a_death_heard_of_late_is_judged_as_of_the_deadline(dumped: bool, after: str) -> None:
     """A server's clients hear of the death after vLLM declared it; by then the step may
@@ -375,9 +375,10 @@ def test_a_death_heard_of_late_is_judged_as_of_the_deadline(dumped: bool, after:
                     worker.kill()  # vLLM's shutdown after the death
                     worker.wait(timeout=10)
                 else:
-                    worker.send_signal(signal.SIGSTOP)  # idle, its step over
-                    engine.step = None
-                    engine.ended = replace(step, seconds=2.4)
+                    worker.send_signal(signal.SIGSTOP)  # idle: its step over, or stuck in it
+                    if after == "step-ended":
+                        engine.step = None
+                        engine.ended = replace(step, seconds=2.4)
                 time.sleep(1.2)  # the clients' errors arrive
                 raise err
         with contextlib.suppress(ProcessLookupError):
@@ -393,8 +394,9 @@ def test_a_death_heard_of_late_is_judged_as_of_the_deadline(dumped: bool, after:
     assert death["verdict"] == "SLOW" and judged["judged_at_deadline"] and judged["alive"], text
     assert judged["cpu_cores"] > 0.5
     assert re.search(r"step 3, batch 64, had run (1\.9|2\.0) s and was still running", text), text
-    assert "afterwards: judged as of the deadline, from its own stack then; by the verdict " + (
-        "the worker was gone" if after == "gone" else "its step had ended") in text
+    assert "afterwards: judged as of the deadline, from its own stack then; by the verdict " + {
+        "gone": "the worker was gone", "step-ended": "its step had ended",
+        "idle-in-step": "it sat idle in its step"}[after] in text
 
 
 def test_busy_outside_a_model_step_is_not_a_false_death(busy_pid: int) -> None:
