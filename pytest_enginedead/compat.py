@@ -274,6 +274,22 @@ READ_TIMEOUT = (
 )
 
 
+#: (module, class, attribute) of the serving engine client's shutdown.  The API server
+#: calls it last, in the main thread, when it leaves ``build_async_engine_client``:
+#: after an engine death (its watchdog set uvicorn's ``should_exit``, and the process
+#: would return 0) and after a SIGTERM alike; ``errored`` tells them apart when it is
+#: first called (0.27.1-0.32.0; the launcher's module moved in between, this did not).
+ENGINE_CLIENT_SHUTDOWN = ("vllm.v1.engine.async_llm", "AsyncLLM", "shutdown")
+
+
+def engine_client_errored(client: Any) -> bool:
+    """Whether a serving engine client's engine is dead (``AsyncLLM.errored``)."""
+    try:
+        return bool(getattr(client, "errored", False))
+    except Exception:  # a half-built client: its properties may raise
+        return False
+
+
 def executor_worker_pids(executor: Any) -> list[int]:
     """The worker processes of a ``MultiprocExecutor`` (``workers[i].proc``, 0.27.1-0.32.0)."""
     pids = []

@@ -130,6 +130,7 @@ class Watch:
         self._cores = 0.0
         self._said_deadline = False
         self._said_dead = False
+        self._wrote_state = False
 
     def observe(self) -> None:
         """Look at the worker (rate-limited); raise ``TimeoutError`` when it has been HUNG too long."""
@@ -140,6 +141,7 @@ class Watch:
         verdict = self._probe(now)
         ran = now - self.sent
         hang_s = self.core.guard.hang_s if self.core.guard else math.inf
+        self._state(now, verdict)
         if verdict == "DEAD":
             if not self._said_dead:
                 self._said_dead = True
@@ -147,6 +149,7 @@ class Watch:
         elif verdict == "HUNG" and now - self._busy_at >= hang_s:
             idle = now - self._busy_at
             self._decide(now, "HUNG", "ending the wait", f"idle for {idle:.1f} s (no CPU, no step progress)")
+            self._state(now, "HUNG", ended="HUNG")
             raise TimeoutError(
                 f"enginedead guard: {self.method} worker idle for {idle:.1f} s (hang_s {hang_s:g} s)"
             )
@@ -166,6 +169,22 @@ class Watch:
         verdict = self._probe(now)
         self._decide(now, verdict, "past the cap: the engine dies as stock vLLM would",
                      f"still {'computing' if verdict == 'SLOW' else 'idle'}")
+        self._state(now, verdict, ended="CAP")
+
+    def finish(self) -> None:
+        """The step's reply is in (or its wait ended): a probe must not see it running."""
+        if self._wrote_state:
+            self.core.write_state(None)
+
+    def _state(self, now: float, verdict: str, ended: str | None = None) -> None:
+        procs = self.core.worker_procs()
+        self._wrote_state = True
+        self.core.write_state(dict(
+            in_step=ended is None, method=self.method, step=self.step, batch=self.batch,
+            deadline_s=self.deadline_s, cap_s=round(self.cap_s, 3), sent=self.sent,
+            busy_at=self._busy_at, verdict=verdict, cores=round(self._cores, 3),
+            worker=procs[0].pid if procs else 0, ended=ended, updated=now,
+        ))
 
     def _probe(self, now: float) -> str:
         procs = self.core.worker_procs()
@@ -224,9 +243,14 @@ def _cpu_s(proc: psutil.Process) -> float:
 class Core:
     """The engine core's side: the deadline in force, the guard, their evidence."""
 
-    def __init__(self, run_dir: str | None, guard: GuardConfig | None) -> None:
+    def __init__(self, run_dir: str | None, guard: GuardConfig | None,
+                 state_path: str | None = None, front: int = 0) -> None:
         self.run_dir = run_dir
         self.guard = guard
+        #: where the guard's state goes for a liveness probe (``record.GuardState``)
+        self.state_path = state_path
+        self.front = front
+        self._ended: str | None = None
         self.control = record.ControlReader(run_dir) if run_dir else None
         self.steps = 0
         self._batch: int = 0
@@ -288,6 +312,25 @@ class Core:
                 sizes.append(-1)
         return tuple(sizes)
 
+    def write_state(self, fields: dict[str, Any] | None) -> None:
+        """Rewrite the guard's state: a step's fields while it runs long, None when none runs.
+
+        Once the guard has ended a wait (``ended``), that stays: the engine is dying of it.
+        """
+        if self.state_path is None or self.guard is None:
+            return
+        if fields is None:
+            fields = {"updated": time.monotonic()}
+        if self._ended and not fields.get("ended"):
+            return
+        self._ended = fields.get("ended") or self._ended
+        state = record.GuardState(
+            pid=os.getpid(), front=self.front, hang_s=self.guard.hang_s,
+            policy=self.guard.policy_name, **fields,
+        )
+        with contextlib.suppress(OSError):
+            record.write_guard_state(self.state_path, state)
+
     def note(self, event: record.GuardEvent) -> None:
         if self.run_dir:
             with contextlib.suppress(OSError), open(record.guard_events_path(self.run_dir), "a") as f:
@@ -299,13 +342,15 @@ class Core:
 _tls = threading.local()  # the Watch of the reply being waited for on this thread
 
 
-def _with_watch(watch: Watch, call: Callable[[], Any]) -> Any:
+def _with_watch(watch: Watch, call: Callable[[], Any], finish: bool = False) -> Any:
     prev = getattr(_tls, "watch", None)
     _tls.watch = watch
     try:
         return call()
     finally:
         _tls.watch = prev
+        if finish:
+            watch.finish()
 
 
 def _wrap_rpc(original: Callable[..., Any], core: Core) -> Callable[..., Any]:
@@ -315,11 +360,17 @@ def _wrap_rpc(original: Callable[..., Any], core: Core) -> Callable[..., Any]:
         timeout, watch = core.begin(self, method, timeout, kw.get("args", rest[0] if rest else ()))
         if watch is None:
             return original(self, method, timeout, *rest, **kw)
-        result = _with_watch(watch, lambda: original(self, method, timeout, *rest, **kw))
-        inner = getattr(result, "get_response", None) if isinstance(result, Future) else None
-        if callable(inner):  # non_block: the reply is read later, by result()
-            result.get_response = lambda: _with_watch(watch, inner)
-        return result
+        later = False
+        try:
+            result = _with_watch(watch, lambda: original(self, method, timeout, *rest, **kw))
+            inner = getattr(result, "get_response", None) if isinstance(result, Future) else None
+            if callable(inner):  # non_block: the reply is read later, by result()
+                later = True
+                result.get_response = lambda: _with_watch(watch, inner, finish=True)
+            return result
+        finally:
+            if not later:
+                watch.finish()
 
     collective_rpc.__enginedead__ = True  # type: ignore[attr-defined]
     return collective_rpc
@@ -364,6 +415,24 @@ def _install(core: Core) -> None:
             setattr(queue_cls, attr, _guarded_read_timeout(base))
 
 
+def remove_stale_states(directory: str, front: int | None = None) -> None:
+    """Remove guard states whose engine core is gone (or, given ``front``, that front's)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            pid = record.guard_state_pid(name)
+            if pid is None:
+                continue
+            path = os.path.join(directory, name)
+            if front is not None:
+                state = record.read_guard_state(path)
+                if state is None or state.front != front:
+                    continue
+            elif psutil.pid_exists(pid):
+                continue
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
 def in_engine_core() -> bool:
     return multiprocessing.current_process().name.startswith(compat.ENGINE_CORE_PROCESS_PREFIX)
 
@@ -392,11 +461,19 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
         logger.error("enginedead guard: %s; the guard stays off", problem)
     if run_dir is None and guard is None:
         return None  # nothing asked for: nothing in vLLM is touched
-    core = Core(run_dir, guard)
+    state_path = None
+    if guard is not None:
+        directory = record.state_dir(environ)
+        state_path = record.guard_state_path(directory, os.getpid())
+        remove_stale_states(directory)
+    front = environ.get(record.ENV_FRONT_PID, "")
+    core = Core(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid())
     _install(core)
     if guard is not None:
+        core.write_state(None)
         logger.warning(
-            "enginedead guard on: policy %s caps each step, hang_s %g s", guard.policy_name, guard.hang_s
+            "enginedead guard on: policy %s caps each step, hang_s %g s; its state for "
+            "`enginedead probe`: %s", guard.policy_name, guard.hang_s, state_path,
         )
     if run_dir:
         ready = record.CoreReady(

@@ -4,7 +4,8 @@ vLLM calls ``register()`` once in every process it runs: the process that builds
 the engine (the harness's own, or the API server), ``VLLM::EngineCore`` and each
 ``VLLM::Worker``.  Each side is inert unless asked: the worker side (``worker.py``)
 when the harness set a run directory, the engine-core side (``guard.py``) when the
-harness set one or ``ENGINEDEAD_GUARD=1`` is set.  Nothing runs in the harness's
+harness set one or ``ENGINEDEAD_GUARD=1`` is set, the serving side (``exiting.py``)
+when the guard or ``ENGINEDEAD_EXIT_ON_DEATH=1`` is set.  Nothing runs in the harness's
 own process.
 
 Under the harness the engine core also leaves the harness's process group (its workers,
@@ -19,7 +20,7 @@ import contextlib
 import json
 import os
 
-from . import guard, record, worker
+from . import exiting, guard, record, worker
 
 #: Tests only: the engine core writes which vLLM attributes the plugin replaced here.
 PATCHES_ENV = "ENGINEDEAD_REPORT_PATCHES"
@@ -32,6 +33,7 @@ def register() -> None:
         _leave_process_group()
     worker.register()
     guard.register()
+    exiting.register()
     path = os.environ.get(PATCHES_ENV)
     if path and guard.in_engine_core():
         with open(path, "w") as f:

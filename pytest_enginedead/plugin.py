@@ -291,7 +291,7 @@ def _uses_engine(item: pytest.Item) -> bool:
 ENGINE_MARKERS = {
     "enginedead_timeout": ENGINE_FIXTURES,
     "enginedead_inject": ENGINE_FIXTURES,
-    "enginedead_guard": ENGINE_FIXTURES,
+    "enginedead_guard": (*ENGINE_FIXTURES, *FACTORY_FIXTURES),  # a factory's engines run it too
     "enginedead_batch_sizes": ("engine_batch_size", *ENGINE_FIXTURES),
 }
 
@@ -585,8 +585,12 @@ def vllm_server(request: pytest.FixtureRequest, engine_batch_size: int) -> Itera
         yield handle
 
 
-def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server: bool) -> Need:
-    """What ``vllm_engine_factory(...)`` asks for; bad arguments fail the test in one line."""
+def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server: bool,
+                  item: pytest.Item | None = None) -> Need:
+    """What ``vllm_engine_factory(...)`` asks for; bad arguments fail the test in one line.
+
+    The guard is the test's ``enginedead_guard`` marker's, else the run's option's.
+    """
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
@@ -600,9 +604,12 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
         _fail(str(exc))
     except PolicyFailure as exc:
         _fail(f"{what}: {exc}")
-    guard_spec = (GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference",
-                            run.settings.guard_where)
-                  if run.settings.guard else None)
+    try:
+        guard_spec = _guard(item, run) if item is not None else (
+            GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference", run.settings.guard_where)
+            if run.settings.guard else None)
+    except markers.BadMarker as exc:
+        _fail(str(exc))
     return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
 
 
@@ -647,7 +654,7 @@ def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[
         **engine_args: Any,
     ) -> Handle:
         __tracebackhide__ = True
-        need = _factory_need(run, batch_size, timeout_s, inject, server)
+        need = _factory_need(run, batch_size, timeout_s, inject, server, request.node)
         spec = _factory_spec(run, need, model, engine_args, server)
         engine = _started(lambda: run.pool.start_dedicated(spec, need.instructions))
         made.append(engine)

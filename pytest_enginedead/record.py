@@ -452,3 +452,80 @@ def read_core_ready(run_dir: str) -> CoreReady | None:
             return CoreReady.from_json(f.read())
     except (OSError, ValueError, TypeError):
         return None
+
+
+# --- the guard's state: what a liveness probe reads (``probe.py``) ---------------------
+
+#: Where the guard writes its state outside the harness (inside, it goes to the run directory).
+STATE_DIR_ENV = "ENGINEDEAD_GUARD_STATE_DIR"
+#: Set by the serving process for the engine cores it starts: whose engine they are.
+ENV_FRONT_PID = "ENGINEDEAD_FRONT_PID"
+GUARD_STATE_PREFIX = "enginedead-guard-"
+
+
+def state_dir(environ: Mapping[str, str]) -> str:
+    """The directory an engine core with this environment writes its guard state to."""
+    return (environ.get(ENV_DIR) or environ.get(STATE_DIR_ENV)
+            or environ.get("TMPDIR") or "/tmp")
+
+
+def guard_state_path(directory: str, core_pid: int) -> str:
+    return os.path.join(directory, f"{GUARD_STATE_PREFIX}{core_pid}.json")
+
+
+def guard_state_pid(name: str) -> int | None:
+    """The engine core's pid in a state file's name, or None if it is not one."""
+    if not (name.startswith(GUARD_STATE_PREFIX) and name.endswith(".json")):
+        return None
+    digits = name[len(GUARD_STATE_PREFIX):-len(".json")]
+    return int(digits) if digits.isdigit() else None
+
+
+@dataclass(frozen=True)
+class GuardState:
+    """The guard's view of its engine now, rewritten while a step runs long.
+
+    Times are ``time.monotonic()``, which every process on one machine shares.  A step
+    shorter than the guard's first look (0.5 s) is never written: ``in_step`` False
+    means no long step is running.
+    """
+
+    pid: int  # the engine core
+    front: int  # the serving process whose engine this is
+    hang_s: float
+    policy: str
+    updated: float
+    in_step: bool = False
+    method: str = ""
+    step: int = 0
+    batch: int = 0
+    deadline_s: float = 0.0
+    cap_s: float = 0.0
+    sent: float = 0.0  # when the RPC of the step in flight was sent
+    busy_at: float = 0.0  # the last time its worker showed progress
+    verdict: str = ""  # SLOW / HUNG / DEAD at the last look
+    cores: float = 0.0  # the worker's CPU use at the last look
+    worker: int = 0
+    #: the guard ended the engine's wait: "HUNG" (idle for hang_s) or "CAP" (past its cap)
+    ended: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> GuardState:
+        data = json.loads(text)
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def write_guard_state(path: str, state: GuardState) -> None:
+    _replace(path, state.to_json())
+
+
+def read_guard_state(path: str) -> GuardState | None:
+    """A guard's state, or None (none written, or unreadable)."""
+    try:
+        with open(path) as f:
+            return GuardState.from_json(f.read())
+    except (OSError, ValueError, TypeError):
+        return None

@@ -319,6 +319,16 @@ class ServerHandle(Handle):
         return self._engine.served_name
 
     @property
+    def port(self) -> int:
+        """The port it listens on (127.0.0.1), e.g. for ``enginedead probe --port``."""
+        return self._engine.port
+
+    @property
+    def log_path(self) -> str:
+        """The file the server's own output (its log, vLLM's) goes to."""
+        return self._engine.log_path
+
+    @property
     def exit_code(self) -> int | None:
         """The server process's exit status, or None while it runs."""
         return self._engine.exit_code
