@@ -391,6 +391,12 @@ def llm_kwargs(model: str, max_num_seqs: int, extra: Mapping[str, Any] | None = 
 
 
 #: Never phone home: vLLM's usage statistics off, no hub lookups.
+#: where vLLM puts its ZeroMQ ``ipc://`` sockets (default: the temp dir, where a stopped engine
+#: leaves them behind); the harness points it into the engine's run directory, removed with it.
+RPC_BASE_ENV = "VLLM_RPC_BASE_PATH"
+#: a socket's path is ``<base>/<uuid4>`` and must fit a Unix socket address (107 bytes)
+RPC_BASE_MAX_LEN = 107 - 1 - 36
+
 OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
 
 

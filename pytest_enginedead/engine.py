@@ -121,6 +121,8 @@ class EngineBase:
             record.ENV_HARNESS_PID: str(os.getpid()),
             guard.GUARD_ENV: "0",
         }
+        if len(self.run_dir) <= compat.RPC_BASE_MAX_LEN:  # vLLM's ipc sockets go with the run dir
+            env[compat.RPC_BASE_ENV] = self.run_dir
         if self.spec.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.cpu_bind
         if self.spec.kv_cache_gib is not None:

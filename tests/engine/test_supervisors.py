@@ -22,3 +22,26 @@ def test_probe_and_exit_status_on_real_servers(downstream: Downstream, decoy: ps
     assert data is not None
     assert data["engines_started"] == 3
     assert_nothing_left(*engine_processes(data), decoy)
+
+
+def test_the_conformance_suite_holds_a_setting_to_both_states(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, decoy: psutil.Process
+) -> None:
+    """Two settings of `enginedead probe`, each against a real SLOW and a real HUNG guarded
+    server (hang_s 3 s, a 20 s window): neither kills the slow engine; the tight one (2 s
+    period, 2 failures) finds the hang, the Kubernetes default (10 s, 3 failures) cannot
+    within 20 s and fails, saying so."""
+    monkeypatch.setenv("ENGINEDEAD_PROBE_SETTINGS", "tight=2/1/2,k8s=10/1/3")
+    monkeypatch.setenv("ENGINEDEAD_PROBE_WINDOW", "20")
+    monkeypatch.setenv("ENGINEDEAD_PROBE_HANG_S", "3")
+    result = pytester.runpytest_subprocess("-p", "enginedead", "-p", "no:cacheprovider", "-rA",
+                                           "--pyargs", "pytest_enginedead.conformance")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines([
+        "PASSED *test_a_slow_engine_is_never_killed[[]tight[]]",
+        "PASSED *test_a_slow_engine_is_never_killed[[]k8s[]]",
+        "PASSED *test_a_hung_engine_is_found[[]tight[]]",
+        "FAILED *test_a_hung_engine_is_found[[]k8s[]]*",
+    ])
+    result.stdout.fnmatch_lines(["*did not find a worker hung inside its step within 20 s*"])
+    assert decoy.is_running()

@@ -130,6 +130,8 @@ def test_engines_never_phone_home() -> None:
     finally:
         engine.stop()
     assert started_with["VLLM_NO_USAGE_STATS"] == "1" and started_with["HF_HUB_OFFLINE"] == "1"
+    # vLLM's ipc:// sockets, left in the temp dir by every engine otherwise, go with the run dir
+    assert started_with[compat.RPC_BASE_ENV] == engine.run_dir
 
 
 def test_server_arguments_become_flags() -> None:

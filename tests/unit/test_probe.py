@@ -376,3 +376,20 @@ def test_a_setting_of_ones_own_is_replayed() -> None:
     run = probing.Run("HUNG", True, 60, samples={"enginedead probe": samples(12, 60)})
     assert probing.cell(run, "enginedead probe", mine) == "found at 27s"  # 15, 20, 25 failed; +2 s timeout
     assert "mine (5s/2s/x3)" in probing.table([run], (*probing.SETTINGS, mine))
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"ENGINEDEAD_PROBE_SETTINGS": "bad"},
+     "ENGINEDEAD_PROBE_SETTINGS='bad' (from environment): 'bad' is not"),
+    ({"ENGINEDEAD_PROBE_KIND": "ping"}, "ENGINEDEAD_PROBE_KIND='ping' (from environment): one of probe,"),
+    ({"ENGINEDEAD_PROBE_WINDOW": "0"}, "ENGINEDEAD_PROBE_WINDOW='0' (from environment): not a number"),
+])
+def test_the_conformance_suite_refuses_bad_settings_with_exit_4(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], says: str
+) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = pytester.runpytest_subprocess("-p", "enginedead", "--pyargs", "pytest_enginedead.conformance")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [ln for ln in result.stderr.lines + result.stdout.lines if ln.startswith("ERROR")]
+    assert len(errors) == 1 and says in errors[0], result.stdout.lines + result.stderr.lines
