@@ -139,7 +139,12 @@ def test_calibrate_tiny_model(tmp_path: Path) -> None:
     # The bundled model's logits (hidden 256 x vocab 32000) make 64 sequences cost ~3x one
     # even with the other core busy; 1 vs 8 is within noise on this model, so not asserted.
     assert max(p50[0], p50[1]) < p50[2], p50
-    assert out["fit"]["b_s_per_seq"] > 0, out["fit"]
+    # the fit is made on each size's p99 (a deadline is for the worst steps): it grows when they
+    # do. On a fast box a 20 ms step's p99 is the other xdist worker's noise, and can fall.
+    p99 = [r["p99_s"] for r in results]
+    assert out["fit"]["b_s_per_seq"] >= 0, out["fit"]
+    if p99[-1] > max(p99[:-1]):
+        assert out["fit"]["b_s_per_seq"] > 0, (out["fit"], p99)
     assert all(r["steps"] >= 20 for r in results)
     rec = [r["recommended_s"] for r in results]
     assert rec == sorted(rec) and rec[0] >= STOCK_DEADLINE_S and rec[-1] <= 7200

