@@ -60,7 +60,11 @@ def test_gemma4_moe_decode_batch_outlives_its_deadline(
     assert engine["injection"] == "none" and engine["batch_size"] == sizes.dying
     (death,) = test["deaths"]
     (worker,) = [p for p in death["processes"] if p["step"]]
-    assert worker["step"]["batch_size"] == sizes.dying  # the shaped step, decodes beside newcomers
+    # the shaped step, decodes beside newcomers: vLLM may admit the newcomers over several steps
+    # (227 of 496 in the first, on a fast box), and any of them the fit says outlives the deadline
+    died_at = worker["step"]["batch_size"]
+    assert sizes.living < died_at <= sizes.dying, (died_at, sizes)
+    assert sizes.cost.predict(died_at) >= sizes.deadline_s, (died_at, sizes)
     found = death["where"]
     assert found["samples"] > 1 and found["model"]["qualname"] == "Gemma4DecoderLayer.forward", found
     assert any(MOE_CALL.search(line["source"]) and line["samples"] >= 1 for line in found["lines"]), found

@@ -141,9 +141,7 @@ def test_unset_or_bad_the_guard_touches_nothing_in_vllm(
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ENGINEDEAD_")}
     done = subprocess.run(
         [sys.executable, str(script), BUNDLED_MODEL],
-        # vLLM's ipc sockets into tmp_path: outside the harness they would stay in the temp dir
-        env={**clean, **compat.engine_environment(), **env, "ENGINEDEAD_REPORT_PATCHES": str(report),
-             compat.RPC_BASE_ENV: str(tmp_path)},
+        env={**clean, **compat.engine_environment(), **env, "ENGINEDEAD_REPORT_PATCHES": str(report)},
         capture_output=True, text=True, timeout=300, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
