@@ -138,7 +138,7 @@ def judge(state: record.GuardState | None, now: float, busy: bool | None) -> Ans
         return Answer(True, "alive: no step is running long")
     ran = now - state.sent
     stale = now - state.updated > STALE_S
-    busy_at = max(state.busy_at, now) if (stale and busy) else state.busy_at
+    busy_at = now if (stale and busy) else state.busy_at  # the probe saw it computing just now
     if not stale and state.verdict == "SLOW":
         busy_at = max(busy_at, state.updated)
     idle = now - busy_at
