@@ -26,6 +26,11 @@ LIVE = 0.5
 DIE = 2.5
 
 
+class FlatSteps(ValueError):
+    """The measured steps do not grow with the batch: the per-sequence cost is below what this
+    machine's noise lets a few steps resolve (a fast box, a small model, a busy neighbour)."""
+
+
 @dataclass(frozen=True)
 class StepCost:
     """A model's decode step on this machine: ``a_s + b_s x n`` for n one-token sequences."""
@@ -46,7 +51,8 @@ class StepCost:
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
         if b <= 0:
-            raise ValueError(f"step time does not grow with the batch on {model}: {points}")
+            shown = ", ".join(f"{n}: {s:.4f} s" for n, s in sorted(points.items()))
+            raise FlatSteps(f"step time does not grow with the batch on {model} (p50 at batch {shown})")
         return cls(model, my - b * mx, b, points)
 
     def predict(self, n: float) -> float:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from machine import StepCost
+from machine import FlatSteps, StepCost
 from pytest_enginedead import compat
 
 HERE = Path(__file__).resolve().parent
@@ -56,10 +56,23 @@ def step_cost(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., StepCos
         cores = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")
         key = hashlib.sha1(f"{model}|{list(batch_sizes)}|{steps}|{cores}".encode()).hexdigest()[:12]
         cache = root / f"enginedead-steps-{key}.json"
+        flat = root / f"enginedead-steps-{key}.flat"
         with _locked(root / f"enginedead-steps-{key}.lock"):
+            if flat.exists():  # measured twice already by another test of the session
+                pytest.skip(flat.read_text())
             if not cache.exists():
                 cache.write_text(json.dumps(_measure(model, batch_sizes, steps)))
-        return StepCost.fit(str(model), json.loads(cache.read_text()))
+            try:
+                return StepCost.fit(str(model), json.loads(cache.read_text()))
+            except FlatSteps as first:
+                # a busy neighbour (the other xdist worker) can drown a fast box's per-sequence
+                # cost in one measurement: measure once more, then say why the test cannot size
+                cache.write_text(json.dumps(_measure(model, batch_sizes, steps)))
+                try:
+                    return StepCost.fit(str(model), json.loads(cache.read_text()))
+                except FlatSteps as again:
+                    flat.write_text(f"this machine cannot size the test: {first}; measured again: {again}")
+                    pytest.skip(flat.read_text())
 
     return measured
 

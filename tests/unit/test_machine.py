@@ -56,3 +56,13 @@ def test_a_machine_too_fast_for_the_model_skips_with_a_reason() -> None:
     assert isinstance(reason, str)
     assert reason.startswith("this machine is too fast for the test: no batch up to 512 takes 2.5 x")
     assert "batch 512 is predicted 0.52 s" in reason
+
+
+def test_flat_steps_are_their_own_error_naming_the_points() -> None:
+    """A fast box's steps drowned in a neighbour's noise: the engine fixture measures again
+    and then skips on this error (tests/engine/conftest.py), so it must be told apart."""
+    from machine import FlatSteps
+
+    rows = [{"batch_size": 2, "p50_s": 0.0787}, {"batch_size": 16, "p50_s": 0.0490}, {"batch_size": 32, "p50_s": 0.0646}]
+    with pytest.raises(FlatSteps, match=r"does not grow with the batch on m \(p50 at batch 2: 0.0787 s, 16: 0.0490 s"):
+        StepCost.fit("m", rows)
