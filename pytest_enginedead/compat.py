@@ -410,10 +410,23 @@ def engine_environment() -> dict[str, str]:
         # quiet unless the user asks for more; vLLM reads it when first imported
         "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "WARNING"),
     }
-    if "VLLM_CPU_KVCACHE_SPACE" not in os.environ:
-        # an explicit KV cache (GiB) instead of a share of whatever RAM is free now
-        env["VLLM_CPU_KVCACHE_SPACE"] = "1"
     return env
+
+
+# --- the KV cache -------------------------------------------------------------------
+
+#: vLLM's CPU KV cache in whole GiB; the CPU platform reads it and it overrides ``KV_CACHE_ARG``
+KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+#: the engine argument (bytes) the CPU worker sizes its KV cache by (``--kv-cache-memory-bytes``)
+KV_CACHE_ARG = "kv_cache_memory_bytes"
+#: from when the CPU platform takes ``KV_CACHE_ARG`` (read in 0.27.1's and 0.32.0's
+#: ``platforms/cpu.py`` and ``v1/worker/cpu_worker.py``); before, only ``KV_CACHE_ENV``
+KV_CACHE_BYTES_SINCE: Version = (0, 27, 0)
+
+
+def kv_cache_in_bytes(version: str | Version | None) -> bool:
+    """Whether this vLLM sizes a CPU engine's KV cache by ``KV_CACHE_ARG``."""
+    return as_version(version) >= KV_CACHE_BYTES_SINCE
 
 
 def shutdown_llm(llm: Any) -> None:

@@ -30,6 +30,7 @@ from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
 from .liveness import LivenessSettings, ProcessEvidence, snapshot
 from .planning import EngineSpec, GuardSpec, Instructions
 from .record import StepTime
+from .sizing import slices
 
 
 class Progress(Protocol):
@@ -86,6 +87,10 @@ class EngineBase:
     """
 
     kind = "engine"
+    #: ask vLLM to stop (``shutdown``) before ending the processes by pid
+    graceful_stop = True
+    #: seconds between SIGTERM and SIGKILL when the processes are ended by pid
+    stop_grace_s = 3.0
 
     def __init__(self, spec: EngineSpec, reaper: Reaper | None = None) -> None:
         self.spec = spec
@@ -125,14 +130,35 @@ class EngineBase:
             env[compat.RPC_BASE_ENV] = self.run_dir
         if self.spec.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.cpu_bind
-        if self.spec.kv_cache_gib is not None:
-            env["VLLM_CPU_KVCACHE_SPACE"] = str(self.spec.kv_cache_gib)
+        env.update(self.kv_cache()[0])
         if self.spec.guard is not None:
             env[guard.GUARD_ENV] = "1"
             env[guard.GUARD_HANG_ENV] = repr(self.spec.guard.hang_s)
             env[guard.GUARD_POLICY_ENV] = self.spec.guard.policy
             env[guard.GUARD_PATH_ENV] = os.pathsep.join([*sys.path[:1], os.getcwd()])
         return env
+
+    def kv_cache(self) -> tuple[dict[str, str], dict[str, int]]:
+        """How the KV cache is sized: (environment, engine arguments) to start with.
+
+        Given, it is the spec's whole GiB, the user's ``VLLM_CPU_KVCACHE_SPACE`` (inherited)
+        or their ``kv_cache_memory_bytes``.  Else what this engine's sequences can fill
+        (``slices.kv_cache_bytes``, at most the 1 GiB the harness always gave): the cache is
+        allocated at start, where 1 GiB took ~3 s of a 2-core box's engine start.  A vLLM
+        or a model config it cannot be sized for gets 1 GiB.
+        """
+        if self.spec.kv_cache_gib is not None:
+            return {compat.KV_CACHE_ENV: str(self.spec.kv_cache_gib)}, {}
+        if compat.KV_CACHE_ENV in os.environ or compat.KV_CACHE_ARG in dict(self.spec.extra_args):
+            return {}, {}
+        length = self.spec.max_model_len
+        if length is not None and compat.kv_cache_in_bytes(compat.installed_version()):
+            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
+                with open(os.path.join(self.spec.model, "config.json")) as f:
+                    config = json.load(f)
+                size = slices.kv_cache_bytes(config, self.spec.max_num_seqs, length)
+                return {}, {compat.KV_CACHE_ARG: size}
+        return {compat.KV_CACHE_ENV: "1"}, {}
 
     def cleared_variables(self) -> list[str]:
         """The guard's variables the engine's processes must not inherit (none of them set here)."""
@@ -208,6 +234,7 @@ class EngineBase:
         Ctrl-C is held while it runs (``cleanup.held``) and raised when it is done; once
         one came, or the run was interrupted before (``hurry``), vLLM's graceful shutdown
         is skipped: the processes are ended by pid at once, the client closed after.
+        Kinds whose graceful shutdown buys nothing skip it always (``graceful_stop``).
         """
         with cleanup.held:
             self.stopped = True
@@ -216,9 +243,9 @@ class EngineBase:
             def fast() -> bool:
                 return self.hurry or cleanup.held.interrupted
 
-            if not fast():
+            if self.graceful_stop and not fast():
                 self.shutdown(give_up=fast)
-            leftover = terminate(self.procs, at_once=fast())
+            leftover = terminate(self.procs, grace_s=self.stop_grace_s, at_once=fast())
             self.shutdown()
             self._clean_up(leftover)
         if not cleanup.held.holding and cleanup.held.take():
@@ -328,6 +355,13 @@ class EngineBase:
 class Engine(EngineBase):
     """One real offline vLLM CPU engine (``vllm.LLM`` in this process) and its processes."""
 
+    # vLLM's own shutdown of an offline engine SIGTERMs its engine core, which does not
+    # exit on it (0.32.0: it waits on its worker, then on nothing), and SIGKILLs it after
+    # 5 s: 5 s of every stop for nothing the harness needs.  The worker exits on SIGTERM at
+    # once; the engine core gets a second, then SIGKILL; the client is closed after.
+    graceful_stop = False
+    stop_grace_s = 1.0
+
     def __init__(self, spec: EngineSpec, reaper: Reaper | None = None) -> None:
         super().__init__(spec, reaper)
         self.llm: Any = None
@@ -339,7 +373,8 @@ class Engine(EngineBase):
         env = self.environment(first)
         me = psutil.Process()
         before = {p.pid for p in me.children(recursive=True)}
-        kwargs = compat.llm_kwargs(self.spec.model, self.spec.max_num_seqs, dict(self.spec.extra_args))
+        kwargs = compat.llm_kwargs(self.spec.model, self.spec.max_num_seqs,
+                                   {**dict(self.spec.extra_args), **self.kv_cache()[1]})
         t0 = time.monotonic()
         ticker = _Ticker(progress, f"starting engine ({self.spec.label()})", t0)
         watch = _RefusalWatch(self, me, before)

@@ -49,7 +49,8 @@ class EngineSpec:
     guard: GuardSpec | None = None
     #: vLLM's OpenAI-compatible API server instead of an offline ``vllm.LLM``
     server: bool = False
-    #: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE), None = the harness's default 1 GiB or the user's
+    #: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE), None = the user's, else what the engine's
+    #: sequences can fill, at most 1 GiB (``EngineBase.kv_cache``)
     kv_cache_gib: int | None = None
 
     @property

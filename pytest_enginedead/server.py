@@ -114,7 +114,7 @@ class Server(EngineBase):
         self.instruct(first)
         self.port = free_port()
         cmd = server_command(self.spec.model, self.port, self.spec.max_num_seqs, self.served_name,
-                             self.spec.extra_args)
+                             (*self.spec.extra_args, *self.kv_cache()[1].items()))
         env = self.process_environment(first, os.environ)
         t0 = time.monotonic()
         ticker = _Ticker(progress, f"starting server ({self.spec.label()})", t0)

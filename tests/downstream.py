@@ -281,8 +281,17 @@ class Background:
                     proc.kill()
 
 
+#: the commands that write a log (default: a file in the temp dir, which a test would leave)
+LOGGING_COMMANDS = ("check", "calibrate")
+
+
 def enginedead(*args: str, timeout: float = 30, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The ``enginedead`` command (``python -m pytest_enginedead.cli ARGS``)."""
+    """The ``enginedead`` command (``python -m pytest_enginedead.cli ARGS``).
+
+    With ``cwd``, a check's or calibrate's log goes there unless the test gives ``--log``.
+    """
+    if cwd is not None and args and args[0] in LOGGING_COMMANDS and "--log" not in args:
+        args = (*args, "--log", str(cwd / f"enginedead-{args[0]}.log"))
     return subprocess.run(
         [sys.executable, "-m", "pytest_enginedead.cli", *args],
         capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,

@@ -147,3 +147,53 @@ def test_server_arguments_become_flags() -> None:
     assert cmd[cmd.index("--max-model-len", cmd.index("--max-model-len") + 1) + 1] == "256"
     assert "--enable-lora" in cmd and "--seed" not in cmd
     assert cmd.index("--no-enforce-eager") > cmd.index("--enforce-eager")  # the last one wins
+
+
+def _kv_cache(spec_kwargs: dict[str, object], version: str | None = "0.32.0",
+              monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[dict[str, str], dict[str, int]]:
+    from pytest_enginedead.engine import EngineBase
+    from pytest_enginedead.options import BUNDLED_MODEL
+    from pytest_enginedead.planning import EngineSpec
+
+    assert monkeypatch is not None
+    monkeypatch.setattr(compat, "installed_version", lambda: version)
+    spec_kwargs = {"model": BUNDLED_MODEL, "max_num_seqs": 64, **spec_kwargs}
+    engine = EngineBase(EngineSpec(**spec_kwargs))  # type: ignore[arg-type]
+    try:
+        return engine.kv_cache()
+    finally:
+        engine.stop()
+
+
+def test_the_kv_cache_is_what_the_engines_sequences_can_fill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine allocates its KV cache at start (1 GiB: ~3 s of a 2-core box's start): the
+    harness asks for what max_num_seqs sequences at max_model_len fill, x1.5, at most 1 GiB;
+    whatever the user, the spec or an old vLLM says wins."""
+    from pytest_enginedead.sizing import slices
+
+    monkeypatch.delenv(compat.KV_CACHE_ENV, raising=False)
+    mib = 1024**2
+    # the bundled model: 2 layers x 4 kv heads x 64 x (k, v) x bf16 = 2 KiB a token
+    assert _kv_cache({}, monkeypatch=monkeypatch) == ({}, {compat.KV_CACHE_ARG: 64 * 512 * 2048 * 3 // 2})
+    assert _kv_cache({"max_num_seqs": 8, "extra_args": (("max_model_len", 256),)},
+                     monkeypatch=monkeypatch)[1] == {compat.KV_CACHE_ARG: 6 * mib}
+    assert _kv_cache({"max_num_seqs": 4096}, monkeypatch=monkeypatch)[1] == {compat.KV_CACHE_ARG: slices.GIB}
+    # given: the spec's GiB, the user's variable, the user's engine argument
+    assert _kv_cache({"kv_cache_gib": 3}, monkeypatch=monkeypatch) == ({compat.KV_CACHE_ENV: "3"}, {})
+    assert _kv_cache({"extra_args": ((compat.KV_CACHE_ARG, 1 << 28),)}, monkeypatch=monkeypatch) == ({}, {})
+    monkeypatch.setenv(compat.KV_CACHE_ENV, "2")
+    assert _kv_cache({}, monkeypatch=monkeypatch) == ({}, {})
+    monkeypatch.delenv(compat.KV_CACHE_ENV)
+    # a vLLM before the CPU platform took bytes, or a model it cannot be sized for: 1 GiB
+    assert _kv_cache({}, version="0.20.0", monkeypatch=monkeypatch) == ({compat.KV_CACHE_ENV: "1"}, {})
+    assert _kv_cache({"model": "/nonexistent"}, monkeypatch=monkeypatch) == ({compat.KV_CACHE_ENV: "1"}, {})
+
+
+def test_a_kv_cache_holds_at_least_one_full_sequence() -> None:
+    """vLLM refuses a KV cache that cannot hold one max_model_len sequence: the cap gives way."""
+    from pytest_enginedead.sizing import slices
+
+    config = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
+              "head_dim": 64, "hidden_size": 256, "torch_dtype": "bfloat16"}
+    assert slices.kv_cache_bytes(config, 1, 1024, cap=1024**2) == 3 * 1024**2  # 2 MiB x 1.5
+    assert slices.kv_cache_bytes(config, 1000, 1024) == slices.GIB

@@ -63,6 +63,6 @@ def test_flat_steps_are_their_own_error_naming_the_points() -> None:
     and then skips on this error (tests/engine/conftest.py), so it must be told apart."""
     from machine import FlatSteps
 
-    rows = [{"batch_size": 2, "p50_s": 0.0787}, {"batch_size": 16, "p50_s": 0.0490}, {"batch_size": 32, "p50_s": 0.0646}]
-    with pytest.raises(FlatSteps, match=r"does not grow with the batch on m \(p50 at batch 2: 0.0787 s, 16: 0.0490 s"):
+    rows = [{"batch_size": n, "p50_s": s} for n, s in ((2, 0.0787), (16, 0.0490), (32, 0.0646))]
+    with pytest.raises(FlatSteps, match=r"does not grow with the batch on m \(p50 at batch 2: 0.0787 s"):
         StepCost.fit("m", rows)
