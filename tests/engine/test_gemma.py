@@ -53,7 +53,8 @@ def test_gemma4_moe_decode_batch_outlives_its_deadline(
     # of them, and how the MoE call compares with the dense MLP beside it, depends on the box)
     where = next(line for line in out.splitlines() if line.startswith("  where:"))
     print(where)
-    named = [name for name in MOE_WHERE if f"where:      {name} (vllm/model_executor/models/gemma4.py)" in where]
+    module = "(vllm/model_executor/models/gemma4.py)"
+    named = [name for name in MOE_WHERE if f"where:      {name} {module}" in where]
     assert named, where
     assert MOE_CALL.search(where) and "the worker's own stack at the deadline" in where, where
     data = result.report
