@@ -28,9 +28,12 @@ demo: setup
 # The type and lint gate first (a type error fails in seconds), then the whole suite
 # under xdist on the pinned vLLM (.venv).  The other releases run in `make matrix`
 # (and as the CI workflow's matrix jobs, one per release x shard).
+# PYTEST_ARGS go to that pytest, e.g. a durations file for the CI shards:
+#   make test PYTEST_ARGS="--enginedead-store-durations durations/vllm0320.json"
+PYTEST_ARGS ?=
 test: setup
 	$(MAKE) tox TOXARGS="-e lint"
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # Every other installable release, one after the other: the smoke set (the false death,
 # the genuine deaths, the guard, the server, the Gemma-4 MoE) on each; the whole suite
