@@ -68,41 +68,69 @@ START_ONE = textwrap.dedent(
         mode = sys.argv[1]
         from vllm import LLM  # import is not what we measure
         from pytest_enginedead import compat
-        from pytest_enginedead.engine import Engine
+        from pytest_enginedead.engine import Engine, EngineBase
         from pytest_enginedead.options import BUNDLED_MODEL
         from pytest_enginedead.planning import EngineSpec, Instructions
+        spec = EngineSpec(BUNDLED_MODEL, 8)
         if mode == "harness":
-            engine = Engine(EngineSpec(BUNDLED_MODEL, 8))
+            engine = Engine(spec)
             instructions = Instructions(300.0, "bench")
             t0 = time.monotonic(); engine.start(instructions); dt = time.monotonic() - t0
-            engine.stop()
+            t1 = time.monotonic(); engine.stop(); stop = time.monotonic() - t1
         else:
             os.environ.update(compat.engine_environment())
             os.environ[compat.DEADLINE_ENV] = compat.deadline_env_value(300.0)
             kwargs = compat.llm_kwargs(BUNDLED_MODEL, 8)
+            if mode == "bare":  # the KV cache the harness asks for: the same engine
+                probe = EngineBase(spec)
+                env, args = probe.kv_cache()
+                probe.stop()
+                os.environ.update(env); kwargs.update(args)
+            else:  # "bare-1gib": the 1 GiB every harness engine got before 2026-12-03
+                os.environ[compat.KV_CACHE_ENV] = "1"
             t0 = time.monotonic(); llm = LLM(**kwargs); dt = time.monotonic() - t0
-            compat.shutdown_llm(llm)
-        print(json.dumps({"mode": mode, "start_s": dt}))
+            t1 = time.monotonic(); compat.shutdown_llm(llm); stop = time.monotonic() - t1
+        print(json.dumps({"mode": mode, "start_s": dt, "stop_s": stop}))
     """
 )
 
+#: harness vs bare vLLM with the same engine; and bare vLLM with the old fixed 1 GiB KV cache
+START_MODES = ("harness", "bare", "bare-1gib")
+
 
 def bench_start(rounds: int = 3) -> dict[str, Any]:
+    """Engine start (and stop) side by side, the modes' order rotating each round.
+
+    ``harness`` ÷ ``bare`` is what the harness adds to vLLM's own start (target <= 1.05);
+    ``bare`` ÷ ``bare-1gib`` what sizing the KV cache saves; the stops are the harness's (by
+    pid) against vLLM's own shutdown.
+    """
     script = Path(tempfile.mkdtemp(dir=SCRATCH.name)) / "start_one.py"
     script.write_text(START_ONE)
-    times: dict[str, list[float]] = {"harness": [], "bare": []}
+    starts: dict[str, list[float]] = {m: [] for m in START_MODES}
+    stops: dict[str, list[float]] = {m: [] for m in START_MODES}
     for i in range(rounds):
-        order = ("harness", "bare") if i % 2 == 0 else ("bare", "harness")
+        order = START_MODES[i % 3:] + START_MODES[:i % 3]
         for mode in order:
             out = subprocess.run([PY, str(script), mode], capture_output=True, text=True, timeout=600)
             line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
             if not line:
                 raise RuntimeError(f"{mode} start failed:\n{out.stderr[-3000:]}")
-            times[mode].append(json.loads(line[-1])["start_s"])
-            print(f"  start {mode:8s} {times[mode][-1]:.2f} s", flush=True)
-    h, b = statistics.median(times["harness"]), statistics.median(times["bare"])
-    return {"harness_s": times["harness"], "bare_s": times["bare"], "median_harness_s": h,
-            "median_bare_s": b, "ratio": h / b, "target": "<= 1.05"}
+            data = json.loads(line[-1])
+            starts[mode].append(data["start_s"])
+            stops[mode].append(data["stop_s"])
+            print(f"  {mode:9s} start {starts[mode][-1]:.2f} s, stop {stops[mode][-1]:.2f} s", flush=True)
+    med = {m: statistics.median(starts[m]) for m in START_MODES}
+    stop = {m: statistics.median(stops[m]) for m in START_MODES}
+    print(f"  harness / bare {med['harness'] / med['bare']:.3f}; sized KV / 1 GiB "
+          f"{med['bare'] / med['bare-1gib']:.3f}; stop: harness {stop['harness']:.2f} s, "
+          f"vLLM's shutdown {stop['bare']:.2f} s", flush=True)
+    return {"harness_s": starts["harness"], "bare_s": starts["bare"], "bare_1gib_s": starts["bare-1gib"],
+            "median_harness_s": med["harness"], "median_bare_s": med["bare"],
+            "median_bare_1gib_s": med["bare-1gib"], "ratio": med["harness"] / med["bare"],
+            "kv_sized_ratio": med["bare"] / med["bare-1gib"],
+            "median_stop_harness_s": stop["harness"], "median_stop_vllm_s": stop["bare"],
+            "target": "<= 1.05"}
 
 
 # --- step and guard: two engines side by side, paired --------------------------------
@@ -289,6 +317,22 @@ def bench_step(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 
           f"identical engines differ by {s['control_ratio']:.3f}", flush=True)
     return {"batch": n, "pairs": pairs, **s, "direct_record_s_per_step": direct,
             "direct_record_s_per_step_without_watch": unwatched, "target": "<= 1.02"}
+
+
+def bench_record(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 2) -> dict[str, Any]:
+    """The step record alone (with the deadline watch armed and the control file read per
+    RPC) vs the plugin inert, paired: what the code inside vLLM costs a step, without the
+    harness-side sampler that ``step`` adds."""
+    pairs = _paired("rec", "off", rounds, n, tokens, repeats)
+    for p in pairs:
+        for mode, steps, core in zip(p["modes"], p["recorded"], p["core"], strict=True):
+            if (mode == "rec") != bool(steps and core):
+                raise RuntimeError(f"the record must be on in 'rec' and off in 'off': {p}")
+    s = _summary(pairs, "rec", "off")
+    print(f"  record/off over {len(s['pair_ratios'])} pairs, start order cancelled: {s['ratio']:.3f} "
+          f"(pairs {min(s['pair_ratios']):.3f}-{max(s['pair_ratios']):.3f}); "
+          f"identical engines differ by {s['control_ratio']:.3f}", flush=True)
+    return {"batch": n, "pairs": pairs, **s, "target": "<= 1.02"}
 
 
 def bench_guard(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int = 2) -> dict[str, Any]:
@@ -524,8 +568,9 @@ def bench_xdist(rounds: int = 1) -> dict[str, Any]:
     return {"runs": runs, "median_n0_s": n0, "median_n2_s": n2, "speedup": n0 / n2, "same_outcomes": same}
 
 
-BENCHES = {"start": bench_start, "step": bench_step, "guard": bench_guard, "verdict": bench_verdict,
-           "server": bench_server, "check": bench_check, "suite": bench_suite, "xdist": bench_xdist}
+BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "guard": bench_guard,
+           "verdict": bench_verdict, "server": bench_server, "check": bench_check, "suite": bench_suite,
+           "xdist": bench_xdist}
 
 
 def main(argv: list[str]) -> int:
