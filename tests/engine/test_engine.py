@@ -184,7 +184,9 @@ def test_tests_with_different_deadlines_and_faults_share_one_engine(
     assert quick["step_max_s"] < 1.0 <= 1.6 <= slow["step_max_s"]  # its own faults: 0.01 vs 0.2 s/seq
     assert quick["verdict"] is None and slow["verdict"] is None and dying["verdict"] == "SLOW"
     (death,) = dying["deaths"]
-    assert 1.0 <= death["elapsed_s"] < 1.6, death["elapsed_s"]  # died at its own 1 s, mid-step
+    # died at its own 1 s, mid-step (a 1.6 s step), before the others' 3 s or 680 s could fire:
+    # a relation, not this box's seconds (1.62 s here once, with the other xdist worker busy)
+    assert 1.0 <= death["elapsed_s"] < min(quick["deadline_s"], slow["deadline_s"]), death["elapsed_s"]
     assert death["deadline_source"] == (
         "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=1, set from the enginedead_timeout marker"
     )
