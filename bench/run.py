@@ -78,8 +78,11 @@ START_ONE = textwrap.dedent(
             t0 = time.monotonic(); engine.start(instructions); dt = time.monotonic() - t0
             t1 = time.monotonic(); engine.stop(); stop = time.monotonic() - t1
         else:
+            import shutil, tempfile
             os.environ.update(compat.engine_environment())
             os.environ[compat.DEADLINE_ENV] = compat.deadline_env_value(300.0)
+            ipc = tempfile.mkdtemp(prefix="ed-ipc-")  # vLLM's sockets, removed below
+            os.environ[compat.RPC_BASE_ENV] = ipc
             kwargs = compat.llm_kwargs(BUNDLED_MODEL, 8)
             if mode == "bare":  # the KV cache the harness asks for: the same engine
                 probe = EngineBase(spec)
@@ -90,6 +93,7 @@ START_ONE = textwrap.dedent(
                 os.environ[compat.KV_CACHE_ENV] = "1"
             t0 = time.monotonic(); llm = LLM(**kwargs); dt = time.monotonic() - t0
             t1 = time.monotonic(); compat.shutdown_llm(llm); stop = time.monotonic() - t1
+            shutil.rmtree(ipc, ignore_errors=True)
         print(json.dumps({"mode": mode, "start_s": dt, "stop_s": stop}))
     """
 )
@@ -445,6 +449,7 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
 def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str, Any]:
     """(a) harness ``Server.start`` vs the bare server, same command line and environment
     less the harness's ENGINEDEAD_* variables; (b) the false death through the server, cold."""
+    from pytest_enginedead import compat
     from pytest_enginedead.options import BUNDLED_MODEL
     from pytest_enginedead.planning import EngineSpec, Instructions
     from pytest_enginedead.server import Server, free_port, server_command
@@ -459,6 +464,7 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
         shutil.rmtree(probe.run_dir, ignore_errors=True)
     env = {k: v for k, v in env.items() if not k.startswith("ENGINEDEAD_")}
     logs = Path(tempfile.mkdtemp(dir=SCRATCH.name))
+    env[compat.RPC_BASE_ENV] = str(logs)  # the probe's run dir is gone; the scratch goes at exit
     times: dict[str, list[float]] = {"harness": [], "bare": []}
     for i in range(rounds):
         for mode in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -139,11 +141,17 @@ def test_unset_or_bad_the_guard_touches_nothing_in_vllm(
     script.write_text(INERT)
     report = tmp_path / "patches.json"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ENGINEDEAD_")}
-    done = subprocess.run(
-        [sys.executable, str(script), BUNDLED_MODEL],
-        env={**clean, **compat.engine_environment(), **env, "ENGINEDEAD_REPORT_PATCHES": str(report)},
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
+    # no harness here to give vLLM's ipc sockets a home it removes; without one they stay in /tmp
+    ipc = tempfile.mkdtemp(prefix="ed-ipc-")
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), BUNDLED_MODEL],
+            env={**clean, **compat.engine_environment(), **env, compat.RPC_BASE_ENV: ipc,
+                 "ENGINEDEAD_REPORT_PATCHES": str(report)},
+            capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        )
+    finally:
+        shutil.rmtree(ipc, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(report.read_text()) == {
         "MultiprocExecutor.collective_rpc": patched,
