@@ -52,8 +52,9 @@ test-fast: setup
 # The engine suite on a deliberately slowed machine: a busy loop holds the last core for
 # the whole run (tests/slowed.py starts it and stops it by pid), so one xdist worker's
 # engines run at half speed; the tests size themselves from steps measured in the run.
+# PYTEST_ARGS as for test, e.g. PYTEST_ARGS=-rA to see every test's machine-derived sizes.
 test-slow: setup
-	$(PY) tests/slowed.py -- $(PY) -m pytest -n 2 --dist loadgroup -m engine
+	$(PY) tests/slowed.py -- $(PY) -m pytest -n 2 --dist loadgroup -m engine $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) bench/run.py
