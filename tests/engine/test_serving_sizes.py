@@ -47,7 +47,17 @@ def test_sizing_forms_the_worst_step_the_bound_names(tmp_path: Path) -> None:
     assert 0.5 / spread < ratio < 2.0 * spread, (ratio, spread, worst)
     assert [r["batch_size"] for r in measured] == [1, 8, 16]
     assert all(r["context_tokens"] < 10 for r in measured)  # one-token prompts, a few decodes
-    assert measured[-1]["p50_s"] > measured[0]["p50_s"]
+    # 16 sequences cost more than 1 where this machine can see it: when the fit prices the 15
+    # more at a quarter of the batch-1 step or more. On a fast box the tiny model's decode is flat
+    # (3.275 ms at batch 1, 3.250 ms at 16 on a clean clone): there it may not be smaller than
+    # the batch-1 step beyond the spread measured in the same run
+    more_s = (terms["per_seq_s"] + terms["per_token_s"]) * 15
+    if more_s >= 0.25 * measured[0]["p50_s"]:
+        assert measured[-1]["p50_s"] > measured[0]["p50_s"], (more_s, measured)
+    else:
+        assert measured[-1]["p50_s"] * spread >= measured[0]["p50_s"], (more_s, spread, measured)
+        print(f"15 more sequences cost {more_s * 1e3:.2f} ms by the fit, under a quarter of the "
+              f"{measured[0]['p50_s'] * 1e3:.2f} ms batch-1 step: growth not asserted on this machine")
     # 256 tokens cost more than 16 where this machine can see it: when the fit prices the 240
     # more tokens at a quarter of the batch-16 step or more (on a fast box the tiny model's extra
     # tokens cost less than two steps' noise: 9.4 ms for the worst step, 10.0 ms for batch 16)
