@@ -81,8 +81,8 @@ START_ONE = textwrap.dedent(
             import shutil, tempfile
             os.environ.update(compat.engine_environment())
             os.environ[compat.DEADLINE_ENV] = compat.deadline_env_value(300.0)
-            ipc = tempfile.mkdtemp(prefix="ed-ipc-")  # vLLM's sockets, removed below
-            os.environ[compat.RPC_BASE_ENV] = ipc
+            ipc = tempfile.mkdtemp(prefix="ed-ipc-")  # vLLM's sockets and temp files, removed below
+            os.environ.update(compat.scratch_environment(ipc, os.environ))
             kwargs = compat.llm_kwargs(BUNDLED_MODEL, 8)
             if mode == "bare":  # the KV cache the harness asks for: the same engine
                 probe = EngineBase(spec)
@@ -464,7 +464,8 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
         shutil.rmtree(probe.run_dir, ignore_errors=True)
     env = {k: v for k, v in env.items() if not k.startswith("ENGINEDEAD_")}
     logs = Path(tempfile.mkdtemp(dir=SCRATCH.name))
-    env[compat.RPC_BASE_ENV] = str(logs)  # the probe's run dir is gone; the scratch goes at exit
+    # the probe's run dir is gone: vLLM's sockets and temp files go to the scratch, removed at exit
+    env.update(compat.scratch_environment(str(logs), os.environ))
     times: dict[str, list[float]] = {"harness": [], "bare": []}
     for i in range(rounds):
         for mode in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):

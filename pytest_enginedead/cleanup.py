@@ -53,8 +53,14 @@ class ProcRef:
 
 
 def mapped_shm(refs: Iterable[ProcRef]) -> set[str]:
-    """``/dev/shm`` entries our processes have mapped (read from /proc/<pid>/maps)."""
+    """``/dev/shm`` entries our processes have mapped (read from /proc/<pid>/maps).
+
+    By the name mapped and by inode: a multiprocessing semaphore is made under a temporary
+    name (glibc's ``sem_open``: ``sem.XXXXXX``, linked to ``sem.mp-...``, then unlinked),
+    so the maps name a deleted file while the entry lives on under the other name.
+    """
     found: set[str] = set()
+    inodes: set[int] = set()
     for ref in refs:
         if ref.process() is None:
             continue
@@ -64,6 +70,15 @@ def mapped_shm(refs: Iterable[ProcRef]) -> set[str]:
                     idx = line.find(SHM_DIR + "/")
                     if idx >= 0:
                         found.add(line[idx:].strip().removesuffix(" (deleted)"))
+                        fields = line.split()
+                        if len(fields) >= 5 and fields[4].isdigit():
+                            inodes.add(int(fields[4]))
+    if inodes:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(SHM_DIR):
+                with contextlib.suppress(OSError):
+                    if entry.is_file(follow_symlinks=False) and entry.inode() in inodes:
+                        found.add(entry.path)
     return found
 
 
@@ -96,17 +111,26 @@ def _forget_segment(name: str) -> None:
         resource_tracker.unregister("/" + name, "shared_memory")
 
 
-def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0, at_once: bool = False) -> list[ProcRef]:
+def terminate(
+    refs: Iterable[ProcRef], grace_s: float = 3.0, at_once: bool = False, shm: set[str] | None = None
+) -> list[ProcRef]:
     """SIGTERM, then SIGKILL after ``grace_s``; return the refs still alive (should be none).
 
     ``at_once`` (a run that was interrupted): no grace.  The processes and everything
     below them are first stopped (SIGSTOP), which keeps a process that is spawning one
     (an engine core starting its worker) from leaving a half-started child behind, and
     found again until no new one appears, then all killed.
+
+    ``shm`` gets the ``/dev/shm`` entries the processes map when they are killed: read from
+    the frozen tree, so that a segment or semaphore made since the caller last looked (an
+    engine core interrupted while it starts its worker) is not missed.  Killed, their
+    multiprocessing resource tracker cannot remove them; the caller does.
     """
     procs = [p for p in (r.process(zombie=True) for r in refs) if p is not None]
     if at_once:
         tree = _frozen(procs)
+        if shm is not None:
+            shm |= mapped_shm(ProcRef.of(p) for p in _listed(tree))
         for proc in tree:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
@@ -115,10 +139,23 @@ def terminate(refs: Iterable[ProcRef], grace_s: float = 3.0, at_once: bool = Fal
         with contextlib.suppress(psutil.Error):
             proc.terminate()
     alive = _wait_gone(procs, grace_s)
-    for proc in alive:
+    tree = _frozen(alive) if alive else []
+    if shm is not None:
+        shm |= mapped_shm(ProcRef.of(p) for p in _listed(tree))
+    for proc in tree:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    return [ProcRef.of(p) for p in _wait_gone(alive, 5.0)]
+    return [ProcRef.of(p) for p in _wait_gone(tree, 5.0)]
+
+
+def _listed(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``procs`` that still exist (``ProcRef.of`` needs their creation time)."""
+    found = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.create_time()
+            found.append(proc)
+    return found
 
 
 def _frozen(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -288,7 +325,7 @@ def _reap(registry: str) -> None:
         return
     refs = [ProcRef(int(pid), float(ct)) for pid, ct in data.get("procs", [])]
     shm = set(data.get("shm", [])) | mapped_shm(refs)
-    terminate(refs, grace_s=2.0)
+    terminate(refs, grace_s=2.0, shm=shm)
     unlink_shm(shm)
     for run_dir in data.get("dirs", []):
         if os.path.basename(str(run_dir)).startswith("enginedead-"):  # only our run directories

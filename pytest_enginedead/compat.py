@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import getpass
 import importlib
 import importlib.metadata
 import importlib.util
@@ -17,6 +18,7 @@ import itertools
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -396,6 +398,37 @@ def llm_kwargs(model: str, max_num_seqs: int, extra: Mapping[str, Any] | None = 
 RPC_BASE_ENV = "VLLM_RPC_BASE_PATH"
 #: a socket's path is ``<base>/<uuid4>`` and must fit a Unix socket address (107 bytes)
 RPC_BASE_MAX_LEN = 107 - 1 - 36
+#: the temp dir of an engine's processes.  vLLM leaves files there that outlive the engine
+#: (0.32.0: the torch.distributed rendezvous ``<tmp>/vllm_dist_<uuid>`` of
+#: ``get_file_store_init_method``, one per start, never removed; a day of runs left 173)
+TMPDIR_ENV = "TMPDIR"
+#: torch's compile cache, by default in the temp dir: kept there, so engines still share it
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def scratch_environment(directory: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """Where an engine's processes put what they leave: ``directory``, removed after them.
+
+    Their temp dir and vLLM's ipc sockets go there; torch's compile cache stays where it
+    would have been for ``environ``.  A ``directory`` too long for a socket's path keeps
+    the sockets where ``environ`` has them (its ``VLLM_RPC_BASE_PATH``, else the temp dir).
+    """
+    here = tempfile.gettempdir()
+    env = {
+        TMPDIR_ENV: directory,
+        INDUCTOR_CACHE_ENV: environ.get(INDUCTOR_CACHE_ENV) or os.path.join(here, f"torchinductor_{_user()}"),
+        RPC_BASE_ENV: directory if len(directory) <= RPC_BASE_MAX_LEN else environ.get(RPC_BASE_ENV) or here,
+    }
+    return env
+
+
+def _user() -> str:
+    """The user name as torch writes it into its default compile cache's path."""
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = str(os.getuid())
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
 
 OFFLINE_ENV = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}
 

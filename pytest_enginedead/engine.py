@@ -126,8 +126,7 @@ class EngineBase:
             record.ENV_HARNESS_PID: str(os.getpid()),
             guard.GUARD_ENV: "0",
         }
-        if len(self.run_dir) <= compat.RPC_BASE_MAX_LEN:  # vLLM's ipc sockets go with the run dir
-            env[compat.RPC_BASE_ENV] = self.run_dir
+        env.update(compat.scratch_environment(self.run_dir, os.environ))  # removed with the run dir
         if self.spec.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.cpu_bind
         env.update(self.kv_cache()[0])
@@ -245,7 +244,7 @@ class EngineBase:
 
             if self.graceful_stop and not fast():
                 self.shutdown(give_up=fast)
-            leftover = terminate(self.procs, grace_s=self.stop_grace_s, at_once=fast())
+            leftover = terminate(self.procs, grace_s=self.stop_grace_s, at_once=fast(), shm=self.shm)
             self.shutdown()
             self._clean_up(leftover)
         if not cleanup.held.holding and cleanup.held.take():

@@ -315,6 +315,15 @@ def left_in_sessions(sessions: Iterable[int], spare: Iterable[int] = ()) -> list
     return found
 
 
+def left_in_temp(directory: Path) -> list[str]:
+    """What engines and the harness left in a run's temp dir: run directories
+    (``enginedead-*``), vLLM's rendezvous files (``vllm_dist_*``) and ipc sockets."""
+    return sorted(
+        p.name for p in directory.iterdir()
+        if p.name.startswith(("enginedead-", "vllm_dist_")) or p.is_socket()
+    )
+
+
 def title(ref: ProcRef) -> str:
     """A process's command line as ``ps`` shows it (vLLM sets it to its title), or ''."""
     proc = ref.process()

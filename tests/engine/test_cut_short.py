@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from downstream import Background, Downstream, assert_nothing_left, left_in_sessions
+from downstream import Background, Downstream, assert_nothing_left, left_in_sessions, left_in_temp
 
 pytestmark = pytest.mark.engine
 
@@ -65,7 +65,8 @@ def test_ctrl_c_stops_the_run_at_every_phase(
 ) -> None:
     """Ctrl-C at each phase of an engine's and a server's life: the run stops within 10 s
     with pytest's interrupted exit code (2), no INTERNALERROR, and leaves nothing: no
-    process in its sessions, no ``/dev/shm`` segment, no run directory."""
+    process in its sessions, no ``/dev/shm`` segment, no run directory, nothing of vLLM's
+    in its temp dir."""
     test, wait = CTRL_C[phase]
     # vLLM puts its ZMQ sockets under TMPDIR and refuses paths over 107 characters: under
     # xdist, pytest's own tmp_path is already close to that, so the scratch TMPDIR is short.
@@ -84,7 +85,7 @@ def test_ctrl_c_stops_the_run_at_every_phase(
     assert took < 10, f"{phase}: the run took {took:.1f} s to stop after Ctrl-C\n{out[-3000:]}"
     assert_nothing_left(run.seen, run.shm, decoy, within_s=5, context=out[-3000:])
     assert not left_in_sessions(run.sessions(), spare=[decoy.pid]), out[-3000:]
-    assert not [p.name for p in scratch.iterdir() if p.name.startswith("enginedead-")]
+    assert not left_in_temp(scratch), out[-3000:]
 
 
 def test_pytest_timeout_in_mid_step(downstream: Downstream, decoy: psutil.Process) -> None:

@@ -141,12 +141,13 @@ def test_unset_or_bad_the_guard_touches_nothing_in_vllm(
     script.write_text(INERT)
     report = tmp_path / "patches.json"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("ENGINEDEAD_")}
-    # no harness here to give vLLM's ipc sockets a home it removes; without one they stay in /tmp
+    # no harness here to give vLLM's ipc sockets and temp files a home it removes; without
+    # one they stay in /tmp
     ipc = tempfile.mkdtemp(prefix="ed-ipc-")
     try:
         done = subprocess.run(
             [sys.executable, str(script), BUNDLED_MODEL],
-            env={**clean, **compat.engine_environment(), **env, compat.RPC_BASE_ENV: ipc,
+            env={**clean, **compat.engine_environment(), **env, **compat.scratch_environment(ipc, clean),
                  "ENGINEDEAD_REPORT_PATCHES": str(report)},
             capture_output=True, text=True, timeout=300, cwd=tmp_path,
         )

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
 import psutil
 import pytest
 
-from downstream import Downstream, assert_nothing_left, engine_processes
+from downstream import Downstream, assert_nothing_left, engine_processes, left_in_temp
 
 pytestmark = pytest.mark.engine
 
@@ -30,10 +35,17 @@ def test_two_workers_one_report(downstream: Downstream, decoy: psutil.Process) -
     assert_nothing_left(*engine_processes(data), decoy)
 
 
-def test_killed_worker_leaves_no_engine(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_killed_worker_leaves_no_engine(
+    downstream: Downstream, decoy: psutil.Process, request: pytest.FixtureRequest
+) -> None:
     """SIGKILL the xdist worker in mid-step: the controller survives and reports the
-    crash; the worker's reaper ends its engine processes."""
-    run = downstream.copy("long_step_under_xdist").start("-n", "2", "--dist", "loadgroup", plugins=["xdist"])
+    crash; the worker's reaper ends its engine processes and removes what they left in
+    the temp dir."""
+    scratch = Path(tempfile.mkdtemp(prefix="ed-"))  # short: vLLM's sockets go under it
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    run = downstream.copy("long_step_under_xdist").start(
+        "-n", "2", "--dist", "loadgroup", plugins=["xdist"], env={"TMPDIR": str(scratch)}
+    )
     marker = run.path / "generating"
 
     def xdist_worker() -> int | None:
@@ -49,3 +61,7 @@ def test_killed_worker_leaves_no_engine(downstream: Downstream, decoy: psutil.Pr
     out = run.output()
     assert "crashed" in out and code == pytest.ExitCode.TESTS_FAILED, out[-3000:]
     assert_nothing_left(run.seen, run.shm, decoy, within_s=20, require_shm=True, context=out[-3000:])
+    deadline = time.monotonic() + 5  # the reaper removes the run dir after the processes
+    while left_in_temp(scratch) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left_in_temp(scratch), out[-3000:]

@@ -181,6 +181,45 @@ def test_terminate_at_once_takes_the_whole_tree_even_while_it_spawns(
     assert not left, left
 
 
+SEMAPHORE = """
+import multiprocessing, time
+lock = multiprocessing.get_context("spawn").Lock()  # as vLLM's executor makes its worker lock
+print("/dev/shm/sem." + lock._semlock.name.lstrip("/"), flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("at_once", [True, False], ids=["interrupted", "ignores-sigterm"])
+def test_terminate_finds_a_semaphore_made_since_the_caller_looked(
+    spawned: list[subprocess.Popen[str]], at_once: bool
+) -> None:
+    """A multiprocessing semaphore is a ``/dev/shm`` entry its resource tracker removes; a
+    tree killed with its tracker leaves it behind.  ``terminate`` reads the tree's maps when
+    it kills, so the caller can remove it even if it was made after the caller last looked."""
+    proc = start(spawned, sys.executable, "-c", SEMAPHORE if at_once else STUBBORN_SEMAPHORE)
+    assert proc.stdout is not None
+    sem = proc.stdout.readline().strip()
+    assert sem.startswith(f"{SHM_DIR}/sem.mp-") and Path(sem).exists()
+    found: set[str] = set()
+    try:
+        ref = ProcRef.of(psutil.Process(proc.pid))
+        assert terminate([ref], grace_s=0.3, at_once=at_once, shm=found) == []
+        proc.wait(timeout=5)
+        if at_once:  # killed with its tracker: nobody else removes it
+            assert Path(sem).exists()
+        assert sem in found
+        unlink_shm(found)
+        assert not Path(sem).exists()
+    finally:
+        Path(sem).unlink(missing_ok=True)
+
+
+STUBBORN_SEMAPHORE = SEMAPHORE.replace(
+    "import multiprocessing, time",
+    "import multiprocessing, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)",
+)
+
+
 def _sleep_forever() -> None:
     time.sleep(600)
 

@@ -6,6 +6,8 @@ classes, the executor CPU engines use); these tests pin them.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import ClassVar
 
 import pytest
@@ -130,8 +132,25 @@ def test_engines_never_phone_home() -> None:
     finally:
         engine.stop()
     assert started_with["VLLM_NO_USAGE_STATS"] == "1" and started_with["HF_HUB_OFFLINE"] == "1"
-    # vLLM's ipc:// sockets, left in the temp dir by every engine otherwise, go with the run dir
-    assert started_with[compat.RPC_BASE_ENV] == engine.run_dir
+    # vLLM's ipc:// sockets and temp files, left in the temp dir by every engine otherwise,
+    # go with the run dir
+    assert started_with[compat.RPC_BASE_ENV] == engine.run_dir == started_with["TMPDIR"]
+
+
+def test_scratch_environment_keeps_the_compile_cache_and_short_socket_paths() -> None:
+    """The engine's temp dir moves into the directory given; torch's compile cache stays
+    where the caller's environment has it; sockets stay out of a path too long for them."""
+    short = "/tmp/enginedead-abc"
+    env = compat.scratch_environment(short, {})
+    assert env["TMPDIR"] == env[compat.RPC_BASE_ENV] == short
+    assert env[compat.INDUCTOR_CACHE_ENV].startswith(os.path.join(tempfile.gettempdir(), "torchinductor_"))
+    mine = {compat.INDUCTOR_CACHE_ENV: "/cache/inductor", compat.RPC_BASE_ENV: "/run/ipc"}
+    long = "/" + "d" * compat.RPC_BASE_MAX_LEN
+    env = compat.scratch_environment(long, mine)
+    assert env["TMPDIR"] == long
+    assert env[compat.INDUCTOR_CACHE_ENV] == "/cache/inductor"
+    assert env[compat.RPC_BASE_ENV] == "/run/ipc"  # the caller's, not the too-long one
+    assert compat.scratch_environment(long, {})[compat.RPC_BASE_ENV] == tempfile.gettempdir()
 
 
 def test_server_arguments_become_flags() -> None:
