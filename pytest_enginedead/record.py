@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import signal
 import statistics
@@ -331,20 +332,49 @@ def _replace(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+#: beside the control file: a stamp rewritten in place after every control write, which a
+#: reader maps and compares without a syscall
+CONTROL_STAMP_FILE = "control.stamp"
+STAMP_BYTES = 8
+
+
+def control_stamp_path(run_dir: str) -> str:
+    return os.path.join(run_dir, CONTROL_STAMP_FILE)
+
+
 def write_control(run_dir: str, control: Control) -> None:
-    """Replace the control file atomically: a reader sees the old or the new, never half."""
+    """Replace the control file atomically (a reader sees the old or the new, never half),
+    then give the stamp a new value: a reader that sees it reads the new control."""
     _replace(control_path(run_dir), control.to_json())
+    fd = os.open(control_stamp_path(run_dir), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, os.urandom(STAMP_BYTES), 0)
+    finally:
+        os.close(fd)
 
 
 class ControlReader:
-    """Reads the control file once per RPC, cheaply: a ``stat``, and a read only on change."""
+    """Reads the control file once per RPC, cheaply: only when the harness changed it.
+
+    Between changes a call reads the mapped stamp and makes no syscall: in the engine core,
+    whose other threads contend for the GIL while the worker's threads hold both cores, a
+    ``stat`` per RPC cost ~125 µs on average (2 per step: 3 % of a 10 ms step).  Without a
+    stamp (a harness before it) every call stats the control file, as before.
+    """
 
     def __init__(self, run_dir: str) -> None:
         self.path = control_path(run_dir)
+        self._stamp_path = control_stamp_path(run_dir)
+        self._stamp: mmap.mmap | None = None
+        self._stamp_seen: bytes | None = None
         self._seen: tuple[int, int, int] | None = None
         self._control = Control()
 
     def get(self) -> Control:
+        stamp = self._mapped_stamp()
+        now = stamp[:STAMP_BYTES] if stamp is not None else None
+        if now is not None and now == self._stamp_seen:
+            return self._control
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -356,8 +386,24 @@ class ControlReader:
                     self._control = Control.from_json(f.read())
                 self._seen = key
             except (OSError, ValueError, TypeError):
-                pass  # keep the last good control; the next RPC reads again
+                return self._control  # keep the last good control; the next RPC reads again
+        self._stamp_seen = now  # the control now read is at least as new as this stamp
         return self._control
+
+    def _mapped_stamp(self) -> mmap.mmap | None:
+        if self._stamp is None:
+            try:
+                fd = os.open(self._stamp_path, os.O_RDONLY)
+            except OSError:
+                return None
+            try:
+                if os.fstat(fd).st_size >= STAMP_BYTES:
+                    self._stamp = mmap.mmap(fd, STAMP_BYTES, prot=mmap.PROT_READ)
+            except (OSError, ValueError):
+                return None
+            finally:
+                os.close(fd)
+        return self._stamp
 
 
 # --- the guard's events --------------------------------------------------------------
