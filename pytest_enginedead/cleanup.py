@@ -127,19 +127,12 @@ def terminate(
     multiprocessing resource tracker cannot remove them; the caller does.
     """
     procs = [p for p in (r.process(zombie=True) for r in refs) if p is not None]
-    if at_once:
-        tree = _frozen(procs)
-        if shm is not None:
-            shm |= mapped_shm(ProcRef.of(p) for p in _listed(tree))
-        for proc in tree:
+    if not at_once:
+        for proc in procs:
             with contextlib.suppress(psutil.Error):
-                proc.kill()
-        return [ProcRef.of(p) for p in _wait_gone(tree, 5.0)]
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    alive = _wait_gone(procs, grace_s)
-    tree = _frozen(alive) if alive else []
+                proc.terminate()
+        procs = _wait_gone(procs, grace_s)  # those that outlived SIGTERM
+    tree = _frozen(procs)
     if shm is not None:
         shm |= mapped_shm(ProcRef.of(p) for p in _listed(tree))
     for proc in tree:

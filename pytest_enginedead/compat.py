@@ -414,12 +414,11 @@ def scratch_environment(directory: str, environ: Mapping[str, str]) -> dict[str,
     the sockets where ``environ`` has them (its ``VLLM_RPC_BASE_PATH``, else the temp dir).
     """
     here = tempfile.gettempdir()
-    env = {
+    return {
         TMPDIR_ENV: directory,
         INDUCTOR_CACHE_ENV: environ.get(INDUCTOR_CACHE_ENV) or os.path.join(here, f"torchinductor_{_user()}"),
         RPC_BASE_ENV: directory if len(directory) <= RPC_BASE_MAX_LEN else environ.get(RPC_BASE_ENV) or here,
     }
-    return env
 
 
 def _user() -> str:

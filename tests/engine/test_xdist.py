@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from downstream import Downstream, assert_nothing_left, engine_processes, left_in_temp
+from pytest_enginedead.cleanup import wait_until
 
 pytestmark = pytest.mark.engine
 
@@ -61,7 +61,6 @@ def test_killed_worker_leaves_no_engine(
     out = run.output()
     assert "crashed" in out and code == pytest.ExitCode.TESTS_FAILED, out[-3000:]
     assert_nothing_left(run.seen, run.shm, decoy, within_s=20, require_shm=True, context=out[-3000:])
-    deadline = time.monotonic() + 5  # the reaper removes the run dir after the processes
-    while left_in_temp(scratch) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # the reaper removes the run dir after the processes
+    wait_until(lambda: not left_in_temp(scratch), 5.0, give_up=lambda: False)
     assert not left_in_temp(scratch), out[-3000:]
