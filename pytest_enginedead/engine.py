@@ -25,7 +25,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import psutil
 import pytest
 
-from . import cleanup, compat, guard, markers, record
+from . import cleanup, compat, guard, ledger, markers, record
 from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
 from .liveness import LivenessSettings, ProcessEvidence, snapshot
 from .planning import EngineSpec, GuardSpec, Instructions
@@ -98,6 +98,8 @@ class EngineBase:
         self.shm: set[str] = set()
         self.run_dir = tempfile.mkdtemp(prefix="enginedead-")
         self.start_s: float | None = None
+        #: started because the engine before it for this spec had died (the pool says so)
+        self.restart = False
         self.broken = False  # a call did not return normally: do not reuse
         self.stopped = False
         self.deaths: list[dict[str, Any]] = []
@@ -407,6 +409,7 @@ class Engine(EngineBase):
                 ) from exc
             raise
         self.start_s = time.monotonic() - t0
+        ledger.record(self.kind, self.spec.label(), self.start_s, self.restart)
         if progress:
             progress(
                 f"engine ready in {self.start_s:.1f} s ({self.spec.label()}; "

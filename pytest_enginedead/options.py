@@ -204,10 +204,9 @@ def _architecture_problem(archs: list[str], config: Path) -> str | None:
     if compat.vllm_missing_reason() is not None:
         return None  # no vLLM here to ask: no engine will start either
     try:
-        known = compat.known_architectures()
+        unknown = [a for a in archs if not compat.knows_architecture(a)]
     except Exception:
         return None  # no vLLM to ask (or it cannot say): the engine start will tell
-    unknown = [a for a in archs if a not in known]
     if unknown or not archs:
         return (
             f"{config} names architecture {', '.join(unknown) or '(none)'}, which vLLM "

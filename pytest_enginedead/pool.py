@@ -79,6 +79,7 @@ class EnginePool:
         """Start and count an engine, first making room; not shared unless ``acquire`` made it."""
         reaper = self._make_room()
         engine: EngineBase = Server(spec, reaper) if spec.server else Engine(spec, reaper)
+        engine.restart = restart
         self._records.append(EngineRecord(spec, engine, restart=restart))
         self.started += 1
         engine.start(instructions, self.progress)

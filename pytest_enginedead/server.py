@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import psutil
 
-from . import compat, markers
+from . import compat, ledger, markers
 from .cleanup import wait_until
 from .engine import (
     EngineBase,
@@ -139,6 +139,7 @@ class Server(EngineBase):
                     raise
                 raise EngineStartError(f"vLLM's API server failed to start: {exc}") from exc
         self.start_s = time.monotonic() - t0
+        ledger.record(self.kind, self.spec.label(), self.start_s, self.restart)
         if progress:
             progress(f"server ready in {self.start_s:.1f} s on {self.base_url} "
                      f"(pids {', '.join(map(str, self.pids))})", done=True)

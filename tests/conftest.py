@@ -1,22 +1,33 @@
 """Shared fixtures: a downstream repo (``downstream``) and a decoy ``VLLM::Worker``.
 
 The helpers behind them live in ``downstream.py``; ``examples/`` holds the downstream
-suites (copied into ``pytester`` directories, never collected here).
+suites (copied into ``pytester`` directories, never collected here).  Every engine the
+suite's runs start, inner runs and commands included, goes to one start ledger
+(``pytest_enginedead.ledger``), totalled at the end of the run.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from downstream import Downstream
+from pytest_enginedead import ledger
 
 collect_ignore = ["examples"]
+
+#: the start ledger this run made (on the controller, or alone; xdist workers inherit it)
+ledger_key = pytest.StashKey[str]()
 
 
 @pytest.fixture
@@ -25,11 +36,59 @@ def downstream(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> It
     ``ENGINEDEAD_*`` settings from our own environment."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     for name in list(os.environ):
-        if name.startswith("ENGINEDEAD_"):
+        if name.startswith("ENGINEDEAD_") and name not in (ledger.ENV, ledger.TAG_ENV):
             monkeypatch.delenv(name)
     repo = Downstream(pytester)
     yield repo
     repo.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One start ledger for the whole run, unless the caller keeps their own."""
+    if hasattr(config, "workerinput") or os.environ.get(ledger.ENV):
+        return
+    fd, path = tempfile.mkstemp(prefix="enginedead-ledger-", suffix=".jsonl")
+    os.close(fd)
+    os.environ[ledger.ENV] = path
+    config.stash[ledger_key] = path
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    path = config.stash.get(ledger_key, None)
+    lines = ledger.summary(ledger.read(path)) if path else []
+    if lines:
+        terminalreporter.section("engine starts of this run and the runs inside it")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = config.stash.get(ledger_key, None)
+    if path:
+        os.environ.pop(ledger.ENV, None)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+#: the pinned release's recorded durations (what ``make test`` runs the suite against)
+DURATIONS = Path(__file__).resolve().parents[1] / "durations" / "vllm0320.json"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup adds "@group" to the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest tests first (as recorded), so that no xdist worker is left with one long
+    test while the other idles; tests without a record keep their order, after them."""
+    try:
+        seconds = json.loads(DURATIONS.read_text())["tests"]
+    except (OSError, ValueError, KeyError):
+        return
+    items.sort(key=lambda item: -float(seconds.get(item.nodeid.split("@")[0], 0.0)))
+
+
+@pytest.fixture(autouse=True)
+def _starts_name_their_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger names the test of ours that an inner run's engine was started for."""
+    monkeypatch.setenv(ledger.TAG_ENV, request.node.nodeid)
 
 
 @pytest.fixture(scope="session", autouse=True)

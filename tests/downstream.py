@@ -96,6 +96,14 @@ def validated(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+#: an xdist suite under two workers: test_xdist.py's run, and the unsharded run test_shards.py
+#: compares its shards with (one run: ``Downstream.shared_run``)
+TWO_WORKERS = ("-n", "2", "--dist", "loadgroup")
+TWO_WORKERS_PLUGINS = ("timeout", "xdist")
+#: the runs more than one test reads (``Downstream.shared_run``): (suite files, args, plugins) -> outcome
+_SHARED: dict[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], Outcome] = {}
+
+
 class Downstream:
     """A downstream repo in a ``pytester`` directory (see the ``downstream`` fixture)."""
 
@@ -144,6 +152,16 @@ class Downstream:
                 pytest.fail(f"the downstream run wrote no report:\n{outcome.text[-4000:]}")
             outcome.report = validated(json.loads(path.read_text()))
         return outcome
+
+    def shared_run(self, *args: str, plugins: Sequence[str] = (), timeout: float = 600) -> Outcome:
+        """``run(*args, in_subprocess=True, report=True)`` of the suite copied here, once per
+        process for the same suite and arguments: tests that read the same run share its
+        engines (give them one ``xdist_group``, so that one worker runs them)."""
+        suite = tuple(sorted(p.name for p in self.path.glob("test_*.py")))
+        key = (suite, tuple(args), tuple(plugins))
+        if key not in _SHARED:
+            _SHARED[key] = self.run(*args, plugins=plugins, in_subprocess=True, report=True, timeout=timeout)
+        return _SHARED[key]
 
     def start(
         self, *args: str, plugins: Sequence[str] = (), env: dict[str, str] | None = None

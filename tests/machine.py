@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
 #: a living step takes at most this share of the deadline
 LIVE = 0.5
@@ -124,3 +126,13 @@ def death_sizes(
 #: inside its budget on a slow box: on 0.27.1 on the 2-core AVX2 box a batch-64 step is
 #: 12 s, and measuring at 8/32/64 took the whole 600 s.
 GEMMA_MEASURED_AT = (4, 16, 32)
+
+
+class Measures(Protocol):
+    """The ``step_cost`` fixture: a model's steps measured once per session and set of cores."""
+
+    def __call__(self, model: Path, batch_sizes: Sequence[int], steps: int = 6) -> StepCost:
+        """The fit of the steps (skips the test when this machine cannot size it)."""
+
+    def calibration(self, model: Path, batch_sizes: Sequence[int], steps: int = 6) -> dict[str, Any]:
+        """The JSON of the ``enginedead calibrate`` run the fit comes from."""

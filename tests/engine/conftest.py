@@ -1,9 +1,11 @@
 """Tests that need vLLM (most start real engines, ~15-45 s each): skipped without it.
 
 ``step_cost(model, batch_sizes)`` measures a model's decode steps on this machine once per
-session and set of cores (one engine, ``calibration.measure``; shared between xdist workers
-that run on the same cores through a file under the session's temporary root) for the
-tests that size a death from it (``machine.py``).
+session and set of cores with ``enginedead calibrate`` (one engine; shared between xdist
+workers that run on the same cores through a file under the session's temporary root) for
+the tests that size a death from it (``machine.py``); ``step_cost.calibration(...)`` is that
+command's JSON, which the calibrate test checks instead of starting the same engine again.
+Tests that measure the same model share an ``xdist_group``, so that one worker measures it.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,14 +27,6 @@ from machine import FlatSteps, StepCost
 from pytest_enginedead import compat
 
 HERE = Path(__file__).resolve().parent
-
-#: decode steps of ``model`` at ``sizes``, ``steps`` each, printed as one JSON line
-MEASURE = (
-    "import json, sys\n"
-    "from pytest_enginedead.calibration import measure\n"
-    "rows = measure(sys.argv[1], [int(n) for n in sys.argv[2].split(',')], int(sys.argv[3]))\n"
-    "print('STEPS ' + json.dumps(rows))\n"
-)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,58 +38,74 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture(scope="session")
-def step_cost(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., StepCost]:
-    """``step_cost(model, batch_sizes, steps=6)``: this machine's decode step on ``model``, fitted."""
-    # under xdist the workers share the session's root; alone, the session's own directory
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-
-    def measured(model: Path, batch_sizes: Sequence[int], steps: int = 6) -> StepCost:
-        # measured where it runs: an xdist worker's engines have their own cores
-        cores = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")
-        key = hashlib.sha1(f"{model}|{list(batch_sizes)}|{steps}|{cores}".encode()).hexdigest()[:12]
-        cache = root / f"enginedead-steps-{key}.json"
-        flat = root / f"enginedead-steps-{key}.flat"
-        with _locked(root / f"enginedead-steps-{key}.lock"):
-            if flat.exists():  # measured twice already by another test of the session
-                pytest.skip(flat.read_text())
-            if not cache.exists():
-                cache.write_text(json.dumps(_measure(model, batch_sizes, steps)))
-            try:
-                return StepCost.fit(str(model), json.loads(cache.read_text()))
-            except FlatSteps as first:
-                # a busy neighbour (the other xdist worker) can drown a fast box's per-sequence
-                # cost in one measurement: measure once more, then say why the test cannot size
-                cache.write_text(json.dumps(_measure(model, batch_sizes, steps)))
-                try:
-                    return StepCost.fit(str(model), json.loads(cache.read_text()))
-                except FlatSteps as again:
-                    flat.write_text(f"this machine cannot size the test: {first}; measured again: {again}")
-                    pytest.skip(flat.read_text())
-
-    return measured
-
-
 #: the most one measurement may take; it is a fixture of a test with pytest-timeout's 900 s
 MEASURE_BUDGET_S = 600
 
 
-def _measure(model: Path, batch_sizes: Sequence[int], steps: int) -> list[dict[str, float]]:
+class StepCosts:
+    """``step_cost(model, batch_sizes, steps=6)``: this machine's decode step on ``model``, fitted."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def __call__(self, model: Path, batch_sizes: Sequence[int], steps: int = 6) -> StepCost:
+        with self._measured(model, batch_sizes, steps) as (cache, flat):
+            if flat.exists():  # measured twice already by another test of the session
+                pytest.skip(flat.read_text())
+            try:
+                return StepCost.fit(str(model), json.loads(cache.read_text())["results"])
+            except FlatSteps as first:
+                # a busy neighbour (the other xdist worker) can drown a fast box's per-sequence
+                # cost in one measurement: measure once more, then say why the test cannot size
+                cache.write_text(json.dumps(_calibrate(model, batch_sizes, steps, cache)))
+                try:
+                    return StepCost.fit(str(model), json.loads(cache.read_text())["results"])
+                except FlatSteps as again:
+                    flat.write_text(f"this machine cannot size the test: {first}; measured again: {again}")
+                    pytest.skip(flat.read_text())
+
+    def calibration(self, model: Path, batch_sizes: Sequence[int], steps: int = 6) -> dict[str, Any]:
+        """The JSON of the ``enginedead calibrate`` run the fit comes from (measured if need be)."""
+        with self._measured(model, batch_sizes, steps) as (cache, _):
+            data: dict[str, Any] = json.loads(cache.read_text())
+            return data
+
+    @contextlib.contextmanager
+    def _measured(self, model: Path, batch_sizes: Sequence[int], steps: int) -> Iterator[tuple[Path, Path]]:
+        # measured where it runs: an xdist worker's engines have their own cores
+        cores = os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "")
+        key = hashlib.sha1(f"{model}|{list(batch_sizes)}|{steps}|{cores}".encode()).hexdigest()[:12]
+        cache = self.root / f"enginedead-steps-{key}.json"
+        with _locked(self.root / f"enginedead-steps-{key}.lock"):
+            if not cache.exists():
+                cache.write_text(json.dumps(_calibrate(model, batch_sizes, steps, cache)))
+            yield cache, self.root / f"enginedead-steps-{key}.flat"
+
+
+@pytest.fixture(scope="session")
+def step_cost(tmp_path_factory: pytest.TempPathFactory) -> StepCosts:
+    """This machine's decode steps per model and batch sizes (``StepCosts``)."""
+    # under xdist the workers share the session's root; alone, the session's own directory
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    return StepCosts(root)
+
+
+def _calibrate(model: Path, batch_sizes: Sequence[int], steps: int, cache: Path) -> dict[str, Any]:
+    """``enginedead calibrate --json`` on ``model`` at ``batch_sizes``, ``steps`` steps each."""
+    cmd = [sys.executable, "-m", "pytest_enginedead.cli", "calibrate", "--model", str(model),
+           "--batch-sizes", ",".join(map(str, batch_sizes)), "--steps", str(steps), "--json",
+           "--log", str(cache.with_suffix(".log"))]
     try:
-        done = subprocess.run(
-            [sys.executable, "-c", MEASURE, str(model), ",".join(map(str, batch_sizes)), str(steps)],
-            capture_output=True, text=True, timeout=MEASURE_BUDGET_S, check=False,
-        )
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=MEASURE_BUDGET_S, check=False)
     except subprocess.TimeoutExpired:
         pytest.fail(f"measuring {model.name}'s decode steps at batch {list(batch_sizes)} took more than "
                     f"{MEASURE_BUDGET_S} s on this machine; measure at smaller batch sizes", pytrace=False)
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("STEPS ")), None)
-    if done.returncode != 0 or line is None:
-        pytest.fail(f"measuring {model.name}'s steps failed:\n{done.stderr[-3000:]}")
-    rows: list[dict[str, float]] = json.loads(line.removeprefix("STEPS "))
-    return rows
+    if done.returncode != 0:
+        pytest.fail(f"measuring {model.name}'s steps failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    data: dict[str, Any] = json.loads(done.stdout)
+    return data
 
 
 @contextlib.contextmanager

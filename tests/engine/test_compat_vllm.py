@@ -30,3 +30,20 @@ def test_the_argument_lists_are_vllms_own() -> None:
         assert compat.server_flag(switch, True) in flags, switch
     assert compat.server_flag("enforce_eager", False) in flags
     assert "LlamaForCausalLM" in compat.known_architectures()
+
+
+def test_the_registry_source_lists_what_the_registry_holds() -> None:
+    """The architectures read from the registry's source (no import) are the registry's own
+    in-tree ones, and a model check that finds its architecture there imports no torch: a
+    process that starts no engine (a server suite's pytest, ``enginedead check``) skips ~9 s."""
+    import subprocess
+    import sys
+
+    listed = compat.listed_architectures()
+    assert {"LlamaForCausalLM", "Gemma4ForCausalLM"} <= listed <= compat.known_architectures()
+    probe = ("import sys; from pytest_enginedead import options; "
+             "assert options.model_problem(options.BUNDLED_MODEL) is None; "
+             "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "[]", done.stdout + done.stderr[-2000:]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -21,7 +20,7 @@ import psutil
 import pytest
 
 from downstream import Downstream, Outcome, assert_nothing_left, engine_processes, enginedead
-from machine import StepCost, death_sizes
+from machine import Measures, death_sizes
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -126,7 +125,7 @@ def test_genuine_deaths_propagate(downstream: Downstream, decoy: psutil.Process)
 
 
 def test_real_compute_outlives_short_deadline(
-    downstream: Downstream, decoy: psutil.Process, step_cost: Callable[..., StepCost],
+    downstream: Downstream, decoy: psutil.Process, step_cost: Measures,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No injection: a 12-layer dummy Llama, sized from its decode steps on this machine:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 
 from downstream import Downstream, assert_nothing_left, engine_processes
-from machine import GEMMA_MEASURED_AT, StepCost, death_sizes
+from machine import GEMMA_MEASURED_AT, Measures, death_sizes
 
 pytestmark = pytest.mark.engine
 
@@ -28,8 +27,9 @@ MOE_WHERE = ("Gemma4DecoderLayer.forward", "Gemma4MoE.forward")
 
 
 @pytest.mark.smoke
+@pytest.mark.xdist_group("gemma")  # measured once with the check's and calibrate's Gemma tests
 def test_gemma4_moe_decode_batch_outlives_its_deadline(
-    downstream: Downstream, decoy: psutil.Process, step_cost: Callable[..., StepCost],
+    downstream: Downstream, decoy: psutil.Process, step_cost: Measures,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No injection.  Sized from this machine's decode steps: a batch that lives under the

@@ -45,12 +45,13 @@ def test_server_false_death(downstream: Downstream, decoy: psutil.Process) -> No
 
 
 def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psutil.Process) -> None:
-    """Stock 2 s deadline, busy 0.05 s/seq: 2 requests complete; 64 requests (plain,
-    streaming, or the user's own clients in 64 threads) end in a false death whose
-    message carries the worker evidence and what the clients saw; the reference
-    policy survives 64; a crash is genuine; the guard lets 64 clients finish."""
+    """Stock 2 s deadline, busy 0.05 s/seq: 2 requests complete; 64 requests (streaming,
+    or the user's own clients in 64 threads) end in a false death whose message carries
+    the worker evidence; the reference policy survives 64; a crash is genuine; the guard
+    lets 64 clients finish.  (64 plain requests and what those clients saw are
+    test_server_false_death's: the same death here would cost one more server start.)"""
     result = downstream.copy("server").run("-rA", plugins=["timeout"], in_subprocess=True, report=True)
-    result.assert_outcomes(passed=6, failed=3)
+    result.assert_outcomes(passed=6, failed=2)
     result.stdout.fnmatch_lines(
         [
             "PASSED test_server_suite.py::test_server_factory",  # no planned engine: it runs first
@@ -62,22 +63,20 @@ def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psuti
         ]
     )
     out = result.stdout.str()
-    for name in ("test_stock_deadline[[]bs64[]]", "test_stock_deadline_streaming[[]bs64[]]",
-                 "test_stock_deadline_own_clients[[]bs64[]]"):
+    for name in ("test_stock_deadline_streaming[[]bs64[]]", "test_stock_deadline_own_clients[[]bs64[]]"):
         result.stdout.fnmatch_lines([f"FAILED test_server_suite.py::{name}*"])
-    assert_clients_saw_http_500(out)
     # without ENGINEDEAD_EXIT_ON_DEATH the server exits as vLLM does: status 0 after the death
     assert "server exited (status " in out and "server exited (status 0)" in out
     assert "server exited (status 70)" not in out and "server exited (status 71)" not in out
     assert "false engine death: vLLM raised APIError" in out  # inside the stream
-    assert out.count("VLLM::Worker (pid ") >= 3 and out.count("in burn") >= 3
+    assert out.count("VLLM::Worker (pid ") >= 2 and out.count("in burn") >= 2
     # the own clients' test hears of the death 5 s late: judged as of the deadline
     assert "afterwards: judged as of the deadline, from its own stack then" in out
     data = result.report
     assert data is not None
     assert {e["kind"] for e in data["engines"]} == {"server"}
     verdicts = {t["nodeid"].split("::")[-1]: t["verdict"] for t in data["tests"] if t["when"] == "call"}
-    assert verdicts["test_stock_deadline[bs64]"] == verdicts["test_stock_deadline_streaming[bs64]"] == "SLOW"
+    assert verdicts["test_stock_deadline_streaming[bs64]"] == "SLOW"
     assert verdicts["test_stock_deadline_own_clients[bs64]"] == "SLOW"
     assert verdicts["test_crash_is_genuine[bs64]"] == "DEAD"
     # one server configuration plus the guarded one; every death but the last restarts;

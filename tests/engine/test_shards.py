@@ -1,5 +1,6 @@
 """``--enginedead-shard``: a suite of two engine configurations split in two, run one shard
-after the other, against the same suite unsharded; then ``enginedead merge`` of the shards."""
+after the other, against the same suite unsharded (the run test_xdist.py makes of it under two
+workers, shared: its engines are not started again); then ``enginedead merge`` of the shards."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from typing import Any
 import psutil
 import pytest
 
-from downstream import Downstream, assert_nothing_left, engine_processes, enginedead
+from downstream import (
+    TWO_WORKERS,
+    TWO_WORKERS_PLUGINS,
+    Downstream,
+    assert_nothing_left,
+    engine_processes,
+    enginedead,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -19,6 +27,7 @@ def calls(report: dict[str, Any]) -> dict[str, str | None]:
     return {t["nodeid"]: t["verdict"] for t in report["tests"] if t["when"] == "call"}
 
 
+@pytest.mark.xdist_group("xdist_suite")
 def test_two_shards_start_each_configuration_once_and_merge_to_the_whole(
     downstream: Downstream, decoy: psutil.Process
 ) -> None:
@@ -26,17 +35,22 @@ def test_two_shards_start_each_configuration_once_and_merge_to_the_whole(
     (the engines of both shards = the unsharded run's); the same verdicts; ``enginedead
     merge`` of the two shard reports gives the unsharded run's table, exit 0 (the false
     death is under the stock deadline, the crash genuine), and nothing is left behind."""
-    downstream.copy("xdist_suite")
+    whole_run = downstream.copy("xdist_suite").shared_run(*TWO_WORKERS, plugins=TWO_WORKERS_PLUGINS)
     reports: dict[str, dict[str, Any]] = {}
-    walls: dict[str, float] = {}
-    for name, args in (("whole", ()), ("1", ("--enginedead-shard=1/2",)), ("2", ("--enginedead-shard=2/2",))):
-        t0 = time.monotonic()
-        result = downstream.run("-rA", *args, plugins=["timeout"], in_subprocess=True, report=True)
-        walls[name] = time.monotonic() - t0
+    walls: dict[str, float] = {"whole": whole_run.result.duration}
+    for name, args in (("whole", None), ("1", ("--enginedead-shard=1/2",)),
+                       ("2", ("--enginedead-shard=2/2",))):
+        if args is None:
+            result = whole_run
+        else:
+            t0 = time.monotonic()
+            result = downstream.run("-rA", *args, plugins=["timeout"], in_subprocess=True, report=True)
+            walls[name] = time.monotonic() - t0
         assert result.report is not None
         reports[name] = result.report
         (downstream.path / f"report-{name}.json").write_text(json.dumps(result.report))
-    print(f"walls: unsharded {walls['whole']:.1f}s, shard 1/2 {walls['1']:.1f}s, shard 2/2 {walls['2']:.1f}s")
+    print(f"walls: shard 1/2 {walls['1']:.1f}s, shard 2/2 {walls['2']:.1f}s; unsharded under -n 2 "
+          f"{walls['whole']:.1f}s")
     whole, first, second = reports["whole"], reports["1"], reports["2"]
     assert "shard" not in whole
     kept = [first["shard"]["tests"], second["shard"]["tests"]]

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.engine
 
 def test_probe_and_exit_status_on_real_servers(downstream: Downstream, decoy: psutil.Process) -> None:
     """Two guarded servers at once: the probe stays alive through slow steps (>= 3 x the 2 s
-    deadline) and turns within hang_s + one period of a hang; the hung server exits with
-    EXIT_HUNG; an unguarded false death with the opt-in exits with EXIT_DEAD."""
+    deadline) and turns in a probe begun within hang_s + a round of probing of a hang; the
+    hung server exits with EXIT_HUNG; an unguarded false death with the opt-in exits with EXIT_DEAD."""
     result = downstream.copy("operators").run("-rA", "-s", plugins=["timeout"], in_subprocess=True,
                                                report=True)
     result.assert_outcomes(passed=2)

@@ -9,18 +9,24 @@ from pathlib import Path
 import psutil
 import pytest
 
-from downstream import Downstream, assert_nothing_left, engine_processes, left_in_temp
+from downstream import (
+    TWO_WORKERS,
+    TWO_WORKERS_PLUGINS,
+    Downstream,
+    assert_nothing_left,
+    engine_processes,
+    left_in_temp,
+)
 from pytest_enginedead.cleanup import wait_until
 
 pytestmark = pytest.mark.engine
 
 
+@pytest.mark.xdist_group("xdist_suite")  # one run for both tests (Downstream.shared_run)
 def test_two_workers_one_report(downstream: Downstream, decoy: psutil.Process) -> None:
     """-n 2 --dist loadgroup: outcomes as without xdist, engines = configurations,
     both workers used, one merged table and JSON report, nothing left behind."""
-    result = downstream.copy("xdist_suite").run(
-        "-n", "2", "--dist", "loadgroup", plugins=["timeout", "xdist"], in_subprocess=True, report=True,
-    )
+    result = downstream.copy("xdist_suite").shared_run(*TWO_WORKERS, plugins=TWO_WORKERS_PLUGINS)
     result.assert_outcomes(passed=3, failed=1)
     out = result.stdout.str()
     assert out.count("engines started: 2;") == 1, out[-3000:]

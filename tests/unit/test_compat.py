@@ -216,3 +216,40 @@ def test_a_kv_cache_holds_at_least_one_full_sequence() -> None:
               "head_dim": 64, "hidden_size": 256, "torch_dtype": "bfloat16"}
     assert slices.kv_cache_bytes(config, 1, 1024, cap=1024**2) == 3 * 1024**2  # 2 MiB x 1.5
     assert slices.kv_cache_bytes(config, 1000, 1024) == slices.GIB
+
+
+REGISTRY = '''
+_TEXT_GENERATION_MODELS = {
+    "LlamaForCausalLM": ("llama", "LlamaForCausalLM"),
+    "Gemma4ForCausalLM": ("gemma4", "Gemma4ForCausalLM"),
+}
+_EMBEDDING_MODELS: dict[str, tuple[str, str]] = {"BertModel": ("bert", "BertModel")}
+_PREVIOUSLY_SUPPORTED_MODELS = {"MotifForCausalLM": "0.10.2"}
+_VLLM_MODELS = {
+    **_TEXT_GENERATION_MODELS,
+    **_EMBEDDING_MODELS,
+}
+'''
+
+
+def test_the_registry_source_gives_the_architectures_its_union_unpacks() -> None:
+    """The in-tree dicts the union unpacks count (an annotated one too); a retired one does not;
+    a source without the union lists nothing, so every answer comes from the registry itself."""
+    assert compat.architectures_in_source(REGISTRY) == {"LlamaForCausalLM", "Gemma4ForCausalLM", "BertModel"}
+    assert compat.architectures_in_source(REGISTRY.replace("_VLLM_MODELS", "_OTHER")) == frozenset()
+
+
+def test_an_architecture_the_source_does_not_list_is_asked_of_the_registry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    def registry() -> frozenset[str]:
+        asked.append("registry")
+        return frozenset({"LlamaForCausalLM", "PluginForCausalLM"})
+
+    monkeypatch.setattr(compat, "listed_architectures", lambda: frozenset({"LlamaForCausalLM"}))
+    monkeypatch.setattr(compat, "known_architectures", registry)
+    assert compat.knows_architecture("LlamaForCausalLM") and asked == []
+    assert compat.knows_architecture("PluginForCausalLM") and asked == ["registry"]
+    assert not compat.knows_architecture("NoSuchModelForCausalLM")

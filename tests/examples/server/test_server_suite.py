@@ -1,7 +1,7 @@
 """vLLM's OpenAI API server under concurrent clients, stock deadline shortened to 2 s.
 
-The same false death as offline, seen from the clients: 64 requests fail with HTTP 500
-(or an error inside a stream) while the worker computes; the policy survives; a crash
+The same false death as offline, seen from the clients: 64 requests fail inside a stream,
+or in the user's own clients, while the worker computes; the policy survives; a crash
 is a genuine death.  Text, chat, streaming and plain HTTP work with the bundled tokenizer.
 """
 
@@ -17,9 +17,11 @@ from pytest_enginedead import Verdict, assert_no_false_death
 pytestmark = pytest.mark.enginedead_inject(slow_s_per_seq=0.05)
 
 
-@pytest.mark.enginedead_batch_sizes(2, 64)
+@pytest.mark.enginedead_batch_sizes(2)
 @pytest.mark.enginedead_timeout(2)
 def test_stock_deadline(vllm_server):
+    """Batch 2 lives under the stock deadline.  (Batch 64's plain false death, what the
+    clients saw included, is ``server_false_death``'s: one server start, not a restart here.)"""
     with assert_no_false_death(vllm_server):
         out = vllm_server.complete(max_tokens=4)
     assert [len(t) for t in out] == [4] * vllm_server.batch_size
