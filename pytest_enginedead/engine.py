@@ -222,6 +222,11 @@ class EngineBase:
         """Start vLLM, running under ``first`` until told otherwise (subclasses)."""
         raise NotImplementedError
 
+    def mark_ready(self, t0: float) -> None:
+        """The start begun at ``t0`` (monotonic) is done: its time, and its line in the ledger."""
+        self.start_s = time.monotonic() - t0
+        ledger.record(self.kind, self.spec.label(), self.start_s, self.restart)
+
     def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
         """Ask vLLM to stop (subclasses); what it leaves is ended by pid in ``stop``.
 
@@ -408,8 +413,7 @@ class Engine(EngineBase):
                     f"{type(exc).__name__}: {exc}"
                 ) from exc
             raise
-        self.start_s = time.monotonic() - t0
-        ledger.record(self.kind, self.spec.label(), self.start_s, self.restart)
+        self.mark_ready(t0)
         if progress:
             progress(
                 f"engine ready in {self.start_s:.1f} s ({self.spec.label()}; "

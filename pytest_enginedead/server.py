@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import psutil
 
-from . import compat, ledger, markers
+from . import compat, markers
 from .cleanup import wait_until
 from .engine import (
     EngineBase,
@@ -138,8 +138,7 @@ class Server(EngineBase):
                 if isinstance(exc, EngineStartError) or not isinstance(exc, Exception):
                     raise
                 raise EngineStartError(f"vLLM's API server failed to start: {exc}") from exc
-        self.start_s = time.monotonic() - t0
-        ledger.record(self.kind, self.spec.label(), self.start_s, self.restart)
+        self.mark_ready(t0)
         if progress:
             progress(f"server ready in {self.start_s:.1f} s on {self.base_url} "
                      f"(pids {', '.join(map(str, self.pids))})", done=True)
