@@ -68,9 +68,9 @@ START_ONE = textwrap.dedent(
         mode = sys.argv[1]
         from vllm import LLM  # import is not what we measure
         from pytest_enginedead import compat
-        from pytest_enginedead.engine import Engine, EngineBase
-        from pytest_enginedead.options import BUNDLED_MODEL
-        from pytest_enginedead.planning import EngineSpec, Instructions
+        from pytest_enginedead.harness.engine import Engine, EngineBase
+        from pytest_enginedead.face.options import BUNDLED_MODEL
+        from pytest_enginedead.logic.planning import EngineSpec, Instructions
         spec = EngineSpec(BUNDLED_MODEL, 8)
         if mode == "harness":
             engine = Engine(spec)
@@ -145,7 +145,7 @@ STEP = textwrap.dedent(
 
     def core_says(engine):
         # what the engine core wrote once its side of the plugin was in place (None: inert)
-        from pytest_enginedead import record
+        from pytest_enginedead.contract import record
         path = record.core_ready_path(engine.run_dir)
         if not os.path.exists(path):
             return None
@@ -160,10 +160,11 @@ STEP = textwrap.dedent(
         #   guard  step record + the guard (hang_s 60 s, reference policy), no sampler
         #   rec    step record alone (the guard bench's "off"), no sampler
         modes = sys.argv[4].split(",")
-        from pytest_enginedead import assert_no_false_death, record
-        from pytest_enginedead.engine import Engine, EngineHandle
-        from pytest_enginedead.options import BUNDLED_MODEL
-        from pytest_enginedead.planning import EngineSpec, GuardSpec, Instructions
+        from pytest_enginedead import assert_no_false_death
+        from pytest_enginedead.contract import record
+        from pytest_enginedead.harness.engine import Engine, EngineHandle
+        from pytest_enginedead.face.options import BUNDLED_MODEL
+        from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
 
         class Inert(Engine):
             # the same engine with the vllm.general_plugins entry inert: without
@@ -273,7 +274,7 @@ def step_record_cost(steps: int = 100_000, n: int = 64, watch: bool = True) -> f
     directly on a no-op step of ``n`` decodes (the side-by-side ratio cannot resolve below
     ~1 %); the begin line carries what the step scheduled, read from the scheduler output.
     ``watch``: the deadline watch armed and disarmed around each RPC, as in a real worker."""
-    from pytest_enginedead import worker
+    from pytest_enginedead.invllm import worker
 
     class Fake:
         def execute_model(self, scheduler_output: Any) -> None:
@@ -407,7 +408,7 @@ def _bare_server(cmd: list[str], port: int, env: dict[str, str], log_path: Path)
 
     Polled like the harness polls its server (every 0.25 s, watching the process).
     """
-    from pytest_enginedead.server import START_LIMIT_S, http_status
+    from pytest_enginedead.harness.server import START_LIMIT_S, http_status
 
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
@@ -427,7 +428,7 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
     """By pid, as the harness stops its own: SIGTERM to the server, then TERM/KILL what remains."""
     import psutil
 
-    from pytest_enginedead.cleanup import ProcRef, mapped_shm, terminate, unlink_shm
+    from pytest_enginedead.harness.cleanup import ProcRef, mapped_shm, terminate, unlink_shm
 
     refs: list[ProcRef] = []
     with contextlib.suppress(psutil.Error):
@@ -450,9 +451,9 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
     """(a) harness ``Server.start`` vs the bare server, same command line and environment
     less the harness's ENGINEDEAD_* variables; (b) the false death through the server, cold."""
     from pytest_enginedead import compat
-    from pytest_enginedead.options import BUNDLED_MODEL
-    from pytest_enginedead.planning import EngineSpec, Instructions
-    from pytest_enginedead.server import Server, free_port, server_command
+    from pytest_enginedead.face.options import BUNDLED_MODEL
+    from pytest_enginedead.harness.server import Server, free_port, server_command
+    from pytest_enginedead.logic.planning import EngineSpec, Instructions
 
     spec = EngineSpec(BUNDLED_MODEL, n, server=True)
     first = Instructions(300.0, "bench")
@@ -515,7 +516,7 @@ def bench_check(rounds: int = 1) -> dict[str, Any]:
         report, log = work / "report.json", work / "check.log"
         t0 = time.monotonic()
         done = subprocess.run(
-            [PY, "-m", "pytest_enginedead.cli", "check", "--report", str(report), "--log", str(log)],
+            [PY, "-m", "pytest_enginedead.commands.cli", "check", "--report", str(report), "--log", str(log)],
             cwd=work, capture_output=True, text=True, timeout=1800,
         )
         wall = time.monotonic() - t0

@@ -10,28 +10,28 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .assertions import assert_no_false_death as assert_no_false_death
-    from .engine import EngineHandle as EngineHandle
-    from .liveness import Verdict as Verdict
-    from .planning import EngineSpec as EngineSpec
-    from .planning import Instructions as Instructions
-    from .policy import Backend as Backend
-    from .policy import TimeoutPolicy as TimeoutPolicy
-    from .record import Injection as Injection
-    from .record import StepTime as StepTime
-    from .server import ServerHandle as ServerHandle
+    from .contract.record import Injection as Injection
+    from .contract.record import StepTime as StepTime
+    from .face.assertions import assert_no_false_death as assert_no_false_death
+    from .harness.engine import EngineHandle as EngineHandle
+    from .harness.liveness import Verdict as Verdict
+    from .harness.server import ServerHandle as ServerHandle
+    from .logic.planning import EngineSpec as EngineSpec
+    from .logic.planning import Instructions as Instructions
+    from .logic.policy import Backend as Backend
+    from .logic.policy import TimeoutPolicy as TimeoutPolicy
 
 _WHERE = {
-    "assert_no_false_death": "assertions",
-    "EngineHandle": "engine",
-    "Verdict": "liveness",
-    "EngineSpec": "planning",
-    "Instructions": "planning",
-    "Backend": "policy",
-    "TimeoutPolicy": "policy",
-    "Injection": "record",
-    "StepTime": "record",
-    "ServerHandle": "server",
+    "assert_no_false_death": "face.assertions",
+    "EngineHandle": "harness.engine",
+    "Verdict": "harness.liveness",
+    "EngineSpec": "logic.planning",
+    "Instructions": "logic.planning",
+    "Backend": "logic.policy",
+    "TimeoutPolicy": "logic.policy",
+    "Injection": "contract.record",
+    "StepTime": "contract.record",
+    "ServerHandle": "harness.server",
 }
 
 __all__ = [

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["probe"]:
-        from .probe import main as probe_main
+        from .commands.probe import main as probe_main
 
         return probe_main(args[1:])
-    from .cli import main as cli_main
+    from .commands.cli import main as cli_main
 
     return cli_main(args)
 

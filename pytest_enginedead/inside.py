@@ -20,7 +20,8 @@ import contextlib
 import json
 import os
 
-from . import exiting, guard, record, worker
+from .contract import record
+from .invllm import exiting, guard, worker
 
 #: Tests only: the engine core writes which vLLM attributes the plugin replaced here.
 PATCHES_ENV = "ENGINEDEAD_REPORT_PATCHES"

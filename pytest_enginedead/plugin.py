@@ -17,28 +17,20 @@ from typing import Any, NoReturn
 
 import pytest
 
-from . import (
-    compat,
-    distributed,
-    guard,
-    hooks,
-    invariants,
-    markers,
-    options,
-    outputs,
-    planning,
-    report,
-    sharding,
-)
-from .assertions import run_settings
-from .engine import EngineBase, EngineHandle, EngineStartError, Handle, Progress
-from .options import Settings
-from .planning import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
-from .policy import PolicyError, PolicyLike, load_policy
-from .pool import EnginePool
-from .record import Injection, worst_by_batch
-from .report import Results
-from .server import ServerHandle
+from . import compat
+from .contract.record import Injection, worst_by_batch
+from .face import distributed, hooks, markers, options, report
+from .face.assertions import run_settings
+from .face.options import Settings
+from .face.report import Results
+from .harness import outputs
+from .harness.engine import EngineBase, EngineHandle, EngineStartError, Handle, Progress
+from .harness.pool import EnginePool
+from .harness.server import ServerHandle
+from .invllm import guard
+from .logic import invariants, planning, sharding
+from .logic.planning import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
+from .logic.policy import PolicyError, PolicyLike, load_policy
 
 
 @dataclass

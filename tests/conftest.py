@@ -3,7 +3,7 @@
 The helpers behind them live in ``downstream.py``; ``examples/`` holds the downstream
 suites (copied into ``pytester`` directories, never collected here).  Every engine the
 suite's runs start, inner runs and commands included, goes to one start ledger
-(``pytest_enginedead.ledger``), totalled at the end of the run.
+(``pytest_enginedead.harness.ledger``), totalled at the end of the run.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from downstream import Downstream
-from pytest_enginedead import ledger
+from pytest_enginedead.harness import ledger
 
 collect_ignore = ["examples"]
 
@@ -98,7 +98,7 @@ def _inner_runs_share_our_cores(pytestconfig: pytest.Config) -> None:
     The inner runs are not xdist workers themselves, so they would not split the
     machine; give them the worker's share the way the plugin gives its own engines.
     """
-    from pytest_enginedead.distributed import cpu_bind
+    from pytest_enginedead.face.distributed import cpu_bind
 
     cores = cpu_bind(pytestconfig)
     if cores is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:

@@ -9,7 +9,8 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_enginedead import options, probing
+from pytest_enginedead.face import options
+from pytest_enginedead.harness import probing
 
 KINDS = {"probe": "enginedead probe", "health": "GET /health", "models": "GET /v1/models",
          "completion": "1-token completion"}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_enginedead import probing
+from pytest_enginedead.harness import probing
 
 if TYPE_CHECKING:
     from .conftest import Plan

@@ -14,9 +14,9 @@ from collections.abc import Generator
 
 import pytest
 
-from pytest_enginedead.checking import ENV_PROGRESS, CheckPlan, mode_of, verdict_of
+from pytest_enginedead.contract.record import summarize
+from pytest_enginedead.logic.checking import ENV_PROGRESS, CheckPlan, mode_of, verdict_of
 from pytest_enginedead.plugin import handle_key, settings_of
-from pytest_enginedead.record import summarize
 
 _started = time.monotonic()
 

@@ -7,8 +7,8 @@ that is the bug, shown.  Under the policy (and under the guard) it must not.
 from __future__ import annotations
 
 from pytest_enginedead import EngineHandle, assert_no_false_death
-from pytest_enginedead.checking import CheckPlan
-from pytest_enginedead.server import ServerHandle
+from pytest_enginedead.harness.server import ServerHandle
+from pytest_enginedead.logic.checking import CheckPlan
 
 
 def test_decode_batch(vllm_engine: EngineHandle, check_mode: str, check_plan: CheckPlan) -> None:

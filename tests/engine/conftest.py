@@ -94,7 +94,7 @@ def step_cost(tmp_path_factory: pytest.TempPathFactory) -> StepCosts:
 
 def _calibrate(model: Path, batch_sizes: Sequence[int], steps: int, cache: Path) -> dict[str, Any]:
     """``enginedead calibrate --json`` on ``model`` at ``batch_sizes``, ``steps`` steps each."""
-    cmd = [sys.executable, "-m", "pytest_enginedead.cli", "calibrate", "--model", str(model),
+    cmd = [sys.executable, "-m", "pytest_enginedead.commands.cli", "calibrate", "--model", str(model),
            "--batch-sizes", ",".join(map(str, batch_sizes)), "--steps", str(steps), "--json",
            "--log", str(cache.with_suffix(".log"))]
     try:

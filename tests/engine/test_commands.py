@@ -11,7 +11,7 @@ import pytest
 
 from downstream import enginedead
 from machine import GEMMA_MEASURED_AT, Measures, death_sizes
-from pytest_enginedead.policy import STOCK_DEADLINE_S
+from pytest_enginedead.logic.policy import STOCK_DEADLINE_S
 
 pytestmark = pytest.mark.engine
 

@@ -15,7 +15,7 @@ def test_the_argument_lists_are_vllms_own() -> None:
     """What the factories hold their arguments against is read from the installed vLLM: the
     engine's (EngineArgs and vllm.LLM) and the API server's parser; every argument the harness
     owns or passes is in them, so a refusal names a real vLLM argument, and a made-up one is not."""
-    from pytest_enginedead import markers
+    from pytest_enginedead.face import markers
 
     engine = compat.engine_argument_names()
     assert engine is not None
@@ -41,7 +41,7 @@ def test_the_registry_source_lists_what_the_registry_holds() -> None:
 
     listed = compat.listed_architectures()
     assert {"LlamaForCausalLM", "Gemma4ForCausalLM"} <= listed <= compat.known_architectures()
-    probe = ("import sys; from pytest_enginedead import options; "
+    probe = ("import sys; from pytest_enginedead.face import options; "
              "assert options.model_problem(options.BUNDLED_MODEL) is None; "
              "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,

@@ -17,7 +17,7 @@ from downstream import (
     engine_processes,
     left_in_temp,
 )
-from pytest_enginedead.cleanup import wait_until
+from pytest_enginedead.harness.cleanup import wait_until
 
 pytestmark = pytest.mark.engine
 

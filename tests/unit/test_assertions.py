@@ -23,10 +23,10 @@ import pytest
 import procs
 from downstream import Downstream, Outcome
 from pytest_enginedead import Verdict, assert_no_false_death, compat
-from pytest_enginedead.assertions import step_summary
-from pytest_enginedead.liveness import LivenessSettings
-from pytest_enginedead.record import DeadlineStack, StepTime
-from pytest_enginedead.stacks import innermost_frames, short_path, where
+from pytest_enginedead.contract.record import DeadlineStack, StepTime
+from pytest_enginedead.face.assertions import step_summary
+from pytest_enginedead.harness.liveness import LivenessSettings
+from pytest_enginedead.harness.stacks import innermost_frames, short_path, where
 
 
 @dataclass
@@ -452,7 +452,7 @@ def test_step_summary() -> None:
 def test_client_outcome_counts_completed_requests_beside_the_failed_ones() -> None:
     from collections import Counter
 
-    from pytest_enginedead.server import ClientOutcome
+    from pytest_enginedead.harness.server import ClientOutcome
 
     assert ClientOutcome(64, Counter(), 0.0).describe() == "64 requests: all completed"
     everyone = ClientOutcome(64, Counter({"HTTP 500 InternalServerError": 64}), 0.0)
@@ -517,7 +517,7 @@ def test_where_counts_the_samples_before_the_deadline(tmp_path: Any) -> None:
     """Over the samples of the step until the deadline, the model function they ran under
     and its lines by count, whatever the one instant at the deadline shows: not one lucky
     frame."""
-    from pytest_enginedead.record import sample_block
+    from pytest_enginedead.contract.record import sample_block
 
     models = tmp_path / "site" / "vllm" / "model_executor" / "models"
     models.mkdir(parents=True)
@@ -571,7 +571,7 @@ def test_where_names_the_layer_most_samples_ran_under_with_its_lines(tmp_path: A
     """Samples split between a dense MLP (a function of its own, deeper) and the MoE call
     in the layer: the layer's forward is named, in every sample, with its lines by count —
     the MLP's call and the MoE block both listed, whichever box makes which one larger."""
-    from pytest_enginedead.record import sample_block
+    from pytest_enginedead.contract.record import sample_block
 
     models = tmp_path / "site" / "vllm" / "model_executor" / "models"
     models.mkdir(parents=True)

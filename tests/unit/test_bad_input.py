@@ -4,7 +4,7 @@ Each table row is one bad input a user can give: a flag, an ini key, an environm
 variable (ours or vLLM's), a marker, the policy hook, a fixture argument, a policy
 object, a model directory, or the ``enginedead`` command line.  Each is run as a
 downstream repo would run it (``pytester``; the command through
-``python -m pytest_enginedead.cli``) and must end in
+``python -m pytest_enginedead.commands.cli``) and must end in
 
 * a usage error (pytest: exit 4; the command: exit 2) on one line, or, for what
   belongs to one test, that test failing with its one line;
@@ -32,8 +32,9 @@ from pathlib import Path
 import pytest
 
 from downstream import Downstream, Outcome, enginedead
-from pytest_enginedead import compat, options
-from pytest_enginedead.pool import EnginePool
+from pytest_enginedead import compat
+from pytest_enginedead.face import options
+from pytest_enginedead.harness.pool import EnginePool
 
 PLAIN = "def test_plain():\n    pass\n"
 ENGINE = "def test_engine(vllm_engine):\n    raise AssertionError('ran')\n"
@@ -598,9 +599,9 @@ def test_a_handles_bad_argument_is_one_line_and_the_engine_stays(
     the test fails in one line naming the value (``pytest.fail``, no traceback), and the engine
     is not marked broken, so a shared one stays in service (on a real engine:
     tests/engine/test_guard.py).  The engines here were never started: reaching them fails."""
-    from pytest_enginedead.engine import Engine, EngineHandle
-    from pytest_enginedead.planning import EngineSpec, Instructions
-    from pytest_enginedead.server import Server, ServerHandle
+    from pytest_enginedead.harness.engine import Engine, EngineHandle
+    from pytest_enginedead.harness.server import Server, ServerHandle
+    from pytest_enginedead.logic.planning import EngineSpec, Instructions
 
     server = method == "complete"
     engine = (Server if server else Engine)(EngineSpec(options.BUNDLED_MODEL, 8, extra, server=server))
@@ -623,7 +624,7 @@ def test_a_factorys_engine_arguments_are_held_against_vllms_own_lists(
     """Names vLLM does not take fail in one line naming each, with the near misses (the lists
     stand in for the installed vLLM's; the real ones are read in tests/engine/test_compat_vllm.py);
     a vLLM that cannot say lets the names through to its own start."""
-    from pytest_enginedead import markers
+    from pytest_enginedead.face import markers
 
     monkeypatch.setattr(compat, "engine_argument_names",
                         lambda: frozenset({"max_model_len", "enforce_eager"}))
@@ -1233,7 +1234,7 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_the_reaper_starts_cleanly_and_leaves_nothing(private_tmp: Path) -> None:
     """The reaper starts without runpy's RuntimeWarning; its registry goes with it."""
-    script = ("import time\nfrom pytest_enginedead.cleanup import Reaper\n"
+    script = ("import time\nfrom pytest_enginedead.harness.cleanup import Reaper\n"
               "r = Reaper()\ntime.sleep(1.0)\nassert r.proc.poll() is None\nr.close()\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           check=False)
@@ -1244,8 +1245,8 @@ def test_the_reaper_starts_cleanly_and_leaves_nothing(private_tmp: Path) -> None
 
 def test_an_engines_run_directory_goes_with_it(private_tmp: Path) -> None:
     """Each engine's run directory (``enginedead-*``) is removed when the engine stops."""
-    from pytest_enginedead.engine import EngineBase
-    from pytest_enginedead.planning import EngineSpec
+    from pytest_enginedead.harness.engine import EngineBase
+    from pytest_enginedead.logic.planning import EngineSpec
 
     engine = EngineBase(EngineSpec(options.BUNDLED_MODEL, 8))
     assert leftovers(private_tmp) == [os.path.basename(engine.run_dir)]
@@ -1268,7 +1269,7 @@ def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
     """``enginedead check -- --no-such-flag``: the regression run's pytest refuses its arguments
     before any engine; the command says so in one line, exits 2, and its scratch directory
     is gone.  (In-process, with vLLM's presence and registry stubbed: the run is real.)"""
-    from pytest_enginedead import cli
+    from pytest_enginedead.commands import cli
 
     monkeypatch.setattr(compat, "installed_version", lambda: "0.32.0")
     monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
@@ -1290,7 +1291,8 @@ def test_check_clears_an_inherited_guard_and_says_so(
     """An operator's production ``ENGINEDEAD_GUARD*`` (even a value the guard would refuse) does
     not reach the check's regression run, whose stock runs must stay unguarded: the command
     clears it, the header says which it cleared, and nothing is refused for it."""
-    from pytest_enginedead import checking, cli
+    from pytest_enginedead.commands import cli
+    from pytest_enginedead.logic import checking
 
     shell = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_BUSY_THRESHOLD": "0.1"}
     env, cleared = cli.regression_environment({**shell, "PATH": "/usr/bin"},

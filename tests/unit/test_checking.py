@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from pytest_enginedead import checking, compat
-from pytest_enginedead.checking import (
+from pytest_enginedead import compat
+from pytest_enginedead.face.options import BUNDLED_MODEL
+from pytest_enginedead.logic import checking
+from pytest_enginedead.logic.checking import (
     CheckPlan,
     Row,
     false_deaths_under_policy,
@@ -19,7 +21,6 @@ from pytest_enginedead.checking import (
     rows_from_report,
     sized_burn,
 )
-from pytest_enginedead.options import BUNDLED_MODEL
 
 NODE = "test_regression.py::test_decode_batch"
 

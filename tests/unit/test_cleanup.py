@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from downstream import assert_nothing_left
-from pytest_enginedead.cleanup import SHM_DIR, ProcRef, Reaper, mapped_shm, terminate, unlink_shm
+from pytest_enginedead.harness.cleanup import SHM_DIR, ProcRef, Reaper, mapped_shm, terminate, unlink_shm
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason=f"no {SHM_DIR} on this system")
 
@@ -299,7 +299,7 @@ PARENT = textwrap.dedent(
     """
     import json, os, subprocess, sys, time
     import psutil
-    from pytest_enginedead.cleanup import ProcRef, Reaper
+    from pytest_enginedead.harness.cleanup import ProcRef, Reaper
 
     holder, mapped, listed, run_dir = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     reaper = Reaper()

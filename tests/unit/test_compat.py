@@ -119,8 +119,8 @@ def test_version_parsing() -> None:
 
 def test_engines_never_phone_home() -> None:
     """Every engine and server the harness starts runs with usage statistics off and no hub."""
-    from pytest_enginedead.engine import EngineBase
-    from pytest_enginedead.planning import EngineSpec, Instructions
+    from pytest_enginedead.harness.engine import EngineBase
+    from pytest_enginedead.logic.planning import EngineSpec, Instructions
 
     env = compat.engine_environment()
     assert {k: env[k] for k in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_HUB_OFFLINE")} == {
@@ -156,7 +156,7 @@ def test_scratch_environment_keeps_the_compile_cache_and_short_socket_paths() ->
 def test_server_arguments_become_flags() -> None:
     """``max_model_len=256`` → ``--max-model-len 256``; True → the bare flag; False and None add
     nothing, except for a switch the harness turns on, which False turns off again."""
-    from pytest_enginedead.server import server_command
+    from pytest_enginedead.harness.server import server_command
 
     assert compat.server_flag("max_model_len", 256) == "--max-model-len"
     assert compat.server_flag("enable_prefix_caching", False) is None
@@ -170,9 +170,9 @@ def test_server_arguments_become_flags() -> None:
 
 def _kv_cache(spec_kwargs: dict[str, object], version: str | None = "0.32.0",
               monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[dict[str, str], dict[str, int]]:
-    from pytest_enginedead.engine import EngineBase
-    from pytest_enginedead.options import BUNDLED_MODEL
-    from pytest_enginedead.planning import EngineSpec
+    from pytest_enginedead.face.options import BUNDLED_MODEL
+    from pytest_enginedead.harness.engine import EngineBase
+    from pytest_enginedead.logic.planning import EngineSpec
 
     assert monkeypatch is not None
     monkeypatch.setattr(compat, "installed_version", lambda: version)
@@ -188,7 +188,7 @@ def test_the_kv_cache_is_what_the_engines_sequences_can_fill(monkeypatch: pytest
     """An engine allocates its KV cache at start (1 GiB: ~3 s of a 2-core box's start): the
     harness asks for what max_num_seqs sequences at max_model_len fill, x1.5, at most 1 GiB;
     whatever the user, the spec or an old vLLM says wins."""
-    from pytest_enginedead.sizing import slices
+    from pytest_enginedead.logic.sizing import slices
 
     monkeypatch.delenv(compat.KV_CACHE_ENV, raising=False)
     mib = 1024**2
@@ -210,7 +210,7 @@ def test_the_kv_cache_is_what_the_engines_sequences_can_fill(monkeypatch: pytest
 
 def test_a_kv_cache_holds_at_least_one_full_sequence() -> None:
     """vLLM refuses a KV cache that cannot hold one max_model_len sequence: the cap gives way."""
-    from pytest_enginedead.sizing import slices
+    from pytest_enginedead.logic.sizing import slices
 
     config = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4,
               "head_dim": 64, "hidden_size": 256, "torch_dtype": "bfloat16"}

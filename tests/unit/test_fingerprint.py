@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from downstream import validated
-from pytest_enginedead import fingerprint, report
-from pytest_enginedead.fingerprint import Machine, differences, isa_flags, same_machine, this_machine
-from pytest_enginedead.liveness import LivenessSettings
-from pytest_enginedead.options import BUNDLED_MODEL, Settings
-from pytest_enginedead.policy import TimeoutPolicy
-from pytest_enginedead.report import Results
+from pytest_enginedead.face import report
+from pytest_enginedead.face.options import BUNDLED_MODEL, Settings
+from pytest_enginedead.face.report import Results
+from pytest_enginedead.harness import fingerprint
+from pytest_enginedead.harness.fingerprint import Machine, differences, isa_flags, same_machine, this_machine
+from pytest_enginedead.harness.liveness import LivenessSettings
+from pytest_enginedead.logic.policy import TimeoutPolicy
 
 
 def cpuinfo(model: str, flags: str) -> str:
@@ -70,7 +71,7 @@ def test_versions_are_null_when_not_installed(monkeypatch: pytest.MonkeyPatch) -
 
 def test_reading_the_fingerprint_imports_neither_torch_nor_vllm() -> None:
     code = (
-        "import sys; from pytest_enginedead.fingerprint import this_machine; this_machine(); "
+        "import sys; from pytest_enginedead.harness.fingerprint import this_machine; this_machine(); "
         "print(sorted({'torch', 'vllm'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead import guard, record
-from pytest_enginedead.engine import EngineBase, EngineStartError, GuardRefused, guard_problem
-from pytest_enginedead.options import BUNDLED_MODEL
-from pytest_enginedead.planning import EngineSpec, GuardSpec, Instructions
-from pytest_enginedead.pool import EnginePool
+from pytest_enginedead.contract import record
+from pytest_enginedead.face.options import BUNDLED_MODEL
+from pytest_enginedead.harness.engine import EngineBase, EngineStartError, GuardRefused, guard_problem
+from pytest_enginedead.harness.pool import EnginePool
+from pytest_enginedead.invllm import guard
+from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
 
 NOT_IMPORTABLE = ("ENGINEDEAD_GUARD_POLICY='ednowhere_i23:cap': the policy module is not importable in "
                   "the engine core: add it to PYTHONPATH or ENGINEDEAD_GUARD_PATH "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead import ledger
+from pytest_enginedead.harness import ledger
 
 
 def test_nothing_is_written_without_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

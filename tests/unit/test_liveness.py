@@ -13,7 +13,7 @@ import pytest
 
 import procs
 from pytest_enginedead import Verdict
-from pytest_enginedead.liveness import (
+from pytest_enginedead.harness.liveness import (
     DEFAULT_BUSY_THRESHOLD,
     ProcessEvidence,
     Sampler,

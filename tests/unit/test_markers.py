@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from downstream import Downstream
-from pytest_enginedead import engine as engine_module
-from pytest_enginedead import markers, options
+from pytest_enginedead.face import markers, options
+from pytest_enginedead.harness import engine as engine_module
 
 MARKERS = (
     "enginedead_batch_sizes",

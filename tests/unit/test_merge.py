@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from downstream import enginedead, validated
-from pytest_enginedead import cli, merging
-from pytest_enginedead.fingerprint import this_machine
+from pytest_enginedead.commands import cli
+from pytest_enginedead.harness.fingerprint import this_machine
+from pytest_enginedead.logic import merging
 
 Capture = pytest.CaptureFixture[str]
 

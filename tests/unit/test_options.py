@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from downstream import Downstream, Outcome
-from pytest_enginedead import options
-from pytest_enginedead.options import BadValue, parse_batch_sizes, parse_fraction, parse_seconds
+from pytest_enginedead.face import options
+from pytest_enginedead.face.options import BadValue, parse_batch_sizes, parse_fraction, parse_seconds
 
 
 def usage_error(result: Outcome) -> str:
@@ -296,7 +296,8 @@ def test_bundled_model_is_valid() -> None:
 
 def test_engine_tests_skip_without_vllm(downstream: Downstream, monkeypatch: pytest.MonkeyPatch) -> None:
     """No vLLM: engine tests are skipped saying so, plain tests pass, header says absent."""
-    from pytest_enginedead import compat, engine
+    from pytest_enginedead import compat
+    from pytest_enginedead.harness import engine
 
     monkeypatch.setattr(compat, "installed_version", lambda: None)
 

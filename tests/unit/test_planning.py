@@ -13,7 +13,8 @@ from fractions import Fraction
 import pytest
 
 from pytest_enginedead import Backend, TimeoutPolicy, compat
-from pytest_enginedead.planning import (
+from pytest_enginedead.contract.record import Injection
+from pytest_enginedead.logic.planning import (
     EngineSpec,
     GuardSpec,
     Instructions,
@@ -27,7 +28,6 @@ from pytest_enginedead.planning import (
     share,
     spec_for,
 )
-from pytest_enginedead.record import Injection
 
 MODEL = "/models/tiny-llama"
 

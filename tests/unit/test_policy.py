@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from pytest_enginedead import Backend, TimeoutPolicy
-from pytest_enginedead.policy import (
+from pytest_enginedead.logic.policy import (
     STOCK_DEADLINE_S,
     PolicyError,
     PolicyLike,

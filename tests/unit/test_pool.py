@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from pytest_enginedead import pool as pool_module
-from pytest_enginedead.engine import EngineBase, Progress
-from pytest_enginedead.planning import EngineSpec, Instructions
-from pytest_enginedead.pool import EnginePool
+from pytest_enginedead.harness import pool as pool_module
+from pytest_enginedead.harness.engine import EngineBase, Progress
+from pytest_enginedead.harness.pool import EnginePool
+from pytest_enginedead.logic.planning import EngineSpec, Instructions
 
 A, B = EngineSpec("/m/a", 8), EngineSpec("/m/b", 8)
 POLICY, MARKER = Instructions(680.0, "policy reference"), Instructions(2.0, "the enginedead_timeout marker")

@@ -20,7 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_enginedead import command, exiting, guard, probe, record
+from pytest_enginedead import command
+from pytest_enginedead.commands import probe
+from pytest_enginedead.contract import record
+from pytest_enginedead.invllm import exiting, guard
 
 HANG_S = 5.0
 
@@ -271,7 +274,7 @@ def test_probe_command_lines_and_exit_codes(capsys: pytest.CaptureFixture[str]) 
 
 # --- enginedead probes: the replay of probe settings over samples ------------------------
 
-from pytest_enginedead import probing  # noqa: E402
+from pytest_enginedead.harness import probing  # noqa: E402
 
 
 def samples(
@@ -359,7 +362,7 @@ def test_probes_refuses_a_model_without_a_tokenizer(
 ) -> None:
     import shutil
 
-    from pytest_enginedead import options
+    from pytest_enginedead.face import options
 
     model = tmp_path / "model"
     model.mkdir()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead import record
-from pytest_enginedead.record import (
+from pytest_enginedead.contract import record
+from pytest_enginedead.contract.record import (
     Control,
     ControlReader,
     GuardEvent,

@@ -16,16 +16,17 @@ from typing import Any
 import pytest
 
 from downstream import Downstream, validated
-from pytest_enginedead import record, report
-from pytest_enginedead.cleanup import ProcRef
-from pytest_enginedead.engine import Engine, Handle
-from pytest_enginedead.liveness import LivenessSettings
-from pytest_enginedead.options import BUNDLED_MODEL, Settings
-from pytest_enginedead.planning import EngineSpec, GuardSpec, Instructions
-from pytest_enginedead.policy import TimeoutPolicy
-from pytest_enginedead.pool import EngineRecord
-from pytest_enginedead.record import Injection
-from pytest_enginedead.report import Results, death_counts, engine_row, junit_properties, verdict_word
+from pytest_enginedead.contract import record
+from pytest_enginedead.contract.record import Injection
+from pytest_enginedead.face import report
+from pytest_enginedead.face.options import BUNDLED_MODEL, Settings
+from pytest_enginedead.face.report import Results, death_counts, engine_row, junit_properties, verdict_word
+from pytest_enginedead.harness.cleanup import ProcRef
+from pytest_enginedead.harness.engine import Engine, Handle
+from pytest_enginedead.harness.liveness import LivenessSettings
+from pytest_enginedead.harness.pool import EngineRecord
+from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
+from pytest_enginedead.logic.policy import TimeoutPolicy
 
 #: a process id for the record's file name; creation time 0 matches no real process
 WORKER = ProcRef(4242, 0.0)

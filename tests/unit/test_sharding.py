@@ -14,8 +14,9 @@ import re
 import pytest
 
 from downstream import Downstream
-from pytest_enginedead import compat, sharding
-from pytest_enginedead.sharding import Durations, Shard, ShardError, deal, parse_shard, split, units
+from pytest_enginedead import compat
+from pytest_enginedead.logic import sharding
+from pytest_enginedead.logic.sharding import Durations, Shard, ShardError, deal, parse_shard, split, units
 
 # --- the deal --------------------------------------------------------------------------------------
 

@@ -19,11 +19,14 @@ import pytest
 from test_bad_input import assert_clean, wired  # noqa: F401  (a fixture)
 
 from downstream import enginedead
-from pytest_enginedead import calibration, compat, record, worker
-from pytest_enginedead.policy import STOCK_DEADLINE_S, Backend
-from pytest_enginedead.sizing import advice, fit, forecast, shapes, slices
-from pytest_enginedead.sizing.fit import Fit, Step
-from pytest_enginedead.sizing.shapes import Chunk, Limits, StepPlan
+from pytest_enginedead import compat
+from pytest_enginedead.contract import record
+from pytest_enginedead.harness import calibration
+from pytest_enginedead.invllm import worker
+from pytest_enginedead.logic.policy import STOCK_DEADLINE_S, Backend
+from pytest_enginedead.logic.sizing import advice, fit, forecast, shapes, slices
+from pytest_enginedead.logic.sizing.fit import Fit, Step
+from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMMA_26B = ROOT / "fixtures" / "gemma4-26b-a4b"
@@ -463,7 +466,7 @@ def test_the_guard_policy_covers_every_step_of_each_size() -> None:
 
 
 def test_the_policy_source_rebuilds_the_policy() -> None:
-    from pytest_enginedead.policy import TimeoutPolicy
+    from pytest_enginedead.logic.policy import TimeoutPolicy
 
     policy = advice.advise(Fit(TRUE), Limits(64, 1024, 2048), 512, 3.0, 300.0).policy
     space: dict[str, Any] = {"TimeoutPolicy": TimeoutPolicy}
@@ -644,7 +647,7 @@ def test_bad_sizing_input_is_one_line_exit_2_before_any_engine(
     ],
 )
 def test_a_linear_policy_refuses_what_no_deadline_can_be(kwargs: dict[str, float], needle: str) -> None:
-    from pytest_enginedead.policy import TimeoutPolicy
+    from pytest_enginedead.logic.policy import TimeoutPolicy
 
     with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
         TimeoutPolicy.linear(**kwargs)

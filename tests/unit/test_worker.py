@@ -23,13 +23,14 @@ import psutil
 import pytest
 
 import procs
-from pytest_enginedead import record, worker
-from pytest_enginedead.cleanup import ProcRef
-from pytest_enginedead.engine import Engine
-from pytest_enginedead.options import BUNDLED_MODEL
-from pytest_enginedead.planning import EngineSpec
-from pytest_enginedead.record import Control, Injection, StepTime, read_steps, write_control
-from pytest_enginedead.stacks import innermost_frames
+from pytest_enginedead.contract import record
+from pytest_enginedead.contract.record import Control, Injection, StepTime, read_steps, write_control
+from pytest_enginedead.face.options import BUNDLED_MODEL
+from pytest_enginedead.harness.cleanup import ProcRef
+from pytest_enginedead.harness.engine import Engine
+from pytest_enginedead.harness.stacks import innermost_frames
+from pytest_enginedead.invllm import worker
+from pytest_enginedead.logic.planning import EngineSpec
 
 ME = os.getpid()
 
@@ -253,7 +254,8 @@ def test_wrapped_execute_model_records_non_empty_steps(
 STEPPER = textwrap.dedent(
     """
     import sys
-    from pytest_enginedead import record, worker
+    from pytest_enginedead.contract import record
+    from pytest_enginedead.invllm import worker
 
     run_dir, before, after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rec = worker.StepRecorder(run_dir)
@@ -311,7 +313,8 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
     busy = textwrap.dedent(
         """
         import sys, threading
-        from pytest_enginedead import record, worker
+        from pytest_enginedead.contract import record
+        from pytest_enginedead.invllm import worker
 
         threading.Thread(target=threading.Event().wait, daemon=True).start()  # another thread
         record.write_control(sys.argv[1], record.Control(1, 1.0))

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from pytest_enginedead import assertions
+from pytest_enginedead.face import assertions
 
 _judge = assertions.judge
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from . import compat, record
+from .. import compat
+from ..contract import record
 
 #: The guard rewrites its state every 0.25 s while a step runs long: older is stale.
 STALE_S = 2.0

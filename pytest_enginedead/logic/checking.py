@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import compat
-from .options import BUNDLED_MODEL
-from .report import verdict_word
+from .. import compat
+from ..face.options import BUNDLED_MODEL
+from ..face.report import verdict_word
 
 ENV_PLAN = "ENGINEDEAD_CHECK_PLAN"
 ENV_PROGRESS = "ENGINEDEAD_CHECK_PROGRESS"

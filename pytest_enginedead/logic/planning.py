@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import compat
+from .. import compat
+from ..contract.record import Injection
 from .policy import Backend, PolicyLike
-from .record import Injection
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, cast, runtime_checkable
 
-from . import compat
+from .. import compat
 
 STOCK_DEADLINE_S = compat.STOCK_DEADLINE_S
 

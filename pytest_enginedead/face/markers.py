@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
-from . import compat, invariants, record
-from .guard import GUARD_VARIABLES
+from .. import compat
+from ..contract import record
+from ..contract.record import Injection
+from ..invllm.guard import GUARD_VARIABLES
+from ..logic import invariants
 from .options import BadValue, check_batch_sizes
-from .record import Injection
 
 DOCS = (
     "enginedead_batch_sizes(*sizes): run this test's engine fixtures at these batch "

@@ -28,7 +28,9 @@ from typing import Any, TypeVar
 
 import psutil
 
-from . import compat, markers
+from .. import compat
+from ..face import markers
+from ..logic.planning import Instructions
 from .cleanup import wait_until
 from .engine import (
     EngineBase,
@@ -40,7 +42,6 @@ from .engine import (
     interruptible,
     refuse,
 )
-from .planning import Instructions
 
 #: How long a server may take to answer /health after it was started.
 START_LIMIT_S = 300.0

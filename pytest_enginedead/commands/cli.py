@@ -32,12 +32,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
-from . import checking, compat, guard, merging, options, outputs, planning
-from .outputs import Output
-from .policy import PolicyError, load_policy, policy_name
+from .. import compat
+from ..face import options
+from ..harness import outputs
+from ..harness.outputs import Output
+from ..invllm import guard
+from ..logic import checking, merging, planning
+from ..logic.policy import PolicyError, load_policy, policy_name
 
 if TYPE_CHECKING:
-    from .engine import Progress
+    from ..harness.engine import Progress
 
 DESCRIPTION = "Catch vLLM engines declared dead while their workers are still computing."
 
@@ -239,7 +243,7 @@ SIZING_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_c
 
 
 def _probe_setting(raw: str) -> Any:
-    from .probing import parse_setting
+    from ..harness.probing import parse_setting
 
     try:
         return parse_setting(raw)
@@ -337,8 +341,8 @@ def _preflight_inputs(args: argparse.Namespace) -> None:
 
 def _plan_sizing(args: argparse.Namespace) -> Any:
     """The serving limits (vLLM's defaults where not given), checked as vLLM would, and the sizing plan."""
-    from . import calibration
-    from .sizing import shapes
+    from ..harness import calibration
+    from ..logic.sizing import shapes
 
     _, longest = calibration.default_limits(args.model)
     given = {}
@@ -639,7 +643,7 @@ def _output_to(log_out: Output, verbose: bool) -> Iterator[Progress]:
 
 
 def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
-    from . import calibration
+    from ..harness import calibration
 
     log = claimed["log"]
     deadline = float(args.deadline) if args.deadline else compat.stock_deadline_s()
@@ -666,7 +670,7 @@ def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
 
 
 def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
-    from . import calibration
+    from ..harness import calibration
 
     if sizing_requested(args):
         return run_sizing(args, claimed)
@@ -738,8 +742,8 @@ def run_merge(args: argparse.Namespace) -> int:
 
 def run_probes(args: argparse.Namespace) -> int:
     """Measure the probes on real servers (checked first: vLLM, the model's config and tokenizer)."""
-    from . import probing
-    from .server import has_tokenizer
+    from ..harness import probing
+    from ..harness.server import has_tokenizer
 
     problem = options.vllm_environment_problem()
     if problem:

@@ -37,7 +37,7 @@ from typing import IO, Any
 
 import pytest
 
-from .planning import EngineSpec
+from ..logic.planning import EngineSpec
 from .report import Results
 
 WIRE_KEY = "enginedead"

@@ -18,17 +18,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import pytest
 
-from . import compat, stacks
-from .liveness import (
-    LivenessSettings,
-    ProcessEvidence,
-    Sampler,
-    Verdict,
-    classify,
-    overall,
-)
-from .record import DeadlineStack, StepTime
-from .stacks import Where, innermost_frames
+from .. import compat
+from ..contract.record import DeadlineStack, StepTime
+from ..harness import stacks
+from ..harness.liveness import LivenessSettings, ProcessEvidence, Sampler, Verdict, classify, overall
+from ..harness.stacks import Where, innermost_frames
 
 
 class Watchable(Protocol):

@@ -248,10 +248,11 @@ def wait_until(done: Callable[[], bool], timeout_s: float, give_up: Callable[[],
 # --- the reaper ---------------------------------------------------------------------
 
 
-#: How the reaper process starts: ``python -m pytest_enginedead.cleanup`` would have runpy
+#: How the reaper process starts: ``python -m pytest_enginedead.harness.cleanup`` would have runpy
 #: run this module a second time beside the copy the package import made (a RuntimeWarning).
 REAPER_MAIN = (
-    "import sys; from pytest_enginedead.cleanup import reaper_main; sys.exit(reaper_main(sys.argv[1:]))"
+    "import sys; from pytest_enginedead.harness.cleanup import reaper_main; "
+    "sys.exit(reaper_main(sys.argv[1:]))"
 )
 
 

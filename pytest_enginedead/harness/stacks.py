@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import compat
-from .record import MAIN_THREAD_PREFIX
+from .. import compat
+from ..contract.record import MAIN_THREAD_PREFIX
 
 _FRAME = re.compile(r'^File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>.*)$')
 

@@ -25,12 +25,16 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import psutil
 import pytest
 
-from . import cleanup, compat, guard, ledger, markers, record
+from .. import compat
+from ..contract import record
+from ..contract.record import StepTime
+from ..face import markers
+from ..invllm import guard
+from ..logic.planning import EngineSpec, GuardSpec, Instructions
+from ..logic.sizing import slices
+from . import cleanup, ledger
 from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
 from .liveness import LivenessSettings, ProcessEvidence, snapshot
-from .planning import EngineSpec, GuardSpec, Instructions
-from .record import StepTime
-from .sizing import slices
 
 
 class Progress(Protocol):

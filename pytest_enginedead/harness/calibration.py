@@ -29,16 +29,17 @@ from typing import Any
 
 import psutil
 
-from . import compat, report
+from .. import compat
+from ..contract.record import StepTime
+from ..face import report
+from ..logic.planning import EngineSpec, Instructions
+from ..logic.policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
+from ..logic.sizing import advice, shapes, slices
+from ..logic.sizing import fit as fit_
+from ..logic.sizing.forecast import Forecast, fit_slices
 from .cleanup import Reaper
 from .engine import Engine, Progress
 from .outputs import Output, claim
-from .planning import EngineSpec, Instructions
-from .policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
-from .record import StepTime
-from .sizing import advice, shapes, slices
-from .sizing import fit as fit_
-from .sizing.forecast import Forecast, fit_slices
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -231,7 +232,7 @@ class SizingPlan:
 
 def default_limits(model: str) -> tuple[dict[str, Any], int | None]:
     """The model's config and the longest max_model_len vLLM derives from it."""
-    from .options import read_config
+    from ..face.options import read_config
 
     config = read_config(Path(model) / "config.json")
     return config, shapes.model_max_len(config)
@@ -247,7 +248,7 @@ def plan_sizing(
     available_bytes: int | None = None,
 ) -> SizingPlan:
     """The runs, the engines and what each needs; ``SizingRefused`` for what cannot work."""
-    from .options import read_config
+    from ..face.options import read_config
 
     config = read_config(Path(model) / "config.json")
     where = os.path.join(os.path.basename(model.rstrip("/")), "config.json")

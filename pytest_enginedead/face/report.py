@@ -14,16 +14,16 @@ from typing import Any, TypedDict
 
 import pytest
 
-from . import compat
-from .engine import EngineBase, Handle
-from .fingerprint import Machine, this_machine
+from .. import compat
+from ..contract.record import summarize
+from ..harness.engine import EngineBase, Handle
+from ..harness.fingerprint import Machine, this_machine
+from ..harness.outputs import Output, claim
+from ..harness.pool import EngineRecord
 from .options import Settings
-from .outputs import Output, claim
-from .pool import EngineRecord
-from .record import summarize
 
 SCHEMA_VERSION = 1
-SCHEMA_PATH = os.path.join(os.path.dirname(__file__), "report.schema.json")
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "report.schema.json")
 
 
 class TestRow(TypedDict):

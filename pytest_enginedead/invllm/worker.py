@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from . import compat, record
+from .. import compat
+from ..contract import record
 
 
 def burn(seconds: float) -> None:

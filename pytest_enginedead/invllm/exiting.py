@@ -27,7 +27,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import compat, record
+from .. import compat
+from ..contract import record
 from .guard import asked as guard_asked
 from .guard import remove_stale_states
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..logic.planning import EngineSpec, Instructions
 from . import cleanup
 from .cleanup import Reaper
 from .engine import Engine, EngineBase, GuardRefused, Progress
-from .planning import EngineSpec, Instructions
 from .server import Server
 
 

@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from . import probe as probe_mod
+from ..commands import probe as probe_mod
+from ..contract.record import Injection
+from ..logic.planning import EngineSpec, GuardSpec, Instructions
 from .cleanup import Reaper
-from .planning import EngineSpec, GuardSpec, Instructions
-from .record import Injection
 
 if TYPE_CHECKING:
     from .engine import Progress

@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 
-from . import compat
-from .liveness import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S, LivenessSettings
-from .policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
-from .sharding import Shard, ShardError, durations_path
-from .sharding import parse_shard as _parse_shard
+from .. import compat
+from ..harness.liveness import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S, LivenessSettings
+from ..logic.policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
+from ..logic.sharding import Shard, ShardError, durations_path
+from ..logic.sharding import parse_shard as _parse_shard
 
-BUNDLED_MODEL = str(Path(__file__).parent / "models" / "tiny-llama")
+BUNDLED_MODEL = str(Path(__file__).parent.parent / "models" / "tiny-llama")
 DEFAULT_BATCH_SIZES = (8, 64)
 
 

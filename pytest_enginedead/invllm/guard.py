@@ -36,8 +36,9 @@ from typing import Any
 
 import psutil
 
-from . import compat, record
-from .policy import Backend, PolicyError, PolicyLike, PolicyNotFound, load_policy, policy_name
+from .. import compat
+from ..contract import record
+from ..logic.policy import Backend, PolicyError, PolicyLike, PolicyNotFound, load_policy, policy_name
 
 GUARD_ENV = "ENGINEDEAD_GUARD"
 GUARD_POLICY_ENV = "ENGINEDEAD_GUARD_POLICY"

@@ -1,0 +1,1 @@
+"""The ``enginedead`` commands, one module each; only ``command.py`` imports them."""

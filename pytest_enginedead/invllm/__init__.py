@@ -1,0 +1,5 @@
+"""Code that runs inside vLLM's own processes, loaded by the ``vllm.general_plugins`` entry.
+
+``worker`` in ``VLLM::Worker``, ``guard`` in ``VLLM::EngineCore``, ``exiting`` in the API
+server.  Imports the contract, pure logic and vLLM's compatibility layer; never pytest.
+"""
