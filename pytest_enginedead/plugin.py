@@ -18,7 +18,9 @@ from typing import Any, NoReturn
 import pytest
 
 from . import compat
-from .contract.record import Injection, worst_by_batch
+from .contract.control import Injection
+from .contract.names import GUARD_ENV
+from .contract.steps import worst_by_batch
 from .face import distributed, hooks, markers, options, report
 from .face.assertions import run_settings
 from .face.options import Settings
@@ -27,8 +29,8 @@ from .harness import outputs
 from .harness.engine import EngineBase, EngineHandle, EngineStartError, Handle, Progress
 from .harness.pool import EnginePool
 from .harness.server import ServerHandle
-from .invllm import guard
 from .logic import invariants, planning, sharding
+from .logic.guardconfig import DEFAULT_HANG_S
 from .logic.planning import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
 from .logic.policy import PolicyError, PolicyLike, load_policy
 
@@ -191,7 +193,7 @@ def pytest_report_header(config: pytest.Config) -> str:
         lines.append(f"enginedead: {note}")
     if s.guard:
         lines.append(f"enginedead: the guard is on for every engine: {s.guard_where}" + (
-            f"; {guard.GUARD_ENV} is also the production switch: unset it to test engines without the guard"
+            f"; {GUARD_ENV} is also the production switch: unset it to test engines without the guard"
             if "(from environment)" in s.guard_where else ""))
     if os.environ.get(compat.MULTIPROCESSING_ENV, "1").strip() == "0":
         lines.append(
@@ -267,7 +269,7 @@ def _guard(item: pytest.Item, run: Run) -> GuardSpec | None:
             load_policy(policy, [str(item.config.rootpath), os.getcwd()])
         except PolicyError as exc:
             raise markers.BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
-    return GuardSpec(hang_s or guard.DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference",
+    return GuardSpec(hang_s or DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference",
                      "the enginedead_guard marker" if marker is not None else run.settings.guard_where)
 
 
@@ -598,7 +600,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
         _fail(f"{what}: {exc}")
     try:
         guard_spec = _guard(item, run) if item is not None else (
-            GuardSpec(guard.DEFAULT_HANG_S, run.settings.policy_spec or "reference", run.settings.guard_where)
+            GuardSpec(DEFAULT_HANG_S, run.settings.policy_spec or "reference", run.settings.guard_where)
             if run.settings.guard else None)
     except markers.BadMarker as exc:
         _fail(str(exc))

@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from downstream import Downstream
+from pytest_enginedead.contract.names import START_LEDGER_ENV, START_LEDGER_TAG_ENV
 from pytest_enginedead.harness import ledger
 
 collect_ignore = ["examples"]
@@ -36,7 +37,7 @@ def downstream(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> It
     ``ENGINEDEAD_*`` settings from our own environment."""
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     for name in list(os.environ):
-        if name.startswith("ENGINEDEAD_") and name not in (ledger.ENV, ledger.TAG_ENV):
+        if name.startswith("ENGINEDEAD_") and name not in (START_LEDGER_ENV, START_LEDGER_TAG_ENV):
             monkeypatch.delenv(name)
     repo = Downstream(pytester)
     yield repo
@@ -45,11 +46,11 @@ def downstream(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> It
 
 def pytest_configure(config: pytest.Config) -> None:
     """One start ledger for the whole run, unless the caller keeps their own."""
-    if hasattr(config, "workerinput") or os.environ.get(ledger.ENV):
+    if hasattr(config, "workerinput") or os.environ.get(START_LEDGER_ENV):
         return
     fd, path = tempfile.mkstemp(prefix="enginedead-ledger-", suffix=".jsonl")
     os.close(fd)
-    os.environ[ledger.ENV] = path
+    os.environ[START_LEDGER_ENV] = path
     config.stash[ledger_key] = path
 
 
@@ -65,7 +66,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 def pytest_unconfigure(config: pytest.Config) -> None:
     path = config.stash.get(ledger_key, None)
     if path:
-        os.environ.pop(ledger.ENV, None)
+        os.environ.pop(START_LEDGER_ENV, None)
         with contextlib.suppress(OSError):
             os.unlink(path)
 
@@ -88,7 +89,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(autouse=True)
 def _starts_name_their_test(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ledger names the test of ours that an inner run's engine was started for."""
-    monkeypatch.setenv(ledger.TAG_ENV, request.node.nodeid)
+    monkeypatch.setenv(START_LEDGER_TAG_ENV, request.node.nodeid)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -33,11 +33,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from .. import compat
+from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..face import options
 from ..harness import outputs
 from ..harness.outputs import Output
-from ..invllm import guard
 from ..logic import checking, merging, planning
+from ..logic.guardconfig import DEFAULT_HANG_S
 from ..logic.policy import PolicyError, load_policy, policy_name
 
 if TYPE_CHECKING:
@@ -394,8 +395,8 @@ def regression_environment(
     production ``ENGINEDEAD_GUARD=1`` would otherwise guard the stock runs too, and
     the table would compare nothing).
     """
-    cleared = [f"{name}={environ[name]!r}" for name in guard.GUARD_VARIABLES if name in environ]
-    env = {k: v for k, v in environ.items() if k not in guard.GUARD_VARIABLES}
+    cleared = [f"{name}={environ[name]!r}" for name in GUARD_VARIABLES if name in environ]
+    env = {k: v for k, v in environ.items() if k not in GUARD_VARIABLES}
     return {**env, **plan.to_env(), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}, cleared
 
 
@@ -459,7 +460,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
         report = os.path.join(scratch, "report.json")  # read back here; --report gets a copy
         progress = os.path.join(scratch, "progress.jsonl")
         env, cleared = regression_environment(os.environ, plan)
-        env[checking.ENV_PROGRESS] = progress
+        env[CHECK_PROGRESS_ENV] = progress
         cmd = [
             sys.executable, "-m", "pytest", "-p", "enginedead", "-p", "timeout",
             "-c", os.devnull, "-p", "no:cacheprovider", "-q", "-rN",
@@ -481,7 +482,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
         if cleared:
             _say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
                  "and policy runs are unguarded" + (
-                     f", the guard run has policy {args.policy} and hang_s {guard.DEFAULT_HANG_S:g} s"
+                     f", the guard run has policy {args.policy} and hang_s {DEFAULT_HANG_S:g} s"
                      if plan.guard else " (--guard adds a guarded run)"))
         code, tail = _run_logged(cmd, env, log, args.verbose, progress)
         return _verdict(args, report, code, log.path, tail, claimed.get("report"))

@@ -5,7 +5,7 @@ answers 200 through a long step and through a hang alike, and a completion queue
 behind the running step, so it calls a slow engine dead.  This probe asks neither.
 It finds the server's process (by its listening port or pid), the engine cores
 below it and their workers, and reads what the guard inside each engine core
-already knows (``record.GuardState``): the step in flight, how long it has run,
+already knows (``GuardState``): the step in flight, how long it has run,
 when its worker last showed progress.  Nothing it does waits on the server.
 
 * alive and computing, or idle between steps, or idle inside a step for less
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import psutil
 
 from .. import compat
-from ..contract import record
+from ..contract.guardfiles import GuardState, guard_state_path, read_guard_state, state_dir
 
 #: The guard rewrites its state every 0.25 s while a step runs long: older is stale.
 STALE_S = 2.0
@@ -115,12 +115,12 @@ def _environ_of(core: psutil.Process) -> dict[str, str]:
     return {}
 
 
-def _state_of(core: psutil.Process) -> record.GuardState | None:
-    directory = record.state_dir(_environ_of(core))
-    return record.read_guard_state(record.guard_state_path(directory, core.pid))
+def _state_of(core: psutil.Process) -> GuardState | None:
+    directory = state_dir(_environ_of(core))
+    return read_guard_state(guard_state_path(directory, core.pid))
 
 
-def judge(state: record.GuardState | None, now: float, busy: bool | None) -> Answer:
+def judge(state: GuardState | None, now: float, busy: bool | None) -> Answer:
     """The answer for one engine core from its guard state (None: the guard is off).
 
     ``busy`` is the probe's own look at the worker's CPU, taken only when the state

@@ -19,7 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 import pytest
 
 from .. import compat
-from ..contract.record import DeadlineStack, StepTime
+from ..contract.dumps import DeadlineStack
+from ..contract.steps import StepTime
 from ..harness import stacks
 from ..harness.liveness import LivenessSettings, ProcessEvidence, Sampler, Verdict, classify, overall
 from ..harness.stacks import Where, innermost_frames

@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from .. import compat
-from ..contract import record
-from ..contract.record import Injection
-from ..invllm.guard import GUARD_VARIABLES
+from ..contract.control import Injection
+from ..contract.names import ENV_DIR, ENV_HARNESS_PID, GUARD_VARIABLES
 from ..logic import invariants
 from .options import BadValue, check_batch_sizes
 
@@ -250,8 +249,8 @@ OWNED_SERVER_ARGS = {
 #: environment variables the harness sets for every engine it starts: never a factory argument
 OWNED_VARIABLES = {
     compat.DEADLINE_ENV: "give the deadline as timeout_s= (the harness sets it per test)",
-    record.ENV_DIR: "the harness makes each engine's run directory",
-    record.ENV_HARNESS_PID: "the harness sets it for every engine",
+    ENV_DIR: "the harness makes each engine's run directory",
+    ENV_HARNESS_PID: "the harness sets it for every engine",
     **{name: "the harness sets the guard for every engine it starts: turn it on with --enginedead-guard"
        for name in GUARD_VARIABLES},
 }

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 import pytest
 
 from .. import compat
-from ..contract.record import summarize
+from ..contract.steps import summarize
 from ..harness.engine import EngineBase, Handle
 from ..harness.fingerprint import Machine, this_machine
 from ..harness.outputs import Output, claim

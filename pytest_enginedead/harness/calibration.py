@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 
 from .. import compat
-from ..contract.record import StepTime
+from ..contract.steps import StepTime
 from ..face import report
 from ..logic.planning import EngineSpec, Instructions
 from ..logic.policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time

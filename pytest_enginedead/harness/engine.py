@@ -26,10 +26,20 @@ import psutil
 import pytest
 
 from .. import compat
-from ..contract import record
-from ..contract.record import StepTime
+from ..contract.control import Control, write_control
+from ..contract.dumps import STACK_SIGNAL, DeadlineStack, deadline_stack_path, read_deadline_stack, stack_path
+from ..contract.guardfiles import CoreReady, GuardEvent, guard_events_path, read_core_ready, read_guard_events
+from ..contract.names import (
+    ENV_DIR,
+    ENV_HARNESS_PID,
+    GUARD_ENV,
+    GUARD_HANG_ENV,
+    GUARD_PATH_ENV,
+    GUARD_POLICY_ENV,
+    GUARD_VARIABLES,
+)
+from ..contract.steps import StepTime, read_steps, steps_path
 from ..face import markers
-from ..invllm import guard
 from ..logic.planning import EngineSpec, GuardSpec, Instructions
 from ..logic.sizing import slices
 from . import cleanup, ledger
@@ -51,7 +61,7 @@ class GuardRefused(EngineStartError):
     """The engine core's guard is not what the engine was asked to run with (its own record says)."""
 
 
-def guard_problem(asked: GuardSpec | None, ready: record.CoreReady) -> str | None:
+def guard_problem(asked: GuardSpec | None, ready: CoreReady) -> str | None:
     """Why the guard in the engine core is not the one asked for, in one line, or None.
 
     ``ready`` is the engine core's own start-up record: asked for the guard, it must
@@ -61,14 +71,14 @@ def guard_problem(asked: GuardSpec | None, ready: record.CoreReady) -> str | Non
     if asked is None:
         if ready.guard or ready.asked:
             return (
-                f"the guard was not asked for, but {core} saw {guard.GUARD_ENV} set "
+                f"the guard was not asked for, but {core} saw {GUARD_ENV} set "
                 f"({'on' if ready.guard else 'refused'}): the harness's engines must not inherit it"
             )
         return None
     want = (f"{asked.source or 'this engine'} asked for the guard (policy {asked.policy!r}, "
             f"hang_s {asked.hang_s:g} s)")
     if not ready.guard:
-        why = ready.problem or f"{guard.GUARD_ENV} did not reach it"
+        why = ready.problem or f"{GUARD_ENV} did not reach it"
         return f"the guard is off: {want}, and {core} refused it: {why}"
     if ready.policy != asked.policy or ready.hang_s != asked.hang_s:
         return (f"the guard is not as asked: {want}, but {core} runs it with policy {ready.policy!r}, "
@@ -111,7 +121,7 @@ class EngineBase:
         self.instructions: list[Instructions] = []
         self._epoch = 0
         self._final_steps: list[StepTime] | None = None
-        self._final_events: list[record.GuardEvent] | None = None
+        self._final_events: list[GuardEvent] | None = None
         self._reaper = reaper
         #: the run was interrupted: stop without waiting for vLLM's graceful shutdown
         self.hurry = False
@@ -128,19 +138,19 @@ class EngineBase:
         env = {
             **compat.engine_environment(),
             compat.DEADLINE_ENV: first.deadline_env,
-            record.ENV_DIR: self.run_dir,
-            record.ENV_HARNESS_PID: str(os.getpid()),
-            guard.GUARD_ENV: "0",
+            ENV_DIR: self.run_dir,
+            ENV_HARNESS_PID: str(os.getpid()),
+            GUARD_ENV: "0",
         }
         env.update(compat.scratch_environment(self.run_dir, os.environ))  # removed with the run dir
         if self.spec.cpu_bind is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = self.spec.cpu_bind
         env.update(self.kv_cache()[0])
         if self.spec.guard is not None:
-            env[guard.GUARD_ENV] = "1"
-            env[guard.GUARD_HANG_ENV] = repr(self.spec.guard.hang_s)
-            env[guard.GUARD_POLICY_ENV] = self.spec.guard.policy
-            env[guard.GUARD_PATH_ENV] = os.pathsep.join([*sys.path[:1], os.getcwd()])
+            env[GUARD_ENV] = "1"
+            env[GUARD_HANG_ENV] = repr(self.spec.guard.hang_s)
+            env[GUARD_POLICY_ENV] = self.spec.guard.policy
+            env[GUARD_PATH_ENV] = os.pathsep.join([*sys.path[:1], os.getcwd()])
         return env
 
     def kv_cache(self) -> tuple[dict[str, str], dict[str, int]]:
@@ -169,7 +179,7 @@ class EngineBase:
         """The guard's variables the engine's processes must not inherit (none of them set here)."""
         if self.spec.guard is not None:
             return []  # all of them set by ``environment``
-        return [name for name in guard.GUARD_VARIABLES if name != guard.GUARD_ENV]
+        return [name for name in GUARD_VARIABLES if name != GUARD_ENV]
 
     def process_environment(self, first: Instructions, base: Mapping[str, str]) -> dict[str, str]:
         """A whole environment for the engine's processes: ``base`` less the cleared, plus ours."""
@@ -179,16 +189,16 @@ class EngineBase:
     def instruct(self, instructions: Instructions) -> None:
         """From the next RPC on, the engine runs under this deadline and these faults."""
         self._epoch += 1
-        record.write_control(
+        write_control(
             self.run_dir,
-            record.Control(self._epoch, instructions.deadline_whole_s, instructions.injection),
+            Control(self._epoch, instructions.deadline_whole_s, instructions.injection),
         )
         self.instructions.append(instructions)
 
     def check_core_ready(self) -> None:
         """The engine core must have loaded our side of the plugin, or deadlines cannot switch;
         and its guard must be the one asked for (``guard_problem``), by its own record."""
-        ready = record.read_core_ready(self.run_dir)
+        ready = read_core_ready(self.run_dir)
         if ready is None:
             raise EngineStartError(
                 "vLLM's engine core did not load the enginedead plugin (its vllm.general_plugins "
@@ -200,7 +210,7 @@ class EngineBase:
 
     def guard_refusal(self) -> str | None:
         """The guard's refusal as soon as the engine core has written its record (None so far)."""
-        ready = record.read_core_ready(self.run_dir)
+        ready = read_core_ready(self.run_dir)
         return None if ready is None else guard_problem(self.spec.guard, ready)
 
     # --- processes ------------------------------------------------------------------
@@ -297,31 +307,31 @@ class EngineBase:
             return list(self._final_steps)
         out: list[StepTime] = []
         for pid in self.pids:
-            out.extend(record.read_steps(record.steps_path(self.run_dir, pid), pid))
+            out.extend(read_steps(steps_path(self.run_dir, pid), pid))
         return sorted(out, key=lambda s: s.started)
 
-    def guard_events(self) -> list[record.GuardEvent]:
+    def guard_events(self) -> list[GuardEvent]:
         """The guard's decisions in this engine's core, oldest first."""
         if self._final_events is not None:
             return list(self._final_events)
-        return record.read_guard_events(record.guard_events_path(self.run_dir))
+        return read_guard_events(guard_events_path(self.run_dir))
 
     def running_step(self, pid: int) -> StepTime | None:
         """The step ``pid`` is in now, per its record, or None."""
-        steps = record.read_steps(record.steps_path(self.run_dir, pid), pid)
+        steps = read_steps(steps_path(self.run_dir, pid), pid)
         return steps[-1] if steps and steps[-1].running else None
 
     def has_record(self, pid: int) -> bool:
-        return os.path.exists(record.steps_path(self.run_dir, pid))
+        return os.path.exists(steps_path(self.run_dir, pid))
 
     def capture_stack(self, pid: int, timeout_s: float = 0.4) -> str | None:
         """Ask the worker to dump its Python stack (faulthandler on SIGUSR2); read it."""
         ref = next((r for r in self.procs if r.pid == pid), None)
-        path = record.stack_path(self.run_dir, pid)
+        path = stack_path(self.run_dir, pid)
         if ref is None or ref.process() is None or not os.path.exists(path):
             return None
         size = os.path.getsize(path)
-        os.kill(pid, record.STACK_SIGNAL)
+        os.kill(pid, STACK_SIGNAL)
         deadline = time.monotonic() + timeout_s
         last = -1
         while time.monotonic() < deadline:
@@ -338,20 +348,20 @@ class EngineBase:
 
     def deadline_stack(
         self, pid: int, step: StepTime, deadline_s: float, wait_s: float | None = 0.5
-    ) -> record.DeadlineStack | None:
+    ) -> DeadlineStack | None:
         """The worker's own stack at the deadline of ``step`` (``worker.DeadlineWatch``).
 
         vLLM's deadline runs from when it sent the step, a moment before the worker
         began it, so the dump may still be due: wait for it until ``wait_s`` past due
         (None: read what is there now).
         """
-        path = record.deadline_stack_path(self.run_dir, pid)
+        path = deadline_stack_path(self.run_dir, pid)
         if wait_s is None:
-            dump = record.read_deadline_stack(path)
+            dump = read_deadline_stack(path)
             return dump if dump is not None and dump.step == step.step else None
         until = max(time.monotonic(), step.started + deadline_s) + wait_s
         while True:
-            dump = record.read_deadline_stack(path)
+            dump = read_deadline_stack(path)
             if dump is not None and dump.step == step.step:
                 return dump
             if time.monotonic() >= until:
@@ -573,7 +583,7 @@ class Handle:
         """The steps this handle's test ran (the engine may be shared)."""
         return [s for s in self._engine.steps() if s.started >= self._since]
 
-    def guard_events(self) -> list[record.GuardEvent]:
+    def guard_events(self) -> list[GuardEvent]:
         """The guard's decisions while this test ran (empty without the guard)."""
         return [e for e in self._engine.guard_events() if e.t >= self._since]
 
@@ -583,7 +593,7 @@ class Handle:
     def has_record(self, pid: int) -> bool:
         return self._engine.has_record(pid)
 
-    def deadline_stack(self, pid: int, step: StepTime, wait: bool = True) -> record.DeadlineStack | None:
+    def deadline_stack(self, pid: int, step: StepTime, wait: bool = True) -> DeadlineStack | None:
         """The worker's own stack at the deadline of ``step``; ``wait=False``: only one already written."""
         return self._engine.deadline_stack(pid, step, self.timeout_s, 0.5 if wait else None)
 
@@ -687,7 +697,7 @@ class _RefusalWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
-            ready = record.read_core_ready(self.engine.run_dir)
+            ready = read_core_ready(self.engine.run_dir)
             if ready is None:
                 continue
             self.refusal = guard_problem(self.engine.spec.guard, ready)

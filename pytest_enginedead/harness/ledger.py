@@ -15,15 +15,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-#: the file every start appends its line to (unset: nothing is written)
-ENV = "ENGINEDEAD_START_LEDGER"
-#: what the line names as the start's origin, e.g. the outer test that ran the inner suite
-TAG_ENV = "ENGINEDEAD_START_LEDGER_TAG"
+from ..contract.names import START_LEDGER_ENV, START_LEDGER_TAG_ENV
 
 
 def record(kind: str, label: str, start_s: float, restart: bool) -> None:
     """Append this start to the ledger, when there is one; a write that fails says so once."""
-    path = os.environ.get(ENV)
+    path = os.environ.get(START_LEDGER_ENV)
     if not path:
         return
     entry = {
@@ -33,7 +30,7 @@ def record(kind: str, label: str, start_s: float, restart: bool) -> None:
         "restart": restart,
         "pid": os.getpid(),
         "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
-        "tag": os.environ.get(TAG_ENV, ""),
+        "tag": os.environ.get(START_LEDGER_TAG_ENV, ""),
     }
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -42,7 +39,8 @@ def record(kind: str, label: str, start_s: float, restart: bool) -> None:
         finally:
             os.close(fd)
     except OSError as exc:
-        print(f"enginedead: the start ledger {path!r} ({ENV}) was not written: {exc}", file=sys.stderr)
+        print(f"enginedead: the start ledger {path!r} ({START_LEDGER_ENV}) was not written: {exc}",
+              file=sys.stderr)
 
 
 def read(path: str) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..commands import probe as probe_mod
-from ..contract.record import Injection
+from ..contract.control import Injection
 from ..logic.planning import EngineSpec, GuardSpec, Instructions
 from .cleanup import Reaper
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import compat
-from ..contract.record import MAIN_THREAD_PREFIX
+from ..contract.dumps import MAIN_THREAD_PREFIX
 
 _FRAME = re.compile(r'^File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>.*)$')
 

@@ -12,7 +12,7 @@ has run, with one log line saying why:
   past the guard's cap).
 
 Unset, nothing here touches vLLM.  The same process also names itself to the engine
-cores it starts (``record.ENV_FRONT_PID``) and removes their guard states when it exits.
+cores it starts (``ENV_FRONT_PID``) and removes their guard states when it exits.
 """
 
 from __future__ import annotations
@@ -28,15 +28,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import compat
-from ..contract import record
-from .guard import asked as guard_asked
+from ..contract.guardfiles import guard_state_pid, read_guard_state, state_dir
+from ..contract.names import ENV_FRONT_PID, EXIT_DEAD, EXIT_ENV, EXIT_HUNG
+from ..logic.guardconfig import guard_asked
 from .guard import remove_stale_states
-
-EXIT_ENV = "ENGINEDEAD_EXIT_ON_DEATH"
-#: The serving process's status after its engine died of anything but a hang.
-EXIT_DEAD = 70
-#: The serving process's status after the guard ended a hung step.
-EXIT_HUNG = 71
 
 logger = logging.getLogger("vllm.enginedead")
 
@@ -58,9 +53,9 @@ def death_exit(directory: str, front: int) -> tuple[int, str]:
     states = []
     with contextlib.suppress(OSError):
         for name in sorted(os.listdir(directory)):
-            if record.guard_state_pid(name) is None:
+            if guard_state_pid(name) is None:
                 continue
-            state = record.read_guard_state(os.path.join(directory, name))
+            state = read_guard_state(os.path.join(directory, name))
             if state is not None and state.front == front:
                 states.append(state)
     for state in states:
@@ -108,9 +103,9 @@ def register(environ: Mapping[str, str] | None = None) -> bool:
     environ = os.environ if environ is None else environ
     if not in_front():
         return False
-    directory = record.state_dir(environ)
+    directory = state_dir(environ)
     if guard_asked(environ) or asked(environ):
-        os.environ[record.ENV_FRONT_PID] = str(os.getpid())
+        os.environ[ENV_FRONT_PID] = str(os.getpid())
         atexit.register(remove_stale_states, directory, os.getpid())
     if not asked(environ):
         return False

@@ -4,7 +4,7 @@ Two jobs, at one place in vLLM (the executor's RPC for ``execute_model`` and
 ``sample_tokens``, see ``compat.EXECUTOR_RPC``):
 
 * **the deadline in force**: under the harness, the deadline each RPC is sent with
-  comes from the control file in the engine's run directory (``record.Control``), so
+  comes from the control file in the engine's run directory (``Control``), so
   one engine serves tests with different deadlines;
 * **the guard** (``ENGINEDEAD_GUARD=1``): vLLM's deadline stops being the line of
   death and becomes the point of suspicion.  The RPC is sent with the guard's hard
@@ -31,85 +31,39 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any
 
 import psutil
 
 from .. import compat
-from ..contract import record
-from ..logic.policy import Backend, PolicyError, PolicyLike, PolicyNotFound, load_policy, policy_name
-
-GUARD_ENV = "ENGINEDEAD_GUARD"
-GUARD_POLICY_ENV = "ENGINEDEAD_GUARD_POLICY"
-GUARD_HANG_ENV = "ENGINEDEAD_GUARD_HANG_S"
-#: Extra directories (os.pathsep list) to import a ``module:attr`` guard policy from.
-GUARD_PATH_ENV = "ENGINEDEAD_GUARD_PATH"
-DEFAULT_HANG_S = 60.0
+from ..contract.control import ControlReader
+from ..contract.guardfiles import (
+    CoreReady,
+    GuardEvent,
+    GuardState,
+    guard_events_path,
+    guard_state_path,
+    guard_state_pid,
+    read_guard_state,
+    state_dir,
+    write_core_ready,
+    write_guard_state,
+)
+from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV
+from ..contract.steps import steps_path
+from ..logic.guardconfig import GuardConfig, config_from_env, guard_asked
+from ..logic.policy import Backend
 
 #: The wait loop runs thousands of times a second; the worker is looked at this often.
 PROBE_EVERY_S = 0.25
+
 #: A healthy step is over before this: no probe, no cost.
 FIRST_PROBE_S = 0.5
+
 #: CPU use (cores) above which the worker counts as computing.
 BUSY_CORES = 0.05
 
 logger = logging.getLogger("vllm.enginedead")
-
-
-#: Every variable of the guard's: the harness sets each for an engine it starts, or clears it.
-GUARD_VARIABLES = (GUARD_ENV, GUARD_POLICY_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV)
-
-
-@dataclass(frozen=True)
-class GuardConfig:
-    """The guard as the environment asks for it."""
-
-    policy: PolicyLike
-    policy_name: str
-    hang_s: float
-    #: the policy as it was given (``reference``, ``vllm-stock``, ``module:attr``)
-    spec: str = "reference"
-
-
-def asked(environ: Mapping[str, str]) -> bool:
-    """Whether ``ENGINEDEAD_GUARD`` asks for the guard (any value but an off one)."""
-    return environ.get(GUARD_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
-
-
-def config_from_env(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str | None]:
-    """(the guard's configuration or None when off, why it stays off although asked, or None).
-
-    A bad value is a problem, and the guard stays off: never a crashed engine.  The
-    problem names the variable, its value and what is wrong, in one line.
-    """
-    if not asked(environ):
-        return None, None
-    raw = environ.get(GUARD_ENV, "").strip()
-    if raw.lower() not in ("1", "true", "yes", "on"):
-        return None, f"{GUARD_ENV}={raw!r} is not 1 or 0"
-    hang_raw = environ.get(GUARD_HANG_ENV, "").strip()
-    try:
-        hang_s = float(hang_raw) if hang_raw else DEFAULT_HANG_S
-    except ValueError:
-        hang_s = math.nan
-    if not (math.isfinite(hang_s) and hang_s > 0):
-        return None, f"{GUARD_HANG_ENV}={hang_raw!r} is not a number of seconds above 0"
-    spec = environ.get(GUARD_POLICY_ENV, "").strip() or "reference"
-    search = [os.getcwd(), *filter(None, environ.get(GUARD_PATH_ENV, "").split(os.pathsep))]
-    try:
-        policy = load_policy(spec, search)
-    except PolicyNotFound as exc:
-        return None, (
-            f"{GUARD_POLICY_ENV}={spec!r}: the policy module is not importable in the engine core: "
-            f"add it to PYTHONPATH or {GUARD_PATH_ENV} ({exc})"
-        )
-    except PolicyError as exc:
-        return None, f"{GUARD_POLICY_ENV}={spec!r}: {exc}"
-    return GuardConfig(policy, policy_name(policy, spec), hang_s, spec), None
-
-
-# --- one RPC under watch ------------------------------------------------------------
 
 
 class Watch:
@@ -212,7 +166,7 @@ class Watch:
             "step %d batch %d; %s",
             self.method, ran, self.deadline_s, pid, state, self.step, self.batch, outcome,
         )
-        self.core.note(record.GuardEvent(
+        self.core.note(GuardEvent(
             self.method, self.step, self.batch, round(ran, 3), self.deadline_s,
             round(self.cap_s, 3), verdict, outcome, pid, now,
         ))
@@ -238,9 +192,6 @@ def _cpu_s(proc: psutil.Process) -> float:
     return total
 
 
-# --- the engine core's state ----------------------------------------------------------
-
-
 class Core:
     """The engine core's side: the deadline in force, the guard, their evidence."""
 
@@ -248,11 +199,11 @@ class Core:
                  state_path: str | None = None, front: int = 0) -> None:
         self.run_dir = run_dir
         self.guard = guard
-        #: where the guard's state goes for a liveness probe (``record.GuardState``)
+        #: where the guard's state goes for a liveness probe (``GuardState``)
         self.state_path = state_path
         self.front = front
         self._ended: str | None = None
-        self.control = record.ControlReader(run_dir) if run_dir else None
+        self.control = ControlReader(run_dir) if run_dir else None
         self.steps = 0
         self._batch: int = 0
         self._tokens: int | None = None
@@ -308,7 +259,7 @@ class Core:
         sizes = []
         for proc in procs:
             try:
-                sizes.append(os.stat(record.steps_path(self.run_dir, proc.pid)).st_size)
+                sizes.append(os.stat(steps_path(self.run_dir, proc.pid)).st_size)
             except OSError:
                 sizes.append(-1)
         return tuple(sizes)
@@ -325,20 +276,18 @@ class Core:
         if self._ended and not fields.get("ended"):
             return
         self._ended = fields.get("ended") or self._ended
-        state = record.GuardState(
+        state = GuardState(
             pid=os.getpid(), front=self.front, hang_s=self.guard.hang_s,
             policy=self.guard.policy_name, **fields,
         )
         with contextlib.suppress(OSError):
-            record.write_guard_state(self.state_path, state)
+            write_guard_state(self.state_path, state)
 
-    def note(self, event: record.GuardEvent) -> None:
+    def note(self, event: GuardEvent) -> None:
         if self.run_dir:
-            with contextlib.suppress(OSError), open(record.guard_events_path(self.run_dir), "a") as f:
+            with contextlib.suppress(OSError), open(guard_events_path(self.run_dir), "a") as f:
                 f.write(event.to_line())
 
-
-# --- the patches ----------------------------------------------------------------------
 
 _tls = threading.local()  # the Watch of the reply being waited for on this thread
 
@@ -420,12 +369,12 @@ def remove_stale_states(directory: str, front: int | None = None) -> None:
     """Remove guard states whose engine core is gone (or, given ``front``, that front's)."""
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
-            pid = record.guard_state_pid(name)
+            pid = guard_state_pid(name)
             if pid is None:
                 continue
             path = os.path.join(directory, name)
             if front is not None:
-                state = record.read_guard_state(path)
+                state = read_guard_state(path)
                 if state is None or state.front != front:
                     continue
             elif psutil.pid_exists(pid):
@@ -451,12 +400,12 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
     """In the engine core process: install the deadline control and the guard, if asked.
 
     Under the harness (a run directory), the guard's start-up record says what came
-    of it (``record.CoreReady``): on with which policy and ``hang_s``, or why not.
+    of it (``CoreReady``): on with which policy and ``hang_s``, or why not.
     """
     environ = os.environ if environ is None else environ
     if not in_engine_core():
         return None
-    run_dir = environ.get(record.ENV_DIR) or None
+    run_dir = environ.get(ENV_DIR) or None
     guard, problem = config_from_env(environ)
     if problem:
         logger.error("enginedead guard: %s; the guard stays off", problem)
@@ -464,10 +413,10 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
         return None  # nothing asked for: nothing in vLLM is touched
     state_path = None
     if guard is not None:
-        directory = record.state_dir(environ)
-        state_path = record.guard_state_path(directory, os.getpid())
+        directory = state_dir(environ)
+        state_path = guard_state_path(directory, os.getpid())
         remove_stale_states(directory)
-    front = environ.get(record.ENV_FRONT_PID, "")
+    front = environ.get(ENV_FRONT_PID, "")
     core = Core(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid())
     _install(core)
     if guard is not None:
@@ -477,12 +426,12 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
             "`enginedead probe`: %s", guard.policy_name, guard.hang_s, state_path,
         )
     if run_dir:
-        ready = record.CoreReady(
-            pid=os.getpid(), guard=guard is not None, asked=asked(environ),
+        ready = CoreReady(
+            pid=os.getpid(), guard=guard is not None, asked=guard_asked(environ),
             policy=guard.spec if guard else (environ.get(GUARD_POLICY_ENV, "").strip() or None),
             policy_name=guard.policy_name if guard else None,
             hang_s=guard.hang_s if guard else None, problem=problem,
         )
         with contextlib.suppress(OSError):
-            record.write_core_ready(run_dir, ready)
+            write_core_ready(run_dir, ready)
     return core

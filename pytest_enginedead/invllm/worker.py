@@ -33,7 +33,17 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from .. import compat
-from ..contract import record
+from ..contract.control import CRASH_EXIT_CODE, ControlReader
+from ..contract.dumps import (
+    MAIN_THREAD_PREFIX,
+    STACK_SIGNAL,
+    DeadlineStack,
+    deadline_stack_path,
+    sample_block,
+    stack_path,
+)
+from ..contract.names import ENV_DIR
+from ..contract.steps import BEGIN_SHAPE_LINE, END_LINE, SAMPLE_BEGIN_LINE, SAMPLE_END_LINE, steps_path
 
 
 def burn(seconds: float) -> None:
@@ -47,12 +57,15 @@ def burn(seconds: float) -> None:
 
 #: The watchdog looks at the armed phase at least this often (a deadline is >= 1 s).
 WATCH_EVERY_S = 0.25
+
 #: Until the deadline, the main thread's stack is sampled ``SAMPLES_PER_DEADLINE`` times,
 #: evenly from the phase's start (never more often than ``SAMPLE_EVERY_S``): one frame at
 #: one instant says where one lucky moment was, and a second before the deadline covers
 #: one layer or two of a model; samples across the step say where it spends its time.
 SAMPLE_EVERY_S = 0.05
+
 SAMPLES_PER_DEADLINE = 20
+
 #: The watchdog's own clock, whatever a test does to this module's ``time``.
 _monotonic = time.monotonic
 
@@ -72,13 +85,13 @@ class DeadlineWatch:
     deadline, if the same phase still runs, writes every thread's stack (faulthandler)
     with the samples and a header naming the step; then again a deadline later.  A phase
     that ends first costs nothing more.  The file is replaced whole: a reader sees one
-    complete dump (``record.read_deadline_stack``).
+    complete dump (``read_deadline_stack``).
     """
 
     def __init__(self, path: str, main_ident: int) -> None:
         self.path = path
         self._ident = main_ident
-        self._main = f"{record.MAIN_THREAD_PREFIX}0x{main_ident:016x}\n"
+        self._main = f"{MAIN_THREAD_PREFIX}0x{main_ident:016x}\n"
         #: (step, phase, started, deadline_s) of the phase in progress, or None
         self.armed: tuple[int, str, float, float] | None = None
         self._closed = threading.Event()
@@ -120,11 +133,11 @@ class DeadlineWatch:
             code = frame.f_code
             lines.append(f'  File "{code.co_filename}", line {frame.f_lineno} in {code.co_name}')
             frame = frame.f_back
-        return record.sample_block(before_s, lines)
+        return sample_block(before_s, lines)
 
     def _dump(self, phase: tuple[int, str, float, float], now: float, samples: list[str]) -> None:
         step, name, started, deadline = phase
-        head = record.DeadlineStack(step, name, deadline, now - started, now, "", ()).header(len(samples))
+        head = DeadlineStack(step, name, deadline, now - started, now, "", ()).header(len(samples))
         tmp = f"{self.path}.tmp"
         with contextlib.suppress(OSError):
             with open(tmp, "w") as f:
@@ -140,25 +153,25 @@ class StepRecorder:
 
     def __init__(self, run_dir: str, deadline_stacks: bool = True) -> None:
         pid = os.getpid()
-        self.control = record.ControlReader(run_dir)
+        self.control = ControlReader(run_dir)
         self.step = 0  # every recorded step of this worker
         self.epoch = -1  # the control epoch the fault steps count from
         self.fault_step = 0  # steps since that epoch began: what the faults count
         self._sample_for: int | None = None  # the step whose sample_tokens comes next
         # one O_APPEND write per record: atomic, unbuffered, no lock, no json.dumps
         self._fd = os.open(
-            record.steps_path(run_dir, pid), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
+            steps_path(run_dir, pid), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
         # kept open for the process's life: faulthandler writes into it on a signal
-        self._stack: IO[str] = open(record.stack_path(run_dir, pid), "w")  # noqa: SIM115
+        self._stack: IO[str] = open(stack_path(run_dir, pid), "w")  # noqa: SIM115
         # the harness picks the main thread's frames out of an all-threads dump
-        self._stack.write(f"{record.MAIN_THREAD_PREFIX}0x{threading.main_thread().ident or 0:016x}\n")
+        self._stack.write(f"{MAIN_THREAD_PREFIX}0x{threading.main_thread().ident or 0:016x}\n")
         self._stack.flush()
-        faulthandler.register(record.STACK_SIGNAL, file=self._stack, all_threads=True)
+        faulthandler.register(STACK_SIGNAL, file=self._stack, all_threads=True)
         #: vLLM's own deadline, for a test that set none (read once: vLLM froze it at start)
         self._stock_deadline_s = _stock_deadline_s()
         self._watch = (
-            DeadlineWatch(record.deadline_stack_path(run_dir, pid), threading.main_thread().ident or 0)
+            DeadlineWatch(deadline_stack_path(run_dir, pid), threading.main_thread().ident or 0)
             if deadline_stacks else None
         )
         self._deadline_s = self._stock_deadline_s
@@ -166,7 +179,7 @@ class StepRecorder:
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()
-        faulthandler.unregister(record.STACK_SIGNAL)
+        faulthandler.unregister(STACK_SIGNAL)
         os.close(self._fd)
         self._stack.close()
 
@@ -176,13 +189,13 @@ class StepRecorder:
         if step is None:  # no recorded model step waits for it
             return call()
         began = time.monotonic()
-        os.write(self._fd, record.SAMPLE_BEGIN_LINE % (step, began))
+        os.write(self._fd, SAMPLE_BEGIN_LINE % (step, began))
         self._arm(step, "sample_tokens", began)
         try:
             return call()
         finally:
             self._disarm()
-            os.write(self._fd, record.SAMPLE_END_LINE % (step, time.monotonic()))
+            os.write(self._fd, SAMPLE_END_LINE % (step, time.monotonic()))
 
     def _arm(self, step: int, phase: str, began: float) -> None:
         if self._watch is not None:
@@ -208,12 +221,12 @@ class StepRecorder:
         self.fault_step += 1
         step = self.step
         began = time.monotonic()
-        os.write(self._fd, record.BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
+        os.write(self._fd, BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
         self._deadline_s = control.deadline_s or self._stock_deadline_s
         self._arm(step, "execute_model", began)
         inj = control.injection
         if inj.crash_at_step == self.fault_step:
-            os._exit(record.CRASH_EXIT_CODE)
+            os._exit(CRASH_EXIT_CODE)
         if inj.hang_at_step == self.fault_step:
             threading.Event().wait()  # idle forever: alive, not computing
         if inj.slow_s_per_seq:
@@ -222,7 +235,7 @@ class StepRecorder:
             return call()
         finally:
             self._disarm()
-            os.write(self._fd, record.END_LINE % (step, time.monotonic()))
+            os.write(self._fd, END_LINE % (step, time.monotonic()))
             self._sample_for = step
 
 
@@ -235,6 +248,7 @@ def _stock_deadline_s() -> float:
 
 
 _recorder: StepRecorder | None = None
+
 _windows: dict[int, int | None] = {}
 
 
@@ -249,7 +263,7 @@ def _window(wrapper: Any) -> int | None:
 def _get_recorder() -> StepRecorder:
     global _recorder
     if _recorder is None:
-        _recorder = StepRecorder(os.environ[record.ENV_DIR])
+        _recorder = StepRecorder(os.environ[ENV_DIR])
     return _recorder
 
 
@@ -280,7 +294,7 @@ def wrap_sample_tokens(name: str, method: Callable[..., Any] | None) -> Callable
 
 def register() -> None:
     """In a worker process: wrap the worker's step when the harness asks."""
-    if not os.environ.get(record.ENV_DIR):
+    if not os.environ.get(ENV_DIR):
         return
     target = compat.worker_step_target(compat.installed_version())
     module_name, class_name, method_name = target

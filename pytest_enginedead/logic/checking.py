@@ -21,15 +21,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import compat
+from ..contract.names import CHECK_PLAN_ENV
 from ..face.options import BUNDLED_MODEL
 from ..face.report import verdict_word
-
-ENV_PLAN = "ENGINEDEAD_CHECK_PLAN"
-ENV_PROGRESS = "ENGINEDEAD_CHECK_PROGRESS"
 
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
 #: would make one demo death take five minutes); a real model uses vLLM's own.
 BUNDLED_STOCK_S = 2
+
 MODES = ("stock", "policy", "guard")
 
 
@@ -50,12 +49,12 @@ class CheckPlan:
 
     def to_env(self) -> dict[str, str]:
         """The plan for the regression run; ``vllm-stock`` then means this stock deadline."""
-        return {compat.DEADLINE_ENV: str(self.stock_s), ENV_PLAN: json.dumps(asdict(self))}
+        return {compat.DEADLINE_ENV: str(self.stock_s), CHECK_PLAN_ENV: json.dumps(asdict(self))}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], model: str, batch_sizes: Sequence[int]) -> CheckPlan:
         """The plan ``enginedead check`` set, or the default one for this model and sizes."""
-        raw = environ.get(ENV_PLAN)
+        raw = environ.get(CHECK_PLAN_ENV)
         return cls(**json.loads(raw)) if raw else plan_for(model, batch_sizes)
 
 
@@ -87,9 +86,6 @@ def plan_for(
     if stock_s is None:
         stock_s = BUNDLED_STOCK_S if is_bundled(model) else int(compat.stock_deadline_s())
     return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens, guard=guard, server=server)
-
-
-# --- reading the outcome ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import compat
-from ..contract.record import Injection
+from ..contract.control import Injection
 from .policy import Backend, PolicyLike
 
 

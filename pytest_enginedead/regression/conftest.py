@@ -14,8 +14,9 @@ from collections.abc import Generator
 
 import pytest
 
-from pytest_enginedead.contract.record import summarize
-from pytest_enginedead.logic.checking import ENV_PROGRESS, CheckPlan, mode_of, verdict_of
+from pytest_enginedead.contract.names import CHECK_PROGRESS_ENV
+from pytest_enginedead.contract.steps import summarize
+from pytest_enginedead.logic.checking import CheckPlan, mode_of, verdict_of
 from pytest_enginedead.plugin import handle_key, settings_of
 
 _started = time.monotonic()
@@ -60,7 +61,7 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
-    path = os.environ.get(ENV_PROGRESS)
+    path = os.environ.get(CHECK_PROGRESS_ENV)
     handle = item.stash.get(handle_key, None)
     if path and (rep.when == "call" or (rep.failed and rep.when == "setup")):
         stats = summarize(handle.step_times_since_start(), now=time.monotonic()) if handle else None

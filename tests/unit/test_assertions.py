@@ -23,7 +23,8 @@ import pytest
 import procs
 from downstream import Downstream, Outcome
 from pytest_enginedead import Verdict, assert_no_false_death, compat
-from pytest_enginedead.contract.record import DeadlineStack, StepTime
+from pytest_enginedead.contract.dumps import DeadlineStack
+from pytest_enginedead.contract.steps import StepTime
 from pytest_enginedead.face.assertions import step_summary
 from pytest_enginedead.harness.liveness import LivenessSettings
 from pytest_enginedead.harness.stacks import innermost_frames, short_path, where
@@ -517,7 +518,7 @@ def test_where_counts_the_samples_before_the_deadline(tmp_path: Any) -> None:
     """Over the samples of the step until the deadline, the model function they ran under
     and its lines by count, whatever the one instant at the deadline shows: not one lucky
     frame."""
-    from pytest_enginedead.contract.record import sample_block
+    from pytest_enginedead.contract.dumps import sample_block
 
     models = tmp_path / "site" / "vllm" / "model_executor" / "models"
     models.mkdir(parents=True)
@@ -571,7 +572,7 @@ def test_where_names_the_layer_most_samples_ran_under_with_its_lines(tmp_path: A
     """Samples split between a dense MLP (a function of its own, deeper) and the MoE call
     in the layer: the layer's forward is named, in every sample, with its lines by count —
     the MLP's call and the MoE block both listed, whichever box makes which one larger."""
-    from pytest_enginedead.contract.record import sample_block
+    from pytest_enginedead.contract.dumps import sample_block
 
     models = tmp_path / "site" / "vllm" / "model_executor" / "models"
     models.mkdir(parents=True)

@@ -14,11 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.contract import record
+from pytest_enginedead.contract.guardfiles import (
+    CORE_READY_FILE,
+    CoreReady,
+    core_ready_path,
+    read_core_ready,
+    write_core_ready,
+)
+from pytest_enginedead.contract.names import ENV_DIR
 from pytest_enginedead.face.options import BUNDLED_MODEL
 from pytest_enginedead.harness.engine import EngineBase, EngineStartError, GuardRefused, guard_problem
 from pytest_enginedead.harness.pool import EnginePool
 from pytest_enginedead.invllm import guard
+from pytest_enginedead.logic.guardconfig import config_from_env
 from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
 
 NOT_IMPORTABLE = ("ENGINEDEAD_GUARD_POLICY='ednowhere_i23:cap': the policy module is not importable in "
@@ -49,7 +57,7 @@ def test_what_the_engine_core_makes_of_its_environment(
 ) -> None:
     """On, off, or off with one line naming the variable, its value and why (production: that
     line is logged and vLLM runs as stock; under the harness it fails the test)."""
-    config, said = guard.config_from_env(environ)
+    config, said = config_from_env(environ)
     assert (config is not None) == on
     assert said == problem
 
@@ -59,7 +67,7 @@ def test_a_policy_module_on_the_guard_path_is_found(tmp_path: Path) -> None:
         "class P:\n    name = 'p'\n    def timeout_s(self, backend, n, tokens=None):\n        return 900.0\n"
         "p = P()\n"
     )
-    config, problem = guard.config_from_env({
+    config, problem = config_from_env({
         "ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_POLICY": "edguardpath_i23:p",
         "ENGINEDEAD_GUARD_PATH": str(tmp_path), "ENGINEDEAD_GUARD_HANG_S": "3",
     })
@@ -71,22 +79,22 @@ def test_a_policy_module_on_the_guard_path_is_found(tmp_path: Path) -> None:
     ("environ", "expected"),
     [
         ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "3.0"},
-         record.CoreReady(0, True, True, "reference", "reference", 3.0, None)),
+         CoreReady(0, True, True, "reference", "reference", 3.0, None)),
         ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_POLICY": "ednowhere_i23:cap"},
-         record.CoreReady(0, False, True, "ednowhere_i23:cap", None, None, NOT_IMPORTABLE)),
-        ({"ENGINEDEAD_GUARD": "0"}, record.CoreReady(0, False, False, None, None, None, None)),
+         CoreReady(0, False, True, "ednowhere_i23:cap", None, None, NOT_IMPORTABLE)),
+        ({"ENGINEDEAD_GUARD": "0"}, CoreReady(0, False, False, None, None, None, None)),
     ],
     ids=["on", "refused", "off"],
 )
 def test_the_engine_core_writes_the_guards_start_up_record(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], expected: record.CoreReady
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], expected: CoreReady
 ) -> None:
     """``guard.register`` in the engine core (vLLM's classes not patched here): its record says
     on with which policy and hang_s, or off and why, in the format record.py gives both sides."""
     monkeypatch.setattr(guard, "in_engine_core", lambda: True)
     monkeypatch.setattr(guard, "_install", lambda core: None)
-    guard.register({**environ, record.ENV_DIR: str(tmp_path)})
-    ready = record.read_core_ready(str(tmp_path))
+    guard.register({**environ, ENV_DIR: str(tmp_path)})
+    ready = read_core_ready(str(tmp_path))
     assert ready is not None and ready.pid > 0
     assert ready == replace(expected, pid=ready.pid)
 
@@ -97,23 +105,23 @@ MARKER = GuardSpec(3.0, "edcap:cap", "the enginedead_guard marker")
 @pytest.mark.parametrize(
     ("asked", "ready", "needles"),
     [
-        (MARKER, record.CoreReady(7, True, True, "edcap:cap", "cap-4s", 3.0), None),
-        (None, record.CoreReady(7, False, False), None),
-        (MARKER, record.CoreReady(7, False, True, "edcap:cap", problem=NOT_IMPORTABLE),
+        (MARKER, CoreReady(7, True, True, "edcap:cap", "cap-4s", 3.0), None),
+        (None, CoreReady(7, False, False), None),
+        (MARKER, CoreReady(7, False, True, "edcap:cap", problem=NOT_IMPORTABLE),
          ("the guard is off: the enginedead_guard marker asked for the guard (policy 'edcap:cap', "
           "hang_s 3 s), and VLLM::EngineCore (pid 7) refused it: " + NOT_IMPORTABLE,)),
-        (MARKER, record.CoreReady(7, False, False), ("VLLM::EngineCore (pid 7) refused it: ENGINEDEAD_GUARD "
+        (MARKER, CoreReady(7, False, False), ("VLLM::EngineCore (pid 7) refused it: ENGINEDEAD_GUARD "
                                                      "did not reach it",)),
-        (MARKER, record.CoreReady(7, True, True, "reference", "reference", 3.0),
+        (MARKER, CoreReady(7, True, True, "reference", "reference", 3.0),
          ("the guard is not as asked", "runs it with policy 'reference', hang_s 3 s")),
-        (MARKER, record.CoreReady(7, True, True, "edcap:cap", "cap-4s", 60.0), ("hang_s 60 s",)),
-        (None, record.CoreReady(7, True, True, "reference", "reference", 60.0),
+        (MARKER, CoreReady(7, True, True, "edcap:cap", "cap-4s", 60.0), ("hang_s 60 s",)),
+        (None, CoreReady(7, True, True, "reference", "reference", 60.0),
          ("the guard was not asked for, but VLLM::EngineCore (pid 7) saw ENGINEDEAD_GUARD set (on)",)),
     ],
     ids=["as-asked", "off-as-asked", "refused", "never-reached", "other-policy", "other-hang", "unasked"],
 )
 def test_the_harness_holds_the_record_against_what_it_asked(
-    asked: GuardSpec | None, ready: record.CoreReady, needles: tuple[str, ...] | None
+    asked: GuardSpec | None, ready: CoreReady, needles: tuple[str, ...] | None
 ) -> None:
     problem = guard_problem(asked, ready)
     if needles is None:
@@ -125,15 +133,15 @@ def test_the_harness_holds_the_record_against_what_it_asked(
 
 
 def test_core_ready_round_trip(tmp_path: Path) -> None:
-    assert record.read_core_ready(str(tmp_path)) is None  # not written yet
-    ready = record.CoreReady(12, False, True, "a:b", None, None, "why")
-    record.write_core_ready(str(tmp_path), ready)
-    assert record.read_core_ready(str(tmp_path)) == ready
-    assert [p.name for p in tmp_path.iterdir()] == [record.CORE_READY_FILE]  # no temp file left
-    Path(record.core_ready_path(str(tmp_path))).write_text('{"pid": 3, "guard": true}')  # 0.2.0's keys
-    assert record.read_core_ready(str(tmp_path)) == record.CoreReady(3, True)
-    Path(record.core_ready_path(str(tmp_path))).write_text("{not json")
-    assert record.read_core_ready(str(tmp_path)) is None
+    assert read_core_ready(str(tmp_path)) is None  # not written yet
+    ready = CoreReady(12, False, True, "a:b", None, None, "why")
+    write_core_ready(str(tmp_path), ready)
+    assert read_core_ready(str(tmp_path)) == ready
+    assert [p.name for p in tmp_path.iterdir()] == [CORE_READY_FILE]  # no temp file left
+    Path(core_ready_path(str(tmp_path))).write_text('{"pid": 3, "guard": true}')  # 0.2.0's keys
+    assert read_core_ready(str(tmp_path)) == CoreReady(3, True)
+    Path(core_ready_path(str(tmp_path))).write_text("{not json")
+    assert read_core_ready(str(tmp_path)) is None
 
 
 # --- what reaches an engine --------------------------------------------------------------------

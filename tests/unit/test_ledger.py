@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_enginedead.contract.names import START_LEDGER_ENV, START_LEDGER_TAG_ENV
 from pytest_enginedead.harness import ledger
 
 
 def test_nothing_is_written_without_the_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ledger.ENV, raising=False)
+    monkeypatch.delenv(START_LEDGER_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     ledger.record("engine", "bs8, model tiny-llama", 12.5, restart=False)
     assert list(tmp_path.iterdir()) == []
@@ -20,8 +21,8 @@ def test_nothing_is_written_without_the_variable(tmp_path: Path, monkeypatch: py
 def _start_in_a_child(path: str, i: int) -> None:
     import os
 
-    os.environ[ledger.ENV] = path
-    os.environ[ledger.TAG_ENV] = f"tests/test_x.py::test_{i % 2}"
+    os.environ[START_LEDGER_ENV] = path
+    os.environ[START_LEDGER_TAG_ENV] = f"tests/test_x.py::test_{i % 2}"
     ledger.record("server" if i % 3 == 0 else "engine", f"bs{i}", 10.0 + i, restart=i % 4 == 0)
 
 
@@ -61,8 +62,9 @@ def test_a_ledger_that_cannot_be_written_says_so_and_the_start_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "no-such-dir" / "ledger.jsonl"
-    monkeypatch.setenv(ledger.ENV, str(missing))
+    monkeypatch.setenv(START_LEDGER_ENV, str(missing))
     ledger.record("engine", "bs8", 1.0, restart=False)
     err = capsys.readouterr().err
-    assert err.startswith(f"enginedead: the start ledger {str(missing)!r} ({ledger.ENV}) was not written: ")
+    assert err.startswith(
+        f"enginedead: the start ledger {str(missing)!r} ({START_LEDGER_ENV}) was not written: ")
     assert len(err.splitlines()) == 1

@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 
 from pytest_enginedead import Backend, TimeoutPolicy, compat
-from pytest_enginedead.contract.record import Injection
+from pytest_enginedead.contract.control import Injection
 from pytest_enginedead.logic.planning import (
     EngineSpec,
     GuardSpec,

@@ -22,19 +22,28 @@ import pytest
 
 from pytest_enginedead import command
 from pytest_enginedead.commands import probe
-from pytest_enginedead.contract import record
+from pytest_enginedead.contract.guardfiles import (
+    GuardState,
+    guard_state_path,
+    guard_state_pid,
+    read_guard_state,
+    state_dir,
+    write_guard_state,
+)
+from pytest_enginedead.contract.names import ENV_DIR, EXIT_DEAD, EXIT_ENV, EXIT_HUNG, STATE_DIR_ENV
 from pytest_enginedead.invllm import exiting, guard
+from pytest_enginedead.logic.guardconfig import GuardConfig
 
 HANG_S = 5.0
 
 
-def state(**kw: object) -> record.GuardState:
+def state(**kw: object) -> GuardState:
     base: dict[str, object] = dict(pid=10, front=9, hang_s=HANG_S, policy="reference", updated=100.0)
     base.update(kw)
-    return record.GuardState(**base)  # type: ignore[arg-type]
+    return GuardState(**base)  # type: ignore[arg-type]
 
 
-def in_step(**kw: object) -> record.GuardState:
+def in_step(**kw: object) -> GuardState:
     base: dict[str, object] = dict(in_step=True, method="execute_model", step=5, batch=64, deadline_s=2.0,
                                    cap_s=1240.0, sent=90.0, busy_at=100.0, verdict="SLOW", cores=0.98,
                                    worker=11)
@@ -86,30 +95,30 @@ def test_a_stale_state_is_judged_by_the_probes_own_look() -> None:
 
 
 def test_guard_state_round_trips_and_names_its_core(tmp_path: Path) -> None:
-    path = record.guard_state_path(str(tmp_path), 4242)
-    assert record.guard_state_pid(os.path.basename(path)) == 4242
-    assert record.guard_state_pid("enginedead-guard-x.json") is None
-    assert record.read_guard_state(path) is None
-    record.write_guard_state(path, in_step())
-    assert record.read_guard_state(path) == in_step()
+    path = guard_state_path(str(tmp_path), 4242)
+    assert guard_state_pid(os.path.basename(path)) == 4242
+    assert guard_state_pid("enginedead-guard-x.json") is None
+    assert read_guard_state(path) is None
+    write_guard_state(path, in_step())
+    assert read_guard_state(path) == in_step()
     Path(path).write_text("{not json")
-    assert record.read_guard_state(path) is None
+    assert read_guard_state(path) is None
 
 
 def test_state_dir_prefers_the_run_directory() -> None:
-    assert record.state_dir({record.ENV_DIR: "/run/x", record.STATE_DIR_ENV: "/s"}) == "/run/x"
-    assert record.state_dir({record.STATE_DIR_ENV: "/s", "TMPDIR": "/t"}) == "/s"
-    assert record.state_dir({"TMPDIR": "/t"}) == "/t"
-    assert record.state_dir({}) == "/tmp"
+    assert state_dir({ENV_DIR: "/run/x", STATE_DIR_ENV: "/s"}) == "/run/x"
+    assert state_dir({STATE_DIR_ENV: "/s", "TMPDIR": "/t"}) == "/s"
+    assert state_dir({"TMPDIR": "/t"}) == "/t"
+    assert state_dir({}) == "/tmp"
 
 
 def test_stale_states_are_removed_and_a_fronts_own(tmp_path: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    mine = record.guard_state_path(str(tmp_path), os.getpid())
-    dead = record.guard_state_path(str(tmp_path), gone.pid)
-    record.write_guard_state(mine, state(pid=os.getpid(), front=1))
-    record.write_guard_state(dead, state(pid=gone.pid))
+    mine = guard_state_path(str(tmp_path), os.getpid())
+    dead = guard_state_path(str(tmp_path), gone.pid)
+    write_guard_state(mine, state(pid=os.getpid(), front=1))
+    write_guard_state(dead, state(pid=gone.pid))
     (tmp_path / "other.json").write_text("{}")
     guard.remove_stale_states(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([os.path.basename(mine), "other.json"])
@@ -120,15 +129,15 @@ def test_stale_states_are_removed_and_a_fronts_own(tmp_path: Path) -> None:
 
 
 def test_the_guard_core_writes_its_state_and_keeps_an_ended_wait(tmp_path: Path) -> None:
-    cfg = guard.GuardConfig(policy=object(), policy_name="reference", hang_s=3.0)  # type: ignore[arg-type]
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=3.0)  # type: ignore[arg-type]
     path = str(tmp_path / "state.json")
     core = guard.Core(None, cfg, path, front=77)
     core.write_state(None)
-    first = record.read_guard_state(path)
+    first = read_guard_state(path)
     assert first is not None and first.front == 77 and first.hang_s == 3.0 and not first.in_step
     core.write_state(dict(in_step=False, step=3, ended="HUNG", busy_at=1.0, updated=5.0, worker=8))
     core.write_state(None)  # the step's end after the guard ended its wait: the ending stays
-    last = record.read_guard_state(path)
+    last = read_guard_state(path)
     assert last is not None and last.ended == "HUNG" and last.step == 3
 
 
@@ -137,21 +146,21 @@ def test_the_guard_core_writes_its_state_and_keeps_an_ended_wait(tmp_path: Path)
 
 def test_exit_status_tells_a_hang_from_other_deaths(tmp_path: Path) -> None:
     d = str(tmp_path)
-    assert exiting.death_exit(d, 9) == (exiting.EXIT_DEAD, "the engine died (EngineDeadError)")
-    record.write_guard_state(record.guard_state_path(d, 10), in_step(in_step=False, ended="CAP"))
+    assert exiting.death_exit(d, 9) == (EXIT_DEAD, "the engine died (EngineDeadError)")
+    write_guard_state(guard_state_path(d, 10), in_step(in_step=False, ended="CAP"))
     code, why = exiting.death_exit(d, 9)
-    assert code == exiting.EXIT_DEAD and "outlived the guard's 1240 s cap" in why
-    record.write_guard_state(record.guard_state_path(d, 12), in_step(
+    assert code == EXIT_DEAD and "outlived the guard's 1240 s cap" in why
+    write_guard_state(guard_state_path(d, 12), in_step(
         pid=12, in_step=False, ended="HUNG", busy_at=90.0, updated=93.5))
     code, why = exiting.death_exit(d, 9)
-    assert code == exiting.EXIT_HUNG and "idle 3.5 s inside step 5 (hang_s 5 s)" in why
-    assert exiting.death_exit(d, 8)[0] == exiting.EXIT_DEAD  # another server's states
-    assert exiting.EXIT_HUNG != exiting.EXIT_DEAD and 0 not in (exiting.EXIT_HUNG, exiting.EXIT_DEAD)
+    assert code == EXIT_HUNG and "idle 3.5 s inside step 5 (hang_s 5 s)" in why
+    assert exiting.death_exit(d, 8)[0] == EXIT_DEAD  # another server's states
+    assert EXIT_HUNG != EXIT_DEAD and 0 not in (EXIT_HUNG, EXIT_DEAD)
 
 
 def test_exit_opt_in_values() -> None:
-    assert exiting.asked({exiting.EXIT_ENV: "1"}) and exiting.asked({exiting.EXIT_ENV: "on"})
-    assert not exiting.asked({}) and not exiting.asked({exiting.EXIT_ENV: "0"})
+    assert exiting.asked({EXIT_ENV: "1"}) and exiting.asked({EXIT_ENV: "on"})
+    assert not exiting.asked({}) and not exiting.asked({EXIT_ENV: "0"})
 
 
 class FakeClient:
@@ -170,7 +179,7 @@ def test_the_wrapped_shutdown_exits_with_the_status_after_vllms_shutdown(
     client = FakeClient()
     with pytest.raises(SystemExit) as info:
         wrapped(client)
-    assert info.value.code == exiting.EXIT_DEAD and FakeClient.calls == 1
+    assert info.value.code == EXIT_DEAD and FakeClient.calls == 1
     wrapped(client)  # once only
     healthy = FakeClient()
     healthy.errored = False  # a SIGTERM's shutdown: no death when it began
@@ -206,8 +215,8 @@ def _free_port() -> int:
 def server_tree(tmp_path: Path) -> Iterator[tuple[psutil.Process, int, Path]]:
     """(the front process, its port, its state directory); the worker is busy."""
     port = _free_port()
-    env = {**os.environ, record.STATE_DIR_ENV: str(tmp_path)}
-    env.pop(record.ENV_DIR, None)
+    env = {**os.environ, STATE_DIR_ENV: str(tmp_path)}
+    env.pop(ENV_DIR, None)
     proc = subprocess.Popen([sys.executable, "-c", TREE, str(port), "busy"], env=env, stdout=subprocess.PIPE,
                             start_new_session=True)
     front = psutil.Process(proc.pid)
@@ -232,12 +241,12 @@ def test_probe_finds_its_server_by_port_and_reads_its_guard(
     off = probe.probe(port=port)
     assert off.alive and "the worker is computing; the guard is off" in off.why
     (core,) = probe.engine_cores(front)
-    path = record.guard_state_path(str(directory), core.pid)
+    path = guard_state_path(str(directory), core.pid)
     now = time.monotonic()
-    record.write_guard_state(path, in_step(pid=core.pid, front=front.pid, sent=now - 9, busy_at=now,
+    write_guard_state(path, in_step(pid=core.pid, front=front.pid, sent=now - 9, busy_at=now,
                                            updated=now))
     assert probe.probe(pid=front.pid).why.startswith("alive, computing: step 5")
-    record.write_guard_state(path, in_step(pid=core.pid, front=front.pid, in_step=False, ended="HUNG",
+    write_guard_state(path, in_step(pid=core.pid, front=front.pid, in_step=False, ended="HUNG",
                                            busy_at=now - 5, updated=now))
     hung = probe.probe(port=port)
     assert not hung.alive and hung.why.startswith("hung: the guard ended step 5")

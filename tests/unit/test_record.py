@@ -1,6 +1,6 @@
 """The step record and the control file: the format the worker writes and the harness reads.
 
-``record.py`` is shared by both sides; these tests check the reader on hand-written
+``contract/`` is shared by both sides; these tests check the reader on hand-written
 lines, and (``test_worker.py``) that what the real writer writes reads back exactly.
 """
 
@@ -12,20 +12,26 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.contract import record
-from pytest_enginedead.contract.record import (
+from pytest_enginedead.contract import control
+from pytest_enginedead.contract.control import (
+    CONTROL_FILE,
+    CONTROL_STAMP_FILE,
     Control,
     ControlReader,
-    GuardEvent,
     Injection,
+    control_path,
+    write_control,
+)
+from pytest_enginedead.contract.dumps import stack_path
+from pytest_enginedead.contract.guardfiles import GUARD_EVENTS_FILE, GuardEvent, read_guard_events
+from pytest_enginedead.contract.steps import (
     StepStats,
     StepTime,
     parse_steps,
-    read_guard_events,
     read_steps,
+    steps_path,
     summarize,
     worst_by_batch,
-    write_control,
 )
 
 PID = 4242
@@ -100,8 +106,8 @@ def test_read_steps_from_a_file(tmp_path: Path) -> None:
 
 
 def test_paths_are_per_process(tmp_path: Path) -> None:
-    assert record.steps_path(str(tmp_path), 12) == str(tmp_path / "steps-12.jsonl")
-    assert record.stack_path(str(tmp_path), 12) == str(tmp_path / "stack-12.txt")
+    assert steps_path(str(tmp_path), 12) == str(tmp_path / "steps-12.jsonl")
+    assert stack_path(str(tmp_path), 12) == str(tmp_path / "stack-12.txt")
 
 
 # --- summarize and worst_by_batch ------------------------------------------------------------
@@ -182,7 +188,7 @@ def test_control_reader_sees_each_write(tmp_path: Path) -> None:
     write_control(run_dir, second)
     assert reader.get() == second
     # written in place: no temp file left
-    assert sorted(os.listdir(run_dir)) == [record.CONTROL_FILE, record.CONTROL_STAMP_FILE]
+    assert sorted(os.listdir(run_dir)) == [CONTROL_FILE, CONTROL_STAMP_FILE]
 
 
 def test_control_reader_makes_no_syscall_until_the_control_changes(
@@ -202,7 +208,7 @@ def test_control_reader_makes_no_syscall_until_the_control_changes(
         stats.append(path)
         return real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(record.os, "stat", counted)
+    monkeypatch.setattr(control.os, "stat", counted)
     for _ in range(100):
         assert reader.get() == Control(1, 2.0)
     assert stats == []
@@ -216,10 +222,10 @@ def test_control_reader_without_a_stamp_reads_on_every_call(tmp_path: Path) -> N
     """A control file without its stamp (written by an older harness): every call looks."""
     run_dir = str(tmp_path)
     reader = ControlReader(run_dir)
-    Path(record.control_path(run_dir)).write_text(Control(1, 2.0).to_json())
+    Path(control_path(run_dir)).write_text(Control(1, 2.0).to_json())
     assert reader.get() == Control(1, 2.0)
     Path(run_dir, "new").write_text(Control(2, 3.0).to_json())
-    os.replace(Path(run_dir, "new"), record.control_path(run_dir))
+    os.replace(Path(run_dir, "new"), control_path(run_dir))
     assert reader.get() == Control(2, 3.0)
 
 
@@ -229,13 +235,13 @@ def test_control_reader_keeps_the_last_good_control(tmp_path: Path) -> None:
     good = Control(1, 30.0)
     write_control(run_dir, good)
     assert reader.get() == good
-    Path(record.control_path(run_dir)).write_text('{"epoch": 2, "deadline_s": ')  # torn
+    Path(control_path(run_dir)).write_text('{"epoch": 2, "deadline_s": ')  # torn
     assert reader.get() == good
 
 
 def test_guard_events_round_trip(tmp_path: Path) -> None:
     event = GuardEvent("execute_model", 5, 64, 2.0, 2.0, 1240.0, "SLOW", "waiting up to 1240 s", 99, 12.5)
-    path = tmp_path / record.GUARD_EVENTS_FILE
+    path = tmp_path / GUARD_EVENTS_FILE
     assert read_guard_events(str(path)) == []
     path.write_text(event.to_line() + "not json\n" + '{"method": "x"}\n' + event.to_line())
     assert read_guard_events(str(path)) == [event, event]

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from downstream import Downstream, validated
-from pytest_enginedead.contract import record
-from pytest_enginedead.contract.record import Injection
+from pytest_enginedead.contract.control import Injection
+from pytest_enginedead.contract.steps import BEGIN_LINE, END_LINE, steps_path
 from pytest_enginedead.face import report
 from pytest_enginedead.face.options import BUNDLED_MODEL, Settings
 from pytest_enginedead.face.report import Results, death_counts, engine_row, junit_properties, verdict_word
@@ -34,11 +34,11 @@ WORKER = ProcRef(4242, 0.0)
 
 def write_steps(engine: Engine, *steps: tuple[int, int, float, float | None]) -> None:
     """Append (step, batch, start, seconds or None) to the worker's record, as it writes them."""
-    with open(record.steps_path(engine.run_dir, WORKER.pid), "ab") as f:
+    with open(steps_path(engine.run_dir, WORKER.pid), "ab") as f:
         for step, batch, start, seconds in steps:
-            f.write(record.BEGIN_LINE % (step, batch, start))
+            f.write(BEGIN_LINE % (step, batch, start))
             if seconds is not None:
-                f.write(record.END_LINE % (step, start + seconds))
+                f.write(END_LINE % (step, start + seconds))
 
 
 @pytest.fixture

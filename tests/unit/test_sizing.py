@@ -20,7 +20,14 @@ from test_bad_input import assert_clean, wired  # noqa: F401  (a fixture)
 
 from downstream import enginedead
 from pytest_enginedead import compat
-from pytest_enginedead.contract import record
+from pytest_enginedead.contract.steps import (
+    BEGIN_LINE,
+    StepTime,
+    attended_keys,
+    parse_steps,
+    read_steps,
+    steps_path,
+)
 from pytest_enginedead.harness import calibration
 from pytest_enginedead.invllm import worker
 from pytest_enginedead.logic.policy import STOCK_DEADLINE_S, Backend
@@ -137,7 +144,7 @@ def test_the_recorded_shape_is_the_bounds_shape() -> None:
 def test_attended_keys_is_the_sum_it_says() -> None:
     for first, last, window in itertools.product(range(1, 9), range(0, 12), (None, 1, 3, 5, 20)):
         want = sum(k if window is None else min(k, window) for k in range(first, last + 1))
-        assert record.attended_keys(first, last, window) == want, (first, last, window)
+        assert attended_keys(first, last, window) == want, (first, last, window)
 
 
 def test_the_step_record_carries_what_was_scheduled(tmp_path: Path) -> None:
@@ -147,13 +154,13 @@ def test_the_step_record_carries_what_was_scheduled(tmp_path: Path) -> None:
         rec.run_step(2, lambda: None)  # an older caller: unknown
     finally:
         rec.close()
-    steps = record.read_steps(record.steps_path(str(tmp_path), __import__("os").getpid()), 1)
+    steps = read_steps(steps_path(str(tmp_path), __import__("os").getpid()), 1)
     assert [(s.batch_size, s.tokens, s.context_tokens, s.window_context_tokens) for s in steps] == [
         (8, 64, 8192, 4096),
         (2, None, None, None),
     ]
-    old = record.BEGIN_LINE % (3, 4, 1.0)  # the old writer's line still reads
-    assert record.parse_steps([old.decode()], 1)[0].tokens is None
+    old = BEGIN_LINE % (3, 4, 1.0)  # the old writer's line still reads
+    assert parse_steps([old.decode()], 1)[0].tokens is None
 
 
 # --- the worst step -------------------------------------------------------------------------------
@@ -487,7 +494,7 @@ def test_the_results_the_json_carries(tmp_path: Path) -> None:
     for ep in plan.engines:
         rows = slice_steps(ep.layout, COEF, cfg)
         steps = [
-            record.StepTime(i, s.seqs, float(i), t, 1, s.tokens, s.context_tokens, s.window_context_tokens)
+            StepTime(i, s.seqs, float(i), t, 1, s.tokens, s.context_tokens, s.window_context_tokens)
             for i, (s, t) in enumerate(rows)
         ]
         measured.append(calibration.Measured(ep, {"decode batch 8": steps}))

@@ -1,7 +1,7 @@
 """The code that runs inside ``VLLM::Worker``, run here on fake steps: no vLLM.
 
 What the writer (``worker.StepRecorder``) records must read back exactly through the
-harness's reader (``record.read_steps``); faults come from the control file and count
+harness's reader (``read_steps``); faults come from the control file and count
 from the test that set them; the stack dump it answers ``SIGUSR2`` with is what the
 failure message shows.
 """
@@ -23,8 +23,28 @@ import psutil
 import pytest
 
 import procs
-from pytest_enginedead.contract import record
-from pytest_enginedead.contract.record import Control, Injection, StepTime, read_steps, write_control
+from pytest_enginedead.contract.control import CRASH_EXIT_CODE, Control, Injection, write_control
+from pytest_enginedead.contract.dumps import (
+    MAIN_THREAD_PREFIX,
+    SAMPLE_HEADER,
+    DeadlineStack,
+    deadline_stack_path,
+    read_deadline_stack,
+)
+from pytest_enginedead.contract.names import ENV_DIR
+from pytest_enginedead.contract.steps import (
+    BEGIN,
+    END,
+    KEY_BATCH,
+    KEY_EVENT,
+    KEY_STEP,
+    KEY_TIME,
+    SAMPLE_BEGIN,
+    SAMPLE_END,
+    StepTime,
+    read_steps,
+    steps_path,
+)
 from pytest_enginedead.face.options import BUNDLED_MODEL
 from pytest_enginedead.harness.cleanup import ProcRef
 from pytest_enginedead.harness.engine import Engine
@@ -61,7 +81,7 @@ def recorder(run_dir: str) -> Iterator[worker.StepRecorder]:
 
 
 def steps(run_dir: str) -> list[StepTime]:
-    return read_steps(record.steps_path(run_dir, ME), ME)
+    return read_steps(steps_path(run_dir, ME), ME)
 
 
 # --- the round trip: writer -> reader ---------------------------------------------------------
@@ -101,12 +121,12 @@ def test_what_the_worker_writes_reads_back_exactly(
 def test_each_record_is_one_json_line_in_the_shared_keys(run_dir: str, recorder: worker.StepRecorder) -> None:
     recorder.run_step(3, lambda: None)
     recorder.run_sample(lambda: None)
-    raw = [json.loads(line) for line in Path(record.steps_path(run_dir, ME)).read_text().splitlines()]
-    events = [r[record.KEY_EVENT] for r in raw]
-    assert events == [record.BEGIN, record.END, record.SAMPLE_BEGIN, record.SAMPLE_END]
-    assert {r[record.KEY_STEP] for r in raw} == {1}
-    assert raw[0][record.KEY_BATCH] == 3 and record.KEY_BATCH not in raw[1]
-    assert all(isinstance(r[record.KEY_TIME], float) for r in raw)
+    raw = [json.loads(line) for line in Path(steps_path(run_dir, ME)).read_text().splitlines()]
+    events = [r[KEY_EVENT] for r in raw]
+    assert events == [BEGIN, END, SAMPLE_BEGIN, SAMPLE_END]
+    assert {r[KEY_STEP] for r in raw} == {1}
+    assert raw[0][KEY_BATCH] == 3 and KEY_BATCH not in raw[1]
+    assert all(isinstance(r[KEY_TIME], float) for r in raw)
 
 
 def test_a_step_that_raises_is_still_ended(run_dir: str, recorder: worker.StepRecorder) -> None:
@@ -142,7 +162,7 @@ def test_slow_fault_burns_per_sequence_before_the_step(run_dir: str, monkeypatch
 
 def test_worker_plugin_is_inert_without_the_harness(monkeypatch: pytest.MonkeyPatch) -> None:
     """No run directory in the environment: nothing is patched and vLLM is not imported."""
-    monkeypatch.delenv(record.ENV_DIR, raising=False)
+    monkeypatch.delenv(ENV_DIR, raising=False)
     monkeypatch.setitem(sys.modules, "vllm", None)  # any import of vLLM would now fail
     assert worker.register() is None
 
@@ -157,19 +177,19 @@ def test_a_step_past_its_deadline_dumps_the_workers_own_stack_then_and_a_deadlin
     from inside the step (the main thread in the model call); the dump names the step."""
     write_control(run_dir, Control(1, 1.0))
     rec = worker.StepRecorder(run_dir)
-    path = record.deadline_stack_path(run_dir, ME)
-    seen: list[record.DeadlineStack | None] = []
+    path = deadline_stack_path(run_dir, ME)
+    seen: list[DeadlineStack | None] = []
 
     def model_step() -> None:
         time.sleep(1.5)
-        seen.append(record.read_deadline_stack(path))
+        seen.append(read_deadline_stack(path))
         time.sleep(0.9)
 
     try:
         rec.run_step(8, model_step)
     finally:
         rec.close()
-    first, last = seen[0], record.read_deadline_stack(path)
+    first, last = seen[0], read_deadline_stack(path)
     assert first is not None and last is not None
     assert (first.step, first.phase, first.deadline_s) == (1, "execute_model", 1.0)
     assert 1.0 <= first.ran_s < 1.3 and 2.0 <= last.ran_s < 2.3  # due, not a sample taken later
@@ -178,7 +198,7 @@ def test_a_step_past_its_deadline_dumps_the_workers_own_stack_then_and_a_deadlin
     # and the main thread sampled evenly until then (20 per deadline), each inside the step
     assert 12 <= len(first.samples) <= worker.SAMPLES_PER_DEADLINE, first.samples
     assert all("in model_step" in sample for sample in first.samples)
-    assert first.samples[0].startswith(record.SAMPLE_HEADER)
+    assert first.samples[0].startswith(SAMPLE_HEADER)
 
 
 def test_a_step_within_its_deadline_leaves_no_stack(run_dir: str) -> None:
@@ -193,7 +213,7 @@ def test_a_step_within_its_deadline_leaves_no_stack(run_dir: str) -> None:
         time.sleep(1.2)  # past a deadline of the last step, were it still armed
     finally:
         rec.close()
-    assert not os.path.exists(record.deadline_stack_path(run_dir, ME))
+    assert not os.path.exists(deadline_stack_path(run_dir, ME))
 
 
 def test_the_sampling_phase_has_its_own_deadline(run_dir: str) -> None:
@@ -204,7 +224,7 @@ def test_the_sampling_phase_has_its_own_deadline(run_dir: str) -> None:
         rec.run_sample(lambda: time.sleep(1.3))  # its own RPC: its own 1 s from its own start
     finally:
         rec.close()
-    dump = record.read_deadline_stack(record.deadline_stack_path(run_dir, ME))
+    dump = read_deadline_stack(deadline_stack_path(run_dir, ME))
     assert dump is not None and (dump.step, dump.phase) == (1, "sample_tokens") and dump.ran_s >= 1.0
 
 
@@ -245,7 +265,7 @@ def test_wrapped_execute_model_records_non_empty_steps(
     assert calls == [("execute", 1), ("execute", 2), ("sample", "g")]
     [step] = steps(run_dir)
     assert (step.step, step.batch_size, step.running) == (1, 3, False)
-    raw = Path(record.steps_path(run_dir, ME)).read_text()
+    raw = Path(steps_path(run_dir, ME)).read_text()
     assert '"e":"sb"' in raw and '"e":"se"' in raw  # the sampling phase was recorded
 
 
@@ -254,7 +274,7 @@ def test_wrapped_execute_model_records_non_empty_steps(
 STEPPER = textwrap.dedent(
     """
     import sys
-    from pytest_enginedead.contract import record
+    from pytest_enginedead.contract.control import Control, Injection, write_control
     from pytest_enginedead.invllm import worker
 
     run_dir, before, after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -263,7 +283,7 @@ STEPPER = textwrap.dedent(
         rec.run_step(4, lambda: None)
         rec.run_sample(lambda: None)
     if after:  # a new test: its control epoch, its faults
-        record.write_control(run_dir, record.Control(2, 2.0, record.Injection.from_dict(eval(sys.argv[4]))))
+        write_control(run_dir, Control(2, 2.0, Injection.from_dict(eval(sys.argv[4]))))
         for _ in range(after):
             rec.run_step(4, lambda: None)
             rec.run_sample(lambda: None)
@@ -283,8 +303,8 @@ def test_crash_fault_counts_steps_from_the_test_that_set_it(run_dir: str) -> Non
     """crash_at_step=2 after three earlier steps: the fifth step begins and the worker exits."""
     proc = stepper(run_dir, before=3, after=5, faults="{'crash_at_step': 2}")
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == record.CRASH_EXIT_CODE and "finished" not in out
-    recorded = read_steps(record.steps_path(run_dir, proc.pid), proc.pid)
+    assert proc.returncode == CRASH_EXIT_CODE and "finished" not in out
+    recorded = read_steps(steps_path(run_dir, proc.pid), proc.pid)
     assert [s.step for s in recorded] == [1, 2, 3, 4, 5]
     assert [s.running for s in recorded] == [False, False, False, False, True]
 
@@ -293,7 +313,7 @@ def test_hang_fault_blocks_idle_in_its_step(run_dir: str) -> None:
     """hang_at_step=1: the step begins and the worker sits alive, idle, forever."""
     proc = stepper(run_dir, before=0, after=3, faults="{'hang_at_step': 1}")
     try:
-        path = record.steps_path(run_dir, proc.pid)
+        path = steps_path(run_dir, proc.pid)
         deadline = time.monotonic() + 30
         while not read_steps(path, proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -313,11 +333,11 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
     busy = textwrap.dedent(
         """
         import sys, threading
-        from pytest_enginedead.contract import record
+        from pytest_enginedead.contract.control import Control, write_control
         from pytest_enginedead.invllm import worker
 
         threading.Thread(target=threading.Event().wait, daemon=True).start()  # another thread
-        record.write_control(sys.argv[1], record.Control(1, 1.0))
+        write_control(sys.argv[1], Control(1, 1.0))
         rec = worker.StepRecorder(sys.argv[1])
         rec.run_step(8, lambda: worker.burn(60))
         """
@@ -343,7 +363,7 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
     assert "in burn" in innermost_frames(at_deadline.text)[1]
     assert not os.path.exists(engine.run_dir)
     assert [(s.step, s.running) for s in engine.steps()] == [(1, True)]  # the record outlives it
-    assert stack is not None and stack.startswith(record.MAIN_THREAD_PREFIX)
+    assert stack is not None and stack.startswith(MAIN_THREAD_PREFIX)
     assert stack.count("Thread 0x") + stack.count("Current thread 0x") >= 2  # all threads dumped
     main = stack.splitlines()[0].split()[1]
     frames = innermost_frames(stack)

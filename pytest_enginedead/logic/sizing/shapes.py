@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...contract.record import attended_keys
+from ...contract.steps import attended_keys
 from .fit import Step
 
 #: vLLM's defaults for the CPU backend (vllm/engine/arg_utils.py, 0.27.1-0.32.0): the

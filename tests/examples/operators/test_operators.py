@@ -21,7 +21,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from pytest_enginedead.invllm.exiting import EXIT_DEAD, EXIT_ENV, EXIT_HUNG
+from pytest_enginedead.contract.names import EXIT_DEAD, EXIT_ENV, EXIT_HUNG
 
 #: the probe's period here, as in an exec probe with periodSeconds 0.5
 PERIOD_S = 0.5

@@ -1,0 +1,58 @@
+"""Every ``ENGINEDEAD_*`` variable the harness and the code inside vLLM read, in one place,
+and the exit codes a serving process ends with after its engine died.
+
+The options' own variables (``ENGINEDEAD_BATCH_SIZES`` ...) are named by their option
+(``face.options.OPTIONS``: the ini key in upper case).
+"""
+
+from __future__ import annotations
+
+#: Set in an engine's environment: the run directory (the worker plugin is inert without it).
+ENV_DIR = "ENGINEDEAD_WORKER_DIR"
+
+#: The harness's own pid: the plugin never activates in the harness process itself.
+ENV_HARNESS_PID = "ENGINEDEAD_HARNESS_PID"
+
+#: Where the guard writes its state outside the harness (inside, it goes to the run directory).
+STATE_DIR_ENV = "ENGINEDEAD_GUARD_STATE_DIR"
+
+#: Set by the serving process for the engine cores it starts: whose engine they are.
+ENV_FRONT_PID = "ENGINEDEAD_FRONT_PID"
+
+
+#: The guard: on (1), its policy (the hard cap), its idle grace in seconds.
+GUARD_ENV = "ENGINEDEAD_GUARD"
+GUARD_POLICY_ENV = "ENGINEDEAD_GUARD_POLICY"
+GUARD_HANG_ENV = "ENGINEDEAD_GUARD_HANG_S"
+
+#: Extra directories (os.pathsep list) to import a ``module:attr`` guard policy from.
+GUARD_PATH_ENV = "ENGINEDEAD_GUARD_PATH"
+
+#: Every variable of the guard's: the harness sets each for an engine it starts, or clears it.
+GUARD_VARIABLES = (GUARD_ENV, GUARD_POLICY_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV)
+
+
+#: The serving process exits non-zero after its engine died (the guard turns it on too).
+EXIT_ENV = "ENGINEDEAD_EXIT_ON_DEATH"
+
+#: The serving process's status after its engine died of anything but a hang.
+EXIT_DEAD = 70
+
+#: The serving process's status after the guard ended a hung step.
+EXIT_HUNG = 71
+
+
+#: Tests only: the engine core writes which vLLM attributes the plugin replaced here.
+PATCHES_ENV = "ENGINEDEAD_REPORT_PATCHES"
+
+
+#: What ``enginedead check`` hands its inner pytest run: the plan (JSON), where progress goes.
+CHECK_PLAN_ENV = "ENGINEDEAD_CHECK_PLAN"
+CHECK_PROGRESS_ENV = "ENGINEDEAD_CHECK_PROGRESS"
+
+
+#: the file every start appends its line to (unset: nothing is written)
+START_LEDGER_ENV = "ENGINEDEAD_START_LEDGER"
+
+#: what the line names as the start's origin, e.g. the outer test that ran the inner suite
+START_LEDGER_TAG_ENV = "ENGINEDEAD_START_LEDGER_TAG"
