@@ -50,6 +50,8 @@ import types
 from pathlib import Path
 from typing import Any
 
+from pytest_enginedead.compat import llm_api
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PY = sys.executable
@@ -67,9 +69,10 @@ START_ONE = textwrap.dedent(
     if __name__ == "__main__":
         mode = sys.argv[1]
         from vllm import LLM  # import is not what we measure
-        from pytest_enginedead import compat
-        from pytest_enginedead.harness.engine import Engine, EngineBase
-        from pytest_enginedead.face.options import BUNDLED_MODEL
+        from pytest_enginedead.compat import llm_api, versions
+        from pytest_enginedead.harness.offline import Engine
+        from pytest_enginedead.harness.base import EngineBase
+        from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
         from pytest_enginedead.logic.planning import EngineSpec, Instructions
         spec = EngineSpec(BUNDLED_MODEL, 8)
         if mode == "harness":
@@ -79,20 +82,20 @@ START_ONE = textwrap.dedent(
             t1 = time.monotonic(); engine.stop(); stop = time.monotonic() - t1
         else:
             import shutil, tempfile
-            os.environ.update(compat.engine_environment())
-            os.environ[compat.DEADLINE_ENV] = compat.deadline_env_value(300.0)
+            os.environ.update(llm_api.engine_environment())
+            os.environ[versions.DEADLINE_ENV] = versions.deadline_env_value(300.0)
             ipc = tempfile.mkdtemp(prefix="ed-ipc-")  # vLLM's sockets and temp files, removed below
-            os.environ.update(compat.scratch_environment(ipc, os.environ))
-            kwargs = compat.llm_kwargs(BUNDLED_MODEL, 8)
+            os.environ.update(llm_api.scratch_environment(ipc, os.environ))
+            kwargs = llm_api.llm_kwargs(BUNDLED_MODEL, 8)
             if mode == "bare":  # the KV cache the harness asks for: the same engine
                 probe = EngineBase(spec)
                 env, args = probe.kv_cache()
                 probe.stop()
                 os.environ.update(env); kwargs.update(args)
             else:  # "bare-1gib": the 1 GiB every harness engine got before 2026-12-03
-                os.environ[compat.KV_CACHE_ENV] = "1"
+                os.environ[llm_api.KV_CACHE_ENV] = "1"
             t0 = time.monotonic(); llm = LLM(**kwargs); dt = time.monotonic() - t0
-            t1 = time.monotonic(); compat.shutdown_llm(llm); stop = time.monotonic() - t1
+            t1 = time.monotonic(); llm_api.shutdown_llm(llm); stop = time.monotonic() - t1
             shutil.rmtree(ipc, ignore_errors=True)
         print(json.dumps({"mode": mode, "start_s": dt, "stop_s": stop}))
     """
@@ -162,8 +165,9 @@ STEP = textwrap.dedent(
         modes = sys.argv[4].split(",")
         from pytest_enginedead import assert_no_false_death
         from pytest_enginedead.contract.names import ENV_DIR
-        from pytest_enginedead.harness.engine import Engine, EngineHandle
-        from pytest_enginedead.face.options import BUNDLED_MODEL
+        from pytest_enginedead.harness.offline import Engine
+        from pytest_enginedead.face.handles import EngineHandle
+        from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
         from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
 
         class Inert(Engine):
@@ -201,8 +205,8 @@ STEP = textwrap.dedent(
                     else:
                         handle.generate(n, max_tokens=tokens)
                     times[i].append((time.monotonic() - t0) / tokens)
-            recorded = [len(engine.steps()) for engine in engines]
-            guard_events = [len(engine.guard_events()) for engine in engines]
+            recorded = [len(engine.evidence.steps()) for engine in engines]
+            guard_events = [len(engine.evidence.guard_events()) for engine in engines]
         finally:
             for engine in engines:
                 if not engine.stopped:
@@ -450,9 +454,8 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
 def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str, Any]:
     """(a) harness ``Server.start`` vs the bare server, same command line and environment
     less the harness's ENGINEDEAD_* variables; (b) the false death through the server, cold."""
-    from pytest_enginedead import compat
-    from pytest_enginedead.face.options import BUNDLED_MODEL
     from pytest_enginedead.harness.server import Server, free_port, server_command
+    from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
     from pytest_enginedead.logic.planning import EngineSpec, Instructions
 
     spec = EngineSpec(BUNDLED_MODEL, n, server=True)
@@ -466,7 +469,7 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
     env = {k: v for k, v in env.items() if not k.startswith("ENGINEDEAD_")}
     logs = Path(tempfile.mkdtemp(dir=SCRATCH.name))
     # the probe's run dir is gone: vLLM's sockets and temp files go to the scratch, removed at exit
-    env.update(compat.scratch_environment(str(logs), os.environ))
+    env.update(llm_api.scratch_environment(str(logs), os.environ))
     times: dict[str, list[float]] = {"harness": [], "bare": []}
     for i in range(rounds):
         for mode in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):
@@ -516,7 +519,7 @@ def bench_check(rounds: int = 1) -> dict[str, Any]:
         report, log = work / "report.json", work / "check.log"
         t0 = time.monotonic()
         done = subprocess.run(
-            [PY, "-m", "pytest_enginedead.commands.cli", "check", "--report", str(report), "--log", str(log)],
+            [PY, "-m", "pytest_enginedead.command", "check", "--report", str(report), "--log", str(log)],
             cwd=work, capture_output=True, text=True, timeout=1800,
         )
         wall = time.monotonic() - t0

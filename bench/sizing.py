@@ -41,7 +41,7 @@ WORST_LIMITS = ("--max-num-seqs", "36", "--max-num-batched-tokens", "96", "--max
 
 def calibrate(*args: str, timeout: float = 1500) -> tuple[dict[str, Any], float]:
     """``enginedead calibrate ... --json`` in a fresh process: its JSON and wall time."""
-    cmd = [sys.executable, "-m", "pytest_enginedead.commands.cli", "calibrate", *args, "--json"]
+    cmd = [sys.executable, "-m", "pytest_enginedead.command", "calibrate", *args, "--json"]
     t0 = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -53,7 +53,7 @@ def calibrate(*args: str, timeout: float = 1500) -> tuple[dict[str, Any], float]
 
 
 def text(out: dict[str, Any]) -> str:
-    from pytest_enginedead.harness.calibration import format_sizing
+    from pytest_enginedead.logic.sizing.result import format_sizing
 
     return format_sizing(out)
 
@@ -86,7 +86,7 @@ def part_worst() -> dict[str, Any]:
 
 
 def part_forecast() -> dict[str, Any]:
-    from pytest_enginedead.harness.calibration import measure
+    from pytest_enginedead.harness.measure import measure
     from pytest_enginedead.logic.sizing.fit import Fit
     from pytest_enginedead.logic.sizing.shapes import StepPlan
 

@@ -13,25 +13,25 @@ if TYPE_CHECKING:
     from .contract.control import Injection as Injection
     from .contract.steps import StepTime as StepTime
     from .face.assertions import assert_no_false_death as assert_no_false_death
-    from .harness.engine import EngineHandle as EngineHandle
-    from .harness.liveness import Verdict as Verdict
-    from .harness.server import ServerHandle as ServerHandle
+    from .face.handles import EngineHandle as EngineHandle
+    from .face.handles import ServerHandle as ServerHandle
     from .logic.planning import EngineSpec as EngineSpec
     from .logic.planning import Instructions as Instructions
     from .logic.policy import Backend as Backend
     from .logic.policy import TimeoutPolicy as TimeoutPolicy
+    from .logic.verdicts import Verdict as Verdict
 
 _WHERE = {
     "assert_no_false_death": "face.assertions",
-    "EngineHandle": "harness.engine",
-    "Verdict": "harness.liveness",
+    "EngineHandle": "face.handles",
+    "Verdict": "logic.verdicts",
     "EngineSpec": "logic.planning",
     "Instructions": "logic.planning",
     "Backend": "logic.policy",
     "TimeoutPolicy": "logic.policy",
     "Injection": "contract.control",
     "StepTime": "contract.steps",
-    "ServerHandle": "harness.server",
+    "ServerHandle": "face.handles",
 }
 
 __all__ = [

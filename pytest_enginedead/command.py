@@ -1,24 +1,41 @@
-"""The ``enginedead`` console script: ``probe`` without the harness's imports, the rest in ``cli``.
+"""The ``enginedead`` console script: one parser over the commands, each in ``commands/``.
 
-An exec probe runs every few seconds with a timeout of about one: it must not pay
-for importing pytest.
+``enginedead probe`` parses its own arguments and is dispatched first: an exec probe runs
+every few seconds with a timeout of about one.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Sequence
+
+from .commands import calibrate, check, merge, probe, probes
+from .commands.common import Parser, Refused, refused, verbose_in
+
+DESCRIPTION = "Catch vLLM engines declared dead while their workers are still computing."
+#: in the order ``enginedead --help`` lists them
+COMMANDS = {"check": check, "calibrate": calibrate, "probe": probe, "probes": probes, "merge": merge}
+
+
+def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
+    parser = Parser(prog="enginedead", description=DESCRIPTION)
+    parser.verbose = verbose
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for module in COMMANDS.values():
+        module.add_parser(sub, verbose)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["probe"]:
-        from .commands.probe import main as probe_main
-
-        return probe_main(args[1:])
-    from .commands.cli import main as cli_main
-
-    return cli_main(args)
+        return probe.main(args[1:])
+    parsed = build_parser(verbose_in(args)).parse_args(args)
+    try:
+        return int(COMMANDS[parsed.command].run(parsed))
+    except Refused as exc:
+        return refused(parsed, exc)
 
 
 if __name__ == "__main__":

@@ -17,22 +17,27 @@ from typing import Any, NoReturn
 
 import pytest
 
-from . import compat
+from .compat import versions
 from .contract.control import Injection
 from .contract.names import GUARD_ENV
 from .contract.steps import worst_by_batch
-from .face import distributed, hooks, markers, options, report
+from .face import distributed, hooks, markers, options, summary
 from .face.assertions import run_settings
+from .face.handles import EngineHandle, Handle, ServerHandle
 from .face.options import Settings
-from .face.report import Results
 from .harness import outputs
-from .harness.engine import EngineBase, EngineHandle, EngineStartError, Handle, Progress
+from .harness.base import EngineBase, EngineStartError
+from .harness.fingerprint import this_machine
 from .harness.pool import EnginePool
-from .harness.server import ServerHandle
+from .harness.preflight import factory_engine_args, model_problem
+from .harness.threads import Progress
 from .logic import invariants, planning, sharding
+from .logic.arguments import BadMarker, factory_arguments
 from .logic.guardconfig import DEFAULT_HANG_S
+from .logic.modelconfig import BUNDLED_MODEL, validate_model
 from .logic.planning import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
 from .logic.policy import PolicyError, PolicyLike, load_policy
+from .logic.report import Results, junit_properties
 
 
 @dataclass
@@ -186,7 +191,7 @@ def pytest_report_header(config: pytest.Config) -> str:
     lines = [
         f"enginedead: policy={s.policy_name} ({s.policy_source}), "
         f"batch_sizes={','.join(map(str, s.batch_sizes))}, vllm={s.vllm_version or 'absent'}"
-        + (f", model={s.model}" if s.model != options.BUNDLED_MODEL else "")
+        + (f", model={s.model}" if s.model != BUNDLED_MODEL else "")
     ]
     note = distributed.dist_note(config)
     if note:
@@ -195,9 +200,9 @@ def pytest_report_header(config: pytest.Config) -> str:
         lines.append(f"enginedead: the guard is on for every engine: {s.guard_where}" + (
             f"; {GUARD_ENV} is also the production switch: unset it to test engines without the guard"
             if "(from environment)" in s.guard_where else ""))
-    if os.environ.get(compat.MULTIPROCESSING_ENV, "1").strip() == "0":
+    if os.environ.get(versions.MULTIPROCESSING_ENV, "1").strip() == "0":
         lines.append(
-            f"enginedead: {compat.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
+            f"enginedead: {versions.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
             "vLLM applies the deadline only in multiprocess mode"
         )
     return "\n".join(lines)
@@ -231,7 +236,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker is not None:
         try:
             sizes = markers.batch_sizes(marker)
-        except markers.BadMarker as exc:
+        except BadMarker as exc:
             metafunc.parametrize("engine_batch_size", [exc], ids=["bad-batch-sizes"])
             return
     metafunc.parametrize("engine_batch_size", sizes, ids=[f"bs{n}" for n in sizes])
@@ -245,7 +250,7 @@ def _need(item: pytest.Item, run: Run, default_batch: int | None = None) -> Need
     timeout = item.get_closest_marker("enginedead_timeout")
     try:
         if isinstance(batch, Exception) or batch is None:
-            raise markers.BadMarker(str(batch))
+            raise BadMarker(str(batch))
         faults = markers.inject(inject) if inject is not None else Injection()
         if timeout is not None:
             deadline, source = markers.timeout(timeout), "the enginedead_timeout marker"
@@ -254,7 +259,7 @@ def _need(item: pytest.Item, run: Run, default_batch: int | None = None) -> Need
             source = f"policy {run.settings.policy_name}"
         server = "vllm_server" in getattr(item, "fixturenames", ())
         return Need(batch, Instructions(deadline, source, faults), _guard(item, run), server)
-    except (markers.BadMarker, PolicyFailure) as exc:
+    except (BadMarker, PolicyFailure) as exc:
         return str(exc)
 
 
@@ -268,7 +273,7 @@ def _guard(item: pytest.Item, run: Run) -> GuardSpec | None:
         try:
             load_policy(policy, [str(item.config.rootpath), os.getcwd()])
         except PolicyError as exc:
-            raise markers.BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
+            raise BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
     return GuardSpec(hang_s or DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference",
                      "the enginedead_guard marker" if marker is not None else run.settings.guard_where)
 
@@ -407,7 +412,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
         return (yield)
     try:
         req = markers.invariant_request(marker)
-    except markers.BadMarker as exc:
+    except BadMarker as exc:
         _fail(str(exc))
     run = _run(item.config)
     handle = item.stash.get(handle_key, None)
@@ -449,7 +454,7 @@ def pytest_runtest_makereport(
         row = _run(item.config).results.observe(item.nodeid, rep, handle)
         if row is not None and rep.when == "call":
             # junitxml reads properties from the teardown report, made after this
-            item.user_properties.extend(report.junit_properties(row))
+            item.user_properties.extend(junit_properties(row))
     return rep
 
 
@@ -476,10 +481,10 @@ def _write_outputs(session: pytest.Session, run: Run) -> None:
     """The JSON report and the durations, through the paths claimed at the start."""
     written: list[tuple[outputs.Output, str, Callable[[], str]]] = []
     if run.report is not None:
-        written.append((run.report, "report", lambda: report.dumps(report.build(run.results, run.settings))))
+        written.append((run.report, "report", lambda: summary.report_json(run.results, run.settings)))
     if run.store is not None:
         durations = sharding.Durations(run.seconds, run.settings.vllm_version or sharding.NO_VLLM)
-        written.append((run.store, "durations file", lambda: durations.to_json(report.machine())))
+        written.append((run.store, "durations file", lambda: durations.to_json(this_machine())))
     for out, what, text in written:
         try:
             out.write_text(text())
@@ -497,7 +502,7 @@ def _terminal_line(config: pytest.Config, line: str) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     run = config.stash.get(run_key, None)
     if run is not None:
-        report.terminal_summary(terminalreporter, run.results, run.settings.policy_name)
+        summary.terminal_summary(terminalreporter, run.results, run.settings.policy_name)
 
 
 # --- fixtures ------------------------------------------------------------------------
@@ -516,7 +521,7 @@ def engine_batch_size(pytestconfig: pytest.Config) -> int:
 
 
 def _require_vllm() -> None:
-    reason = compat.vllm_missing_reason()
+    reason = versions.vllm_missing_reason()
     if reason:
         pytest.skip(reason)
 
@@ -588,13 +593,13 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
-        batch, seconds, faults = markers.factory_arguments(batch_size, timeout_s, inject, what)
+        batch, seconds, faults = factory_arguments(batch_size, timeout_s, inject, what)
         if seconds is None:
             seconds = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         else:
             source = f"{what}(timeout_s=...)"
-    except markers.BadMarker as exc:
+    except BadMarker as exc:
         _fail(str(exc))
     except PolicyFailure as exc:
         _fail(f"{what}: {exc}")
@@ -602,7 +607,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
         guard_spec = _guard(item, run) if item is not None else (
             GuardSpec(DEFAULT_HANG_S, run.settings.policy_spec or "reference", run.settings.guard_where)
             if run.settings.guard else None)
-    except markers.BadMarker as exc:
+    except BadMarker as exc:
         _fail(str(exc))
     return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
 
@@ -615,10 +620,10 @@ def _factory_model(model: Any, server: bool) -> str:
         path = os.fsdecode(os.fspath(model))
     except TypeError:
         _fail(f"{what}: model={model!r} is not a path; give a model directory holding a config.json")
-    problem = options.model_problem(path)
+    problem = model_problem(path)
     if problem:
         _fail(f"{what}: model={model!r}: {problem}")
-    return options.validate_model(path)
+    return validate_model(path)
 
 
 def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any], server: bool) -> EngineSpec:
@@ -626,8 +631,8 @@ def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any],
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
-        markers.factory_engine_args(what, engine_args, server)
-    except markers.BadMarker as exc:
+        factory_engine_args(what, engine_args, server)
+    except BadMarker as exc:
         _fail(str(exc))
     model_dir = run.settings.model if model is None else _factory_model(model, server)
     spec = planning.spec_for(need, model_dir, run.cpu_bind)

@@ -27,8 +27,8 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_enginedead.face.report import SCHEMA_PATH
 from pytest_enginedead.harness.cleanup import ProcRef, mapped_shm
+from pytest_enginedead.logic.report import SCHEMA_PATH
 
 HERE = Path(__file__).resolve().parent
 #: the downstream suites (``pytester_example_dir``)
@@ -304,14 +304,14 @@ LOGGING_COMMANDS = ("check", "calibrate")
 
 
 def enginedead(*args: str, timeout: float = 30, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """The ``enginedead`` command (``python -m pytest_enginedead.commands.cli ARGS``).
+    """The ``enginedead`` command (``python -m pytest_enginedead.command ARGS``).
 
     With ``cwd``, a check's or calibrate's log goes there unless the test gives ``--log``.
     """
     if cwd is not None and args and args[0] in LOGGING_COMMANDS and "--log" not in args:
         args = (*args, "--log", str(cwd / f"enginedead-{args[0]}.log"))
     return subprocess.run(
-        [sys.executable, "-m", "pytest_enginedead.commands.cli", *args],
+        [sys.executable, "-m", "pytest_enginedead.command", *args],
         capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False,
     )
 

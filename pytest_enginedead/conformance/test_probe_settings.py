@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_enginedead.harness import probing
+from ..logic import probes
 
 if TYPE_CHECKING:
     from .conftest import Plan
 
 
 def test_a_slow_engine_is_never_killed(
-    measured: Callable[[str], probing.Run], plan: type[Plan], setting: probing.Setting
+    measured: Callable[[str], probes.Run], plan: type[Plan], setting: probes.Setting
 ) -> None:
     run = measured("SLOW")
     kill = run.kill_after(plan.kind, setting)
-    print(f"{plan.kind} {setting.describe()} on a SLOW engine: {probing.cell(run, plan.kind, setting)}")
+    print(f"{plan.kind} {setting.describe()} on a SLOW engine: {probes.cell(run, plan.kind, setting)}")
     if kill is not None:
         pytest.fail(f"{plan.kind} with {setting.describe()} would have restarted a server whose engine "
                     f"was computing, {kill:g} s into its slow steps (a false kill); the guard kept it "
@@ -37,11 +37,11 @@ def test_a_slow_engine_is_never_killed(
 
 
 def test_a_hung_engine_is_found(
-    measured: Callable[[str], probing.Run], plan: type[Plan], setting: probing.Setting
+    measured: Callable[[str], probes.Run], plan: type[Plan], setting: probes.Setting
 ) -> None:
     run = measured("HUNG")
     kill = run.kill_after(plan.kind, setting)
-    print(f"{plan.kind} {setting.describe()} on a HUNG engine: {probing.cell(run, plan.kind, setting)}")
+    print(f"{plan.kind} {setting.describe()} on a HUNG engine: {probes.cell(run, plan.kind, setting)}")
     if kill is None:
         pytest.fail(f"{plan.kind} with {setting.describe()} did not find a worker hung inside its step "
                     f"within {plan.window_s:g} s (the guard's hang_s {plan.hang_s:g} s); shorten the "

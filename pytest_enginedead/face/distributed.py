@@ -38,7 +38,7 @@ from typing import IO, Any
 import pytest
 
 from ..logic.planning import EngineSpec
-from .report import Results
+from ..logic.report import Results
 
 WIRE_KEY = "enginedead"
 GROUPS_KEY = "enginedead_groups_dir"

@@ -7,223 +7,22 @@ Precedence: marker > command line > environment > ini > default.  A bad value is
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .. import compat
-from ..harness.liveness import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S, LivenessSettings
+from ..compat import versions
+from ..harness.preflight import model_problem, vllm_environment_problem
+from ..logic.modelconfig import BUNDLED_MODEL, model_label
+from ..logic.optiontable import OPTIONS, Option
 from ..logic.policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
-from ..logic.sharding import Shard, ShardError, durations_path
-from ..logic.sharding import parse_shard as _parse_shard
-
-BUNDLED_MODEL = str(Path(__file__).parent.parent / "models" / "tiny-llama")
-DEFAULT_BATCH_SIZES = (8, 64)
-
-
-class BadValue(ValueError):
-    """A value that does not parse; the message says what is wrong with it."""
-
-
-def parse_batch_sizes(raw: str) -> tuple[int, ...]:
-    """``"8,64"`` → ``(8, 64)``: positive integers, no empty items."""
-    text = raw.strip()
-    if not text:
-        raise BadValue("no batch sizes given; use a comma list like 8,64")
-    sizes = []
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            raise BadValue(f"empty item in {raw!r}; use a comma list like 8,64")
-        try:
-            n = int(item)
-        except ValueError:
-            raise BadValue(f"{item!r} is not a whole number; use a comma list like 8,64") from None
-        if n < 1:
-            raise BadValue(f"batch size {n} must be at least 1")
-        sizes.append(n)
-    return tuple(dict.fromkeys(sizes))
-
-
-def check_batch_sizes(values: tuple[Any, ...]) -> tuple[int, ...]:
-    """Marker arguments: positive ints."""
-    if not values:
-        raise BadValue("needs at least one batch size")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise BadValue(f"batch size {v!r} is not a positive integer")
-    return tuple(dict.fromkeys(values))
-
-
-def _expand(text: str) -> Path:
-    """``~`` and ``~user`` expanded; a path the OS cannot take is a BadValue."""
-    if "\0" in text:
-        raise BadValue(f"{text!r} contains a NUL byte")
-    try:
-        return Path(text).expanduser()
-    except RuntimeError:  # ~user that does not exist, or no home directory
-        head = text.split(os.sep, 1)[0]
-        raise BadValue(f"{text!r} cannot be expanded: no home directory for {head!r}") from None
-
-
-def _exists(path: Path) -> bool:
-    """Whether ``path`` exists; a path the OS refuses to look up (too long, a loop) is a BadValue."""
-    try:
-        os.stat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except OSError as exc:
-        shown = str(path) if len(str(path)) <= 80 else str(path)[:60] + "..."
-        raise BadValue(f"{shown!r} cannot be used: {exc.strerror or exc}") from None
-    return True
-
-
-def validate_model(path: str) -> str:
-    """A HF-style model directory with a readable ``config.json`` object (resolved).
-
-    The option's parser: cheap enough for every run.  ``model_problem`` does this and
-    the rest, once an engine is planned.
-    """
-    if not path.strip():
-        raise BadValue("no model directory given; give a directory holding a config.json")
-    p = _expand(path)
-    if not _exists(p):
-        raise BadValue(f"model directory {str(p)!r} does not exist")
-    if not p.is_dir():
-        raise BadValue(f"model path {str(p)!r} is not a directory")
-    config = p / "config.json"
-    if not config.is_file():
-        raise BadValue(f"model directory {str(p)!r} has no config.json")
-    _architectures(read_config(config), config)
-    return str(p.resolve())
-
-
-def read_config(config: Path) -> dict[str, Any]:
-    """A model's ``config.json`` as a dict; anything the JSON parser cannot hold is a BadValue."""
-    try:
-        raw = config.read_bytes()
-    except OSError as exc:
-        raise BadValue(f"cannot read {config}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadValue(f"{config} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        data = json.loads(text)
-    except RecursionError:
-        raise BadValue(f"{config} nests too deeply for Python's JSON parser") from None
-    except ValueError as exc:  # malformed, or a number too long to convert
-        raise BadValue(f"{config} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise BadValue(f"{config} must hold a JSON object, not {type(data).__name__}")
-    return data
-
-
-def _architectures(data: dict[str, Any], config: Path) -> list[str]:
-    archs = data.get("architectures", [])
-    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
-        raise BadValue(f'{config}: "architectures" must be a list of class names')
-    return archs
-
-
-#: config.json keys every engine needs as whole numbers >= 1, where the config gives them
-SIZE_KEYS = (
-    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "head_dim", "intermediate_size", "max_position_embeddings",
-)
-#: above this a size cannot be a tensor dimension vLLM allocates (int32 indexing)
-MAX_SIZE = 2**31 - 1
-
-
-def config_problem(data: dict[str, Any], config: Path | str, prefix: str = "") -> str | None:
-    """Why vLLM could not build a model from this config, in one line, or None.
-
-    Checks what a weightless engine needs before it starts: the sizes are whole
-    numbers >= 1, the hidden size splits evenly into attention heads (when no
-    ``head_dim`` says otherwise), the query heads into key/value heads.  A nested
-    ``text_config`` (multimodal configs) is checked the same way.
-    """
-    for key in SIZE_KEYS:
-        value = data.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            return f'{config}: "{prefix}{key}": {value!r} is not a whole number'
-        if value < 1:
-            return f'{config}: "{prefix}{key}": {value!r} must be at least 1'
-        if value > MAX_SIZE:
-            return f'{config}: "{prefix}{key}": {value!r} is too large (at most {MAX_SIZE})'
-    hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
-    kv_heads = data.get("num_key_value_heads")
-    if data.get("head_dim") is None and hidden is not None and heads is not None and hidden % heads:
-        return (
-            f'{config}: "{prefix}hidden_size" {hidden} does not split into "{prefix}num_attention_heads" '
-            f'{heads} (no "{prefix}head_dim" is given)'
-        )
-    if heads is not None and kv_heads is not None and heads % kv_heads:
-        return (
-            f'{config}: "{prefix}num_attention_heads" {heads} is not a multiple of '
-            f'"{prefix}num_key_value_heads" {kv_heads}'
-        )
-    text = data.get("text_config")
-    if isinstance(text, dict) and not prefix:
-        return config_problem(text, config, "text_config.")
-    return None
-
-
-def model_problem(model: str, architecture: bool = True) -> str | None:
-    """Why no engine can run on this model directory, in one line, or None.
-
-    The one model check, called from every door (the options, the factories, the
-    ``enginedead`` command, the xdist controller), each of which puts its own name for
-    the value in front: the directory and its ``config.json`` (``validate_model``), the
-    sizes (``config_problem``), and, with ``architecture``, whether the installed vLLM
-    knows the architecture it names (vLLM's registry is imported for that, once per
-    process; without vLLM that part is skipped).
-    """
-    try:
-        config = Path(validate_model(model)) / "config.json"
-        data = read_config(config)
-    except BadValue as exc:
-        return str(exc)
-    problem = config_problem(data, config)
-    if problem or not architecture:
-        return problem
-    return _architecture_problem(_architectures(data, config), config)
-
-
-def _architecture_problem(archs: list[str], config: Path) -> str | None:
-    """Why the installed vLLM cannot build these architectures, in one line, or None."""
-    if compat.vllm_missing_reason() is not None:
-        return None  # no vLLM here to ask: no engine will start either
-    try:
-        unknown = [a for a in archs if not compat.knows_architecture(a)]
-    except Exception:
-        return None  # no vLLM to ask (or it cannot say): the engine start will tell
-    if unknown or not archs:
-        return (
-            f"{config} names architecture {', '.join(unknown) or '(none)'}, which vLLM "
-            f"{compat.installed_version()} does not know; use one it supports, e.g. LlamaForCausalLM"
-        )
-    return None
-
-
-def model_label(model: str, source: str) -> str:
-    """How a message names the run's model: as the user set it, and where."""
-    if source == "command line":
-        return f"--enginedead-model={model!r}"
-    if source == "environment":
-        return f"ENGINEDEAD_MODEL={model!r}"
-    if source == "bundled":
-        return f"the bundled model {model!r}"
-    return f"enginedead_model = {model!r}"
+from ..logic.sharding import Shard, durations_path
+from ..logic.values import BadValue, one_line, shorten_paths
+from ..logic.verdicts import LivenessSettings
 
 
 def check_model(model: str, source: str) -> None:
@@ -234,168 +33,6 @@ def check_model(model: str, source: str) -> None:
     problem = model_problem(model)
     if problem:
         raise pytest.UsageError(f"enginedead: {model_label(model, source)} (from {source}): {problem}")
-
-
-def validate_output_path(raw: str) -> str:
-    """An output path as text: not empty, ``~`` expanded, within the lengths the OS takes.
-
-    Whether it can take the output is proven when it is claimed (``outputs.claim``),
-    at the start of the run, by creating it for real.
-    """
-    text = raw.strip()
-    if not text:
-        raise BadValue("no path given")
-    path = _expand(text)
-    if len(os.fsencode(path.name)) > 255:
-        raise BadValue(f"{path.name[:40]!r}... is too long a file name (at most 255 bytes)")
-    if len(os.fsencode(str(path.absolute()))) >= 4096:
-        raise BadValue(f"{str(path)[:40]!r}... is too long a path (at most 4095 bytes)")
-    return str(path)
-
-
-#: the busy threshold's largest value: a share of one core, so 64 means 64 cores at work
-MAX_BUSY_THRESHOLD = 64
-
-
-def parse_fraction(raw: str) -> float:
-    """``"0.05"`` or ``"5%"`` → 0.05 (share of one core)."""
-    text = raw.strip()
-    try:
-        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
-    except ValueError:
-        raise BadValue(f"{raw!r} is not a number; use a share of one core like 0.05 or 5%") from None
-    if not 0 < value <= MAX_BUSY_THRESHOLD:
-        raise BadValue(
-            f"{raw!r} must be above 0 and at most {MAX_BUSY_THRESHOLD} "
-            "(a share of one core, like 0.05 or 5%; 64 = 64 cores busy)"
-        )
-    return value
-
-
-def parse_switch(raw: str) -> bool:
-    """``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/``off``."""
-    text = raw.strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise BadValue(f"{raw!r} is not a switch; use 1 or 0")
-
-
-def parse_seconds(raw: str) -> float:
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise BadValue(f"{raw!r} is not a number of seconds") from None
-    if not 0 < value <= 60:
-        raise BadValue(f"{raw!r} must be above 0 and at most 60 seconds")
-    return value
-
-
-def parse_shard(raw: str) -> Shard:
-    """``"1/2"``: shard K of N, 1 <= K <= N."""
-    try:
-        return _parse_shard(raw)
-    except ShardError as exc:
-        raise BadValue(str(exc)) from None
-
-
-def validate_input_path(raw: str) -> str:
-    """An input file's path as text: not empty, ``~`` expanded (read when it is used)."""
-    text = raw.strip()
-    if not text:
-        raise BadValue("no path given")
-    return str(_expand(text))
-
-
-def parse_policy(raw: str) -> str:
-    """A policy spec as given: ``reference``, ``vllm-stock`` or ``module:attr`` (loaded later)."""
-    text = raw.strip()
-    if not text:
-        raise BadValue("no policy given; use reference, vllm-stock or module:attr")
-    return text
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str  # ini key; the flag is --name with - for _
-    help: str
-    default: str | None
-    parse: Callable[[str], Any]
-    metavar: str
-    #: a switch: ``--flag`` alone turns it on (ini / env take 1 or 0)
-    switch: bool = False
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def env(self) -> str:
-        return self.name.upper()
-
-
-OPTIONS = (
-    Option(
-        "enginedead_batch_sizes",
-        "Comma list of batch sizes the engine fixtures run at (default 8,64).",
-        "8,64", parse_batch_sizes, "N,N",
-    ),
-    Option(
-        "enginedead_model",
-        "Model directory for engine fixtures: a HF-style dir, config.json is enough "
-        "(dummy weights). Default: the bundled tiny Llama.",
-        None, validate_model, "DIR",
-    ),
-    Option(
-        "enginedead_policy",
-        "Timeout policy: reference, vllm-stock (vLLM's fixed deadline, shows the bug) "
-        "or module:attr (an object with timeout_s). Default: reference.",
-        None, parse_policy, "POLICY",
-    ),
-    Option(
-        "enginedead_report",
-        "Write the JSON report of engines, steps and verdicts to this path.",
-        None, validate_output_path, "PATH",
-    ),
-    Option(
-        "enginedead_guard",
-        "Start every engine with the guard on: vLLM's deadline becomes the point of "
-        "suspicion, a busy worker gets up to the policy's cap, a hung one ends after 60 s "
-        "(marker enginedead_guard for one test).",
-        "0", parse_switch, "", switch=True,
-    ),
-    Option(
-        "enginedead_shard",
-        "Run shard K of N (e.g. 1/2) of the collected tests: every test in exactly one shard, "
-        "the tests sharing an engine configuration in the same one (one start each), balanced "
-        "by --enginedead-durations when given, else by tests and engine starts.",
-        None, parse_shard, "K/N",
-    ),
-    Option(
-        "enginedead_durations",
-        "Test durations to balance shards by: a file written by --enginedead-store-durations "
-        "on the same vLLM release; {vllm} in the path becomes the installed release.",
-        None, validate_input_path, "PATH",
-    ),
-    Option(
-        "enginedead_store_durations",
-        "Write each test's duration (setup + call + teardown) to this path at the end of the "
-        "run, for --enginedead-durations; {vllm} in the path becomes the installed release.",
-        None, validate_output_path, "PATH",
-    ),
-    Option(
-        "enginedead_busy_threshold",
-        "CPU use, as a share of one core over the sample window, above which a live "
-        "engine process counts as computing (default 0.05 = 5%).",
-        str(DEFAULT_BUSY_THRESHOLD), parse_fraction, "SHARE",
-    ),
-    Option(
-        "enginedead_sample_interval",
-        "Seconds between liveness samples of engine processes (default 0.1).",
-        str(DEFAULT_INTERVAL_S), parse_seconds, "SECONDS",
-    ),
-)
 
 
 def addoptions(parser: pytest.Parser) -> None:
@@ -540,7 +177,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
             threshold=get["enginedead_busy_threshold"].value,
             interval_s=get["enginedead_sample_interval"].value,
         ),
-        vllm_version=compat.installed_version(),
+        vllm_version=versions.installed_version(),
         report_where=_given(get["enginedead_report"]),
         guard_where=_given(get["enginedead_guard"]),
         shard=get["enginedead_shard"].value,
@@ -553,7 +190,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
 
 def _with_release(path: str | None) -> str | None:
     """A durations path with ``{vllm}`` replaced by the installed vLLM release."""
-    return None if path is None else durations_path(path, compat.installed_version())
+    return None if path is None else durations_path(path, versions.installed_version())
 
 
 def _given(value: Value) -> str:
@@ -561,47 +198,11 @@ def _given(value: Value) -> str:
     return f"{value.where} (from {value.source})"
 
 
-def vllm_environment_problem() -> str | None:
-    """A variable of vLLM's own that vLLM could not use (the deadline), in one line, or None."""
-    try:
-        compat.stock_deadline_s(version=compat.installed_version())
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
 def check_vllm_environment() -> None:
     """vLLM's deadline variable, checked once at the start, before any policy reads it."""
     problem = vllm_environment_problem()
     if problem:
         raise pytest.UsageError(f"enginedead: {problem}")
-
-
-#: a one-line message longer than this has its long paths cut to their head and tail (``-v``: whole)
-SHOWN_LINE_CHARS = 200
-#: ... each path (or name) longer than this, in such a line
-SHOWN_PATH_CHARS = 70
-#: what a message holds a path as: a run of characters with no space or quote in it
-_TOKEN = re.compile(r"[^\s'\"]+")
-SHORTENED_NOTE = " [long paths shortened; -v shows them whole]"
-
-
-def shorten_paths(message: str, limit: int = SHOWN_PATH_CHARS, line: int = SHOWN_LINE_CHARS) -> str:
-    """``message``, if longer than ``line``, with every path longer than ``limit`` cut.
-
-    The tail is kept longer than the head: it names the file the message is about
-    (``.../models/m/config.json``).  A note at the end says how to see them whole.
-    """
-    if len(message) <= line:
-        return message
-    head = limit // 3
-
-    def cut(match: re.Match[str]) -> str:
-        text = match.group(0)
-        return text if len(text) <= limit else f"{text[:head]}...{text[-(limit - head - 3):]}"
-
-    shortened = _TOKEN.sub(cut, message)
-    return shortened if shortened == message else shortened + SHORTENED_NOTE
 
 
 @contextlib.contextmanager
@@ -613,13 +214,6 @@ def shown_whole_if_verbose(config: pytest.Config) -> Iterator[None]:
         if (config.getoption("verbose", 0) or 0) > 0:
             raise
         raise pytest.UsageError(*(shorten_paths(str(a)) for a in exc.args)) from None
-
-
-def one_line(exc: BaseException) -> str:
-    """``Type: first line of the message``: how user code's exceptions are reported."""
-    lines = str(exc).strip().splitlines()
-    text = lines[0] + (" ..." if len(lines) > 1 else "") if lines else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _hook_location(exc: BaseException) -> str:

@@ -52,6 +52,23 @@ class ProcRef:
             return None
 
 
+def started_children(me: psutil.Process, before: set[int], known: Iterable[ProcRef]) -> list[ProcRef]:
+    """``me``'s processes started since ``before`` (by pid) and not ``known`` yet.
+
+    ``me``'s own multiprocessing resource tracker is left out (an engine core's is the engine's).
+    """
+    seen = before | {r.pid for r in known}
+    found = []
+    for proc in me.children(recursive=True):
+        if proc.pid in seen:
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.ppid() == me.pid and "multiprocessing.resource_tracker" in " ".join(proc.cmdline()):
+                continue
+            found.append(ProcRef.of(proc))
+    return found
+
+
 def mapped_shm(refs: Iterable[ProcRef]) -> set[str]:
     """``/dev/shm`` entries our processes have mapped (read from /proc/<pid>/maps).
 

@@ -17,7 +17,7 @@ from typing import TypedDict
 
 import psutil
 
-from ..compat import DIST_NAMES
+from ..compat.versions import DIST_NAMES
 
 CPUINFO = "/proc/cpuinfo"
 

@@ -9,7 +9,6 @@ zombie → ``DEAD``.
 
 from __future__ import annotations
 
-import enum
 import threading
 import time
 from collections import deque
@@ -18,32 +17,10 @@ from dataclasses import dataclass
 
 import psutil
 
-#: Busy means at least this share of one core over the window (5 %).
-DEFAULT_BUSY_THRESHOLD = 0.05
-DEFAULT_INTERVAL_S = 0.1
-DEFAULT_WINDOW_S = 1.0
+from ..logic.verdicts import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_WINDOW_S, Verdict
+
 #: how far back a sampler keeps its samples
 HISTORY_S = 120.0
-
-
-@dataclass(frozen=True)
-class LivenessSettings:
-    """How busy counts as busy, and how often to look."""
-
-    threshold: float = DEFAULT_BUSY_THRESHOLD
-    interval_s: float = DEFAULT_INTERVAL_S
-    window_s: float = DEFAULT_WINDOW_S
-
-
-class Verdict(enum.Enum):
-    """What an engine process was doing when the engine was declared dead."""
-
-    SLOW = "slow"  # alive and computing: declaring it dead is a false death
-    HUNG = "hung"  # alive, not computing
-    DEAD = "dead"  # process gone or zombie
-
-    def __str__(self) -> str:
-        return self.name
 
 
 @dataclass(frozen=True)
@@ -230,12 +207,3 @@ def snapshot(pids: Iterable[int], window_s: float = 0.2) -> dict[int, ProcessEvi
     sampler.sample_now()
     time.sleep(window_s)
     return sampler.evidence()
-
-
-def overall(verdicts: Iterable[Verdict]) -> Verdict:
-    """Several processes: a gone one is a genuine death; else any computing is SLOW."""
-    found = set(verdicts)
-    for v in (Verdict.DEAD, Verdict.SLOW):
-        if v in found:
-            return v
-    return Verdict.HUNG

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 
 from ..logic.planning import EngineSpec, Instructions
 from . import cleanup
+from .base import EngineBase, GuardRefused
 from .cleanup import Reaper
-from .engine import Engine, EngineBase, GuardRefused, Progress
+from .offline import Engine
 from .server import Server
+from .threads import Progress
 
 
 @dataclass

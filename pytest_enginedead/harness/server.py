@@ -10,38 +10,24 @@ exited) joins the worker evidence when the engine dies.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import http.client
 import os
-import random
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import psutil
 
-from .. import compat
-from ..face import markers
+from ..compat import in_server, llm_api, versions
 from ..logic.planning import Instructions
+from .base import EngineBase, EngineStartError, GuardRefused
 from .cleanup import wait_until
-from .engine import (
-    EngineBase,
-    EngineStartError,
-    GuardRefused,
-    Handle,
-    Progress,
-    _Ticker,
-    interruptible,
-    refuse,
-)
+from .environment import kv_cache, process_environment
 
 #: How long a server may take to answer /health after it was started.
 START_LIMIT_S = 300.0
@@ -73,13 +59,13 @@ def server_command(model: str, port: int, max_num_seqs: int, served_name: str,
         "--host", "127.0.0.1", "--port", str(port),
         "--model", model, "--served-model-name", served_name,
         "--load-format", "dummy", "--max-num-seqs", str(max_num_seqs),
-        "--max-model-len", str(compat.DEFAULT_MAX_MODEL_LEN),
-        *("--" + switch.replace("_", "-") for switch in compat.SERVER_SWITCHES),
+        "--max-model-len", str(llm_api.DEFAULT_MAX_MODEL_LEN),
+        *("--" + switch.replace("_", "-") for switch in in_server.SERVER_SWITCHES),
     ]
     if not has_tokenizer(model):
         cmd.append("--skip-tokenizer-init")
     for key, value in extra:
-        flag = compat.server_flag(key, value)
+        flag = in_server.server_flag(key, value)
         if flag is None:
             continue
         cmd += [flag] if isinstance(value, bool) else [flag, str(value)]
@@ -111,39 +97,31 @@ class Server(EngineBase):
         self.log_path = os.path.join(self.run_dir, "server.log")
         self.stopping = False
 
-    def start(self, first: Instructions, progress: Progress | None = None) -> Server:
-        self.instruct(first)
+    def launch(self, first: Instructions) -> None:
+        """``python -m vllm.entrypoints.openai.api_server``, in a session of its own; ready on /health."""
         self.port = free_port()
         cmd = server_command(self.spec.model, self.port, self.spec.max_num_seqs, self.served_name,
-                             (*self.spec.extra_args, *self.kv_cache()[1].items()))
-        env = self.process_environment(first, os.environ)
+                             (*self.spec.extra_args, *kv_cache(self.spec)[1].items()))
+        env = process_environment(self.environment(first), self.spec, os.environ)
         t0 = time.monotonic()
-        ticker = _Ticker(progress, f"starting server ({self.spec.label()})", t0)
-        with open(self.log_path, "wb") as log, ticker:
+        with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # Ctrl-C in the terminal reaches it through us only
             )
-            self._track_early()
-            try:
-                self._wait_ready(t0)
-                self.adopt_tree()
-                self.check_core_ready()
-            except BaseException as exc:
-                if progress:
-                    progress(f"server failed to start after {time.monotonic() - t0:.1f} s", done=True)
-                self.hurry = not isinstance(exc, Exception)  # Ctrl-C, pytest-timeout: stop at once
-                self.broken = True
-                self.adopt_tree()
-                self.stop()
-                if isinstance(exc, EngineStartError) or not isinstance(exc, Exception):
-                    raise
-                raise EngineStartError(f"vLLM's API server failed to start: {exc}") from exc
-        self.mark_ready(t0)
-        if progress:
-            progress(f"server ready in {self.start_s:.1f} s on {self.base_url} "
-                     f"(pids {', '.join(map(str, self.pids))})", done=True)
-        return self
+        self._track_early()
+        self._wait_ready(t0)
+
+    def adopt_started(self) -> None:
+        self.adopt_tree()
+
+    def start_error(self, exc: BaseException) -> EngineStartError | None:
+        if isinstance(exc, EngineStartError) or not isinstance(exc, Exception):
+            return None
+        return EngineStartError(f"vLLM's API server failed to start: {exc}")
+
+    def ready_message(self) -> str:
+        return f"on {self.base_url} (pids {', '.join(map(str, self.pids))})"
 
     def _track_early(self) -> None:
         """The server's own pid goes to the reaper at once: a kill during start-up leaves nothing."""
@@ -209,7 +187,7 @@ class Server(EngineBase):
         for ref in self.procs:
             proc = ref.process()
             with contextlib.suppress(psutil.Error):
-                if proc is not None and compat.ENGINE_CORE_TITLE in " ".join(proc.cmdline()):
+                if proc is not None and versions.ENGINE_CORE_TITLE in " ".join(proc.cmdline()):
                     return True
         return False
 
@@ -228,219 +206,3 @@ class Server(EngineBase):
         super().stop()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.wait(timeout=5)  # reap our child (terminate() killed it)
-
-
-@dataclass
-class ClientOutcome:
-    """What the clients of one ``complete()`` saw."""
-
-    requests: int
-    failures: Counter[str]
-    at: float
-
-    def describe(self) -> str:
-        if not self.failures:
-            return f"{self.requests} requests: all completed"
-        failed = sum(self.failures.values())
-        kinds = ", ".join(f"{n} with {kind}" for kind, n in self.failures.most_common())
-        done = self.requests - failed
-        completed = f"{done} completed, " if done > 0 else ""
-        return f"{self.requests} requests: {completed}{failed} failed ({kinds})"
-
-
-def describe_client_error(exc: BaseException) -> str:
-    """``HTTP 500 InternalServerError``, ``APIConnectionError``, ``APIError in a stream``…"""
-    status = getattr(exc, "status_code", None)
-    name = type(exc).__name__
-    if status is not None:
-        return f"HTTP {status} {name}"
-    return name
-
-
-_T = TypeVar("_T")
-
-
-def _run_async(coro: Coroutine[Any, Any, _T], cancel_wait_s: float = 2.0) -> _T:
-    """Run a coroutine to completion on an event loop of its own thread; this thread waits.
-
-    The waiting thread stays interruptible (``interruptible``): Ctrl-C raises here at
-    once, whatever the clients' libraries make of a task's cancellation (``asyncio.run``
-    in the main thread only *cancels* its task on SIGINT, and a request stack that takes
-    the cancellation in lets the run go on as if nothing was pressed).  Then the clients'
-    task is cancelled and given ``cancel_wait_s``.
-    """
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(coro)
-    done = threading.Event()
-
-    def run() -> _T:
-        try:
-            return loop.run_until_complete(task)
-        finally:
-            _close_loop(loop)
-            done.set()
-
-    def cancel() -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(task.cancel)
-        done.wait(cancel_wait_s)
-
-    return interruptible(run, "enginedead-clients", on_interrupt=cancel)
-
-
-def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what is left on ``loop``, finish its async generators, close it."""
-    with contextlib.suppress(Exception):
-        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
-        for t in left:
-            t.cancel()
-        if left:
-            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
-        loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
-
-
-class ServerHandle(Handle):
-    """What the server fixtures yield: a real API server at one batch size."""
-
-    _engine: Server
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.last_outcome: ClientOutcome | None = None
-
-    @property
-    def base_url(self) -> str:
-        """The OpenAI base URL (ends in ``/v1``)."""
-        return self._engine.base_url
-
-    @property
-    def model(self) -> str:
-        """The served model name, for ``model=`` in requests."""
-        return self._engine.served_name
-
-    @property
-    def port(self) -> int:
-        """The port it listens on (127.0.0.1), e.g. for ``enginedead probe --port``."""
-        return self._engine.port
-
-    @property
-    def log_path(self) -> str:
-        """The file the server's own output (its log, vLLM's) goes to."""
-        return self._engine.log_path
-
-    @property
-    def exit_code(self) -> int | None:
-        """The server process's exit status, or None while it runs."""
-        return self._engine.exit_code
-
-    def health(self) -> int:
-        """The HTTP status of ``GET /health`` now (0 when nothing answers)."""
-        return self._engine.health()
-
-    def client_timeout_s(self) -> float:
-        """Longer than any wait the engine may make for one step, so clients never give up first."""
-        if self.spec.guard is not None:
-            return 3600.0
-        return min(2 * self.timeout_s + 120.0, float(compat.MAX_DEADLINE_S))
-
-    def prompt(self, i: int, prompt_len: int) -> str | list[int]:
-        rng = random.Random(i * 7919 + prompt_len)
-        if has_tokenizer(self.spec.model):
-            return " ".join(rng.choice(PROMPT_WORDS) for _ in range(prompt_len))
-        return [rng.randrange(3, 1000) for _ in range(prompt_len)]
-
-    def complete(
-        self, n: int | None = None, max_tokens: int = 8, prompt_len: int = 4, stream: bool = False
-    ) -> list[list[int]]:
-        """``n`` concurrent completions through ``openai.AsyncOpenAI``; token ids per request.
-
-        Raises the first failure (the others are counted in ``last_outcome``).  A bad
-        argument fails the test in one line before any request is sent.
-        """
-        __tracebackhide__ = True
-        try:
-            markers.complete_arguments(n, max_tokens, prompt_len, stream, self.spec.max_model_len,
-                                       bos=has_tokenizer(self.spec.model))
-        except markers.BadMarker as exc:
-            refuse(exc)
-        count = self.batch_size if n is None else n
-        results = _run_async(self._complete_all(count, max_tokens, prompt_len, stream))
-        failures: Counter[str] = Counter(
-            describe_client_error(r) for r in results if isinstance(r, BaseException)
-        )
-        self.last_outcome = ClientOutcome(count, failures, time.monotonic())
-        first = next((r for r in results if isinstance(r, BaseException)), None)
-        if first is not None:
-            self._engine.broken = self._engine.broken or not self._engine_healthy()
-            raise first
-        return [r for r in results if not isinstance(r, BaseException)]
-
-    async def _complete_all(
-        self, n: int, max_tokens: int, prompt_len: int, stream: bool
-    ) -> list[list[int] | BaseException]:
-        import openai
-
-        client = openai.AsyncOpenAI(
-            base_url=self.base_url, api_key="enginedead", max_retries=0,
-            timeout=self.client_timeout_s(),
-        )
-        try:
-            jobs = [self._one(client, i, max_tokens, prompt_len, stream) for i in range(n)]
-            return list(await asyncio.gather(*jobs, return_exceptions=True))
-        finally:
-            await client.close()
-
-    async def _one(
-        self, client: Any, i: int, max_tokens: int, prompt_len: int, stream: bool
-    ) -> list[int]:
-        extra = {"ignore_eos": True, "return_token_ids": True}
-        args = dict(model=self.model, prompt=self.prompt(i, prompt_len), max_tokens=max_tokens,
-                    temperature=0.0, extra_body=extra)
-        if not stream:
-            out = await client.completions.create(**args)
-            return list(getattr(out.choices[0], "token_ids", None) or [])
-        tokens: list[int] = []
-        async for chunk in await client.completions.create(stream=True, **args):
-            if chunk.choices:
-                tokens.extend(getattr(chunk.choices[0], "token_ids", None) or [])
-        return tokens
-
-    def _engine_healthy(self) -> bool:
-        """Server running, its engine core alive, and /health 200.
-
-        All three: while vLLM's server shuts down after its engine's death, /health can
-        answer 200 again (the route finds no engine client and takes it for a render-only
-        server), but the engine core process has already exited.
-        """
-        engine = self._engine
-        return engine.exit_code is None and engine.engine_core_alive() and self.health() == 200
-
-    def is_engine_death(self, exc: BaseException) -> bool:
-        """Whether a client error means the server's engine died (not a plain bad request)."""
-        if compat.is_engine_death(exc) or not compat.is_openai_failure(exc):
-            return compat.is_engine_death(exc)
-        deadline = time.monotonic() + 12.0  # the server exits within ~5 s of its engine
-        while True:
-            if not self._engine_healthy():
-                self._engine.broken = True
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
-
-    def death_facts(self) -> dict[str, Any]:
-        facts = super().death_facts()
-        parts = []
-        if self.last_outcome is not None and self.last_outcome.at >= self._since:
-            parts.append(self.last_outcome.describe())
-        status = self.health()
-        parts.append(f"/health {status or 'not answering'} afterwards")
-        if status != 200:  # vLLM's server exits within ~5 s of its engine's death
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                if self._engine.proc is not None:
-                    self._engine.proc.wait(timeout=8)
-        code = self.exit_code
-        parts.append("server still running" if code is None else f"server exited (status {code})")
-        facts["clients"] = "; ".join(parts)
-        return facts

@@ -3,7 +3,7 @@
 A dump lists each thread's frames, innermost first (``File "...", line N in fn``); the
 worker writes ``main-thread 0x…`` before it so that the main thread (the one that runs
 the model step) can be picked out.  ``where`` names the model code a step was in: the
-deepest frame inside the model's own modules (``compat.MODEL_CODE``), with its class
+deepest frame inside the model's own modules (``versions.MODEL_CODE``), with its class
 and source line, and beside it the innermost frame of vLLM's (or our) code.
 """
 
@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .. import compat
+from ..compat import versions
 from ..contract.dumps import MAIN_THREAD_PREFIX
 
 _FRAME = re.compile(r'^File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>.*)$')
@@ -165,7 +165,7 @@ def model_frames(frames: Sequence[str]) -> list[ModelFrame]:
     found = []
     for frame in frames[1:]:
         match = _FRAME.match(frame)
-        if match and compat.MODEL_CODE in match["path"]:
+        if match and versions.MODEL_CODE in match["path"]:
             path, line = match["path"], int(match["line"])
             source = linecache.getline(path, line).strip()
             found.append(ModelFrame(path, line, _qualname(path, line) or match["fn"], source))

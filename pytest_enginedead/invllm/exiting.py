@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import compat
+from ..compat import in_server
 from ..contract.guardfiles import guard_state_pid, read_guard_state, state_dir
 from ..contract.names import ENV_FRONT_PID, EXIT_DEAD, EXIT_ENV, EXIT_HUNG
 from ..logic.guardconfig import guard_asked
@@ -79,7 +79,7 @@ def _wrap_shutdown(original: Callable[..., Any], directory: str) -> Callable[...
         global _exited
         died = getattr(self, "_enginedead_died", None)
         if died is None:  # decided at the first call: a SIGTERM's shutdown finds no death yet
-            died = compat.engine_client_errored(self)
+            died = in_server.engine_client_errored(self)
             with contextlib.suppress(AttributeError):
                 self._enginedead_died = died
         try:
@@ -109,7 +109,7 @@ def register(environ: Mapping[str, str] | None = None) -> bool:
         atexit.register(remove_stale_states, directory, os.getpid())
     if not asked(environ):
         return False
-    module, cls_name, attr = compat.ENGINE_CLIENT_SHUTDOWN
+    module, cls_name, attr = in_server.ENGINE_CLIENT_SHUTDOWN
     try:
         cls = getattr(importlib.import_module(module), cls_name)
     except (ImportError, AttributeError) as exc:

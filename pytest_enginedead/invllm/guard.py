@@ -1,7 +1,7 @@
 """The part of pytest-enginedead that runs inside ``VLLM::EngineCore``.
 
 Two jobs, at one place in vLLM (the executor's RPC for ``execute_model`` and
-``sample_tokens``, see ``compat.EXECUTOR_RPC``):
+``sample_tokens``, see ``in_core.EXECUTOR_RPC``):
 
 * **the deadline in force**: under the harness, the deadline each RPC is sent with
   comes from the control file in the engine's run directory (``Control``), so
@@ -9,7 +9,7 @@ Two jobs, at one place in vLLM (the executor's RPC for ``execute_model`` and
 * **the guard** (``ENGINEDEAD_GUARD=1``): vLLM's deadline stops being the line of
   death and becomes the point of suspicion.  The RPC is sent with the guard's hard
   cap, ``policy.timeout_s(CPU, batch, tokens)`` (never below vLLM's deadline), and the
-  reply wait (``compat.READ_TIMEOUT``) asks whether the worker is alive and busy:
+  reply wait (``in_core.READ_TIMEOUT``) asks whether the worker is alive and busy:
   ``SLOW`` (computing) keeps waiting up to the cap; ``HUNG`` (alive, no CPU and no step
   progress) for ``hang_s`` ends the wait with vLLM's own ``TimeoutError``, so the engine
   dies the way it always does; ``DEAD`` is left to vLLM's worker monitor.
@@ -35,7 +35,7 @@ from typing import Any
 
 import psutil
 
-from .. import compat
+from ..compat import in_core, in_worker, versions
 from ..contract.control import ControlReader
 from ..contract.guardfiles import (
     CoreReady,
@@ -219,8 +219,8 @@ class Core:
         if method == "execute_model":
             self.steps += 1
             output = args[0] if args else None
-            self._batch = compat.step_batch_size(output)
-            self._tokens = compat.step_tokens(output)
+            self._batch = in_worker.step_batch_size(output)
+            self._tokens = in_worker.step_tokens(output)
         if self.guard is None or self._batch == 0:
             return deadline, None
         cap = max(deadline, self._cap())
@@ -232,7 +232,7 @@ class Core:
             cap = float(self.guard.policy.timeout_s(Backend.CPU, self._batch, self._tokens))
             if not math.isfinite(cap):
                 raise ValueError(f"returned {cap!r}")
-            return min(cap, float(compat.MAX_DEADLINE_S))  # past it, Python's waits overflow
+            return min(cap, float(versions.MAX_DEADLINE_S))  # past it, Python's waits overflow
         except Exception as exc:  # the user's policy: say so once, fall back to vLLM's deadline
             if not self._warned_policy:
                 self._warned_policy = True
@@ -246,7 +246,7 @@ class Core:
     def worker_procs(self) -> list[psutil.Process]:
         if self._procs is None and self._executor is not None:
             procs = []
-            for pid in compat.executor_worker_pids(self._executor):
+            for pid in in_core.executor_worker_pids(self._executor):
                 with contextlib.suppress(psutil.Error):
                     procs.append(psutil.Process(pid))
             self._procs = procs
@@ -305,7 +305,7 @@ def _with_watch(watch: Watch, call: Callable[[], Any], finish: bool = False) -> 
 
 def _wrap_rpc(original: Callable[..., Any], core: Core) -> Callable[..., Any]:
     def collective_rpc(self: Any, method: Any, timeout: float | None = None, *rest: Any, **kw: Any) -> Any:
-        if not (isinstance(method, str) and method in compat.STEP_RPCS and timeout is not None):
+        if not (isinstance(method, str) and method in in_core.STEP_RPCS and timeout is not None):
             return original(self, method, timeout, *rest, **kw)
         timeout, watch = core.begin(self, method, timeout, kw.get("args", rest[0] if rest else ()))
         if watch is None:
@@ -352,13 +352,13 @@ def _guarded_read_timeout(base: type[Any]) -> type[Any]:
 
 
 def _install(core: Core) -> None:
-    module, cls_name, attr = compat.EXECUTOR_RPC
+    module, cls_name, attr = in_core.EXECUTOR_RPC
     executor_cls = getattr(importlib.import_module(module), cls_name)
     rpc = getattr(executor_cls, attr)
     if not getattr(rpc, "__enginedead__", False):
         setattr(executor_cls, attr, _wrap_rpc(rpc, core))
     if core.guard is not None:
-        module, cls_name, attr = compat.READ_TIMEOUT
+        module, cls_name, attr = in_core.READ_TIMEOUT
         queue_cls = getattr(importlib.import_module(module), cls_name)
         base = getattr(queue_cls, attr)
         if not getattr(base, "__enginedead__", False):
@@ -384,13 +384,13 @@ def remove_stale_states(directory: str, front: int | None = None) -> None:
 
 
 def in_engine_core() -> bool:
-    return multiprocessing.current_process().name.startswith(compat.ENGINE_CORE_PROCESS_PREFIX)
+    return multiprocessing.current_process().name.startswith(in_core.ENGINE_CORE_PROCESS_PREFIX)
 
 
 def patched() -> dict[str, bool]:
     """Which of the vLLM attributes the guard may replace are replaced in this process."""
     found = {}
-    for module, cls_name, attr in (compat.EXECUTOR_RPC, compat.READ_TIMEOUT):
+    for module, cls_name, attr in (in_core.EXECUTOR_RPC, in_core.READ_TIMEOUT):
         cls = getattr(importlib.import_module(module), cls_name)
         found[f"{cls_name}.{attr}"] = bool(getattr(getattr(cls, attr), "__enginedead__", False))
     return found

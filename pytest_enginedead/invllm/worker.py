@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from .. import compat
+from ..compat import in_worker, versions
 from ..contract.control import CRASH_EXIT_CODE, ControlReader
 from ..contract.dumps import (
     MAIN_THREAD_PREFIX,
@@ -242,9 +242,9 @@ class StepRecorder:
 def _stock_deadline_s() -> float:
     """The deadline vLLM applies when the harness's control file names none."""
     try:
-        return compat.stock_deadline_s()
+        return versions.stock_deadline_s()
     except ValueError:  # vLLM itself refuses such a value; the harness checked it before
-        return compat.STOCK_DEADLINE_S
+        return versions.STOCK_DEADLINE_S
 
 
 _recorder: StepRecorder | None = None
@@ -256,7 +256,7 @@ def _window(wrapper: Any) -> int | None:
     """The model's sliding window, read once per worker from its vLLM config."""
     key = id(wrapper)
     if key not in _windows:
-        _windows[key] = compat.sliding_window(wrapper)
+        _windows[key] = in_worker.sliding_window(wrapper)
     return _windows[key]
 
 
@@ -270,12 +270,12 @@ def _get_recorder() -> StepRecorder:
 def wrap_execute_model(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        batch = compat.step_batch_size(scheduler_output)
+        batch = in_worker.step_batch_size(scheduler_output)
         if batch == 0:
             return method(self, scheduler_output, *args, **kwargs)
         return _get_recorder().run_step(
             batch, lambda: method(self, scheduler_output, *args, **kwargs),
-            *compat.step_shape(scheduler_output, _window(self)),
+            *in_worker.step_shape(scheduler_output, _window(self)),
         )
 
     execute_model.__enginedead__ = True  # type: ignore[attr-defined]
@@ -296,13 +296,13 @@ def register() -> None:
     """In a worker process: wrap the worker's step when the harness asks."""
     if not os.environ.get(ENV_DIR):
         return
-    target = compat.worker_step_target(compat.installed_version())
+    target = in_worker.worker_step_target(versions.installed_version())
     module_name, class_name, method_name = target
     cls = getattr(importlib.import_module(module_name), class_name)
     method = getattr(cls, method_name)
     if not getattr(method, "__enginedead__", False):
         setattr(cls, method_name, wrap_execute_model(method))
-    sample = compat.worker_sample_method(compat.installed_version())
+    sample = in_worker.worker_sample_method(versions.installed_version())
     if sample:
         own = cls.__dict__.get(sample)
         if not getattr(own, "__enginedead__", False):

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .. import compat
+from ..compat import versions
 from ..contract.names import CHECK_PLAN_ENV
-from ..face.options import BUNDLED_MODEL
-from ..face.report import verdict_word
+from .modelconfig import BUNDLED_MODEL
+from .report import verdict_word
 
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
 #: would make one demo death take five minutes); a real model uses vLLM's own.
@@ -49,7 +49,7 @@ class CheckPlan:
 
     def to_env(self) -> dict[str, str]:
         """The plan for the regression run; ``vllm-stock`` then means this stock deadline."""
-        return {compat.DEADLINE_ENV: str(self.stock_s), CHECK_PLAN_ENV: json.dumps(asdict(self))}
+        return {versions.DEADLINE_ENV: str(self.stock_s), CHECK_PLAN_ENV: json.dumps(asdict(self))}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], model: str, batch_sizes: Sequence[int]) -> CheckPlan:
@@ -84,7 +84,7 @@ def plan_for(
     server: bool = False,
 ) -> CheckPlan:
     if stock_s is None:
-        stock_s = BUNDLED_STOCK_S if is_bundled(model) else int(compat.stock_deadline_s())
+        stock_s = BUNDLED_STOCK_S if is_bundled(model) else int(versions.stock_deadline_s())
     return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens, guard=guard, server=server)
 
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from ..face.report import SCHEMA_VERSION
 from ..harness import fingerprint
+from .report import SCHEMA_VERSION
 
 
 class MergeError(ValueError):

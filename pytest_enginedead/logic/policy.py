@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, cast, runtime_checkable
 
-from .. import compat
+from ..compat import versions
 
-STOCK_DEADLINE_S = compat.STOCK_DEADLINE_S
+STOCK_DEADLINE_S = versions.STOCK_DEADLINE_S
 
 
 class Backend(str, enum.Enum):
@@ -155,7 +155,7 @@ class TimeoutPolicy:
         cls, environ: Mapping[str, str] | None = None, version: str | None = None
     ) -> TimeoutPolicy:
         """vLLM's fixed deadline: ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS`` if set, else 300 s."""
-        seconds = compat.stock_deadline_s(environ, version)
+        seconds = versions.stock_deadline_s(environ, version)
         return cls.fixed(seconds, name="vllm-stock", origin=f"{seconds:g} s, vLLM's own")
 
     @classmethod
@@ -300,7 +300,7 @@ def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
         return TimeoutPolicy.reference()
     if spec == "vllm-stock":
         try:
-            return TimeoutPolicy.vllm_stock(version=compat.installed_version())
+            return TimeoutPolicy.vllm_stock(version=versions.installed_version())
         except ValueError as exc:  # vLLM's own variable is bad, not the name: say which
             raise PolicyError(str(exc)) from None
     module_name, sep, attr = spec.partition(":")

@@ -7,7 +7,7 @@ that is the bug, shown.  Under the policy (and under the guard) it must not.
 from __future__ import annotations
 
 from pytest_enginedead import EngineHandle, assert_no_false_death
-from pytest_enginedead.harness.server import ServerHandle
+from pytest_enginedead.face.handles import ServerHandle
 from pytest_enginedead.logic.checking import CheckPlan
 
 

@@ -24,13 +24,13 @@ from typing import Any
 import pytest
 
 from machine import FlatSteps, StepCost
-from pytest_enginedead import compat
+from pytest_enginedead.compat import versions
 
 HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    reason = compat.vllm_missing_reason()
+    reason = versions.vllm_missing_reason()
     if reason is None:
         return
     for item in items:
@@ -94,7 +94,7 @@ def step_cost(tmp_path_factory: pytest.TempPathFactory) -> StepCosts:
 
 def _calibrate(model: Path, batch_sizes: Sequence[int], steps: int, cache: Path) -> dict[str, Any]:
     """``enginedead calibrate --json`` on ``model`` at ``batch_sizes``, ``steps`` steps each."""
-    cmd = [sys.executable, "-m", "pytest_enginedead.commands.cli", "calibrate", "--model", str(model),
+    cmd = [sys.executable, "-m", "pytest_enginedead.command", "calibrate", "--model", str(model),
            "--batch-sizes", ",".join(map(str, batch_sizes)), "--steps", str(steps), "--json",
            "--log", str(cache.with_suffix(".log"))]
     try:

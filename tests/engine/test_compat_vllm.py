@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pytest_enginedead import compat
+from pytest_enginedead.compat import in_server, llm_api, registry
+from pytest_enginedead.harness.preflight import OWNED_ENGINE_ARGS, OWNED_SERVER_ARGS
 
 
 def test_sampling_is_greedy() -> None:
     """Random sampling compiles a sampler in the first step on 0.27.1-0.31.0."""
-    params = compat.sampling_params(4)
+    params = llm_api.sampling_params(4)
     assert params.temperature == 0.0 and params.max_tokens == 4 and params.ignore_eos
 
 
@@ -15,21 +16,20 @@ def test_the_argument_lists_are_vllms_own() -> None:
     """What the factories hold their arguments against is read from the installed vLLM: the
     engine's (EngineArgs and vllm.LLM) and the API server's parser; every argument the harness
     owns or passes is in them, so a refusal names a real vLLM argument, and a made-up one is not."""
-    from pytest_enginedead.face import markers
 
-    engine = compat.engine_argument_names()
+    engine = llm_api.engine_argument_names()
     assert engine is not None
     assert {"max_model_len", "enforce_eager", "gpu_memory_utilization", "max_num_batched_tokens"} <= engine
-    assert set(compat.llm_kwargs("/m", 8)) <= engine
-    assert set(markers.OWNED_ENGINE_ARGS) <= engine and "no_such_flag" not in engine
-    flags = compat.server_option_strings()
+    assert set(llm_api.llm_kwargs("/m", 8)) <= engine
+    assert set(OWNED_ENGINE_ARGS) <= engine and "no_such_flag" not in engine
+    flags = in_server.server_option_strings()
     assert flags is not None and "--no-such-flag" not in flags
-    for key in markers.OWNED_SERVER_ARGS:
-        assert compat.server_flag(key, "x") in flags, key
-    for switch in compat.SERVER_SWITCHES:  # the ones the harness turns on: vLLM takes them and (most) off
-        assert compat.server_flag(switch, True) in flags, switch
-    assert compat.server_flag("enforce_eager", False) in flags
-    assert "LlamaForCausalLM" in compat.known_architectures()
+    for key in OWNED_SERVER_ARGS:
+        assert in_server.server_flag(key, "x") in flags, key
+    for switch in in_server.SERVER_SWITCHES:  # the ones the harness turns on: vLLM takes them and (most) off
+        assert in_server.server_flag(switch, True) in flags, switch
+    assert in_server.server_flag("enforce_eager", False) in flags
+    assert "LlamaForCausalLM" in registry.known_architectures()
 
 
 def test_the_registry_source_lists_what_the_registry_holds() -> None:
@@ -39,8 +39,8 @@ def test_the_registry_source_lists_what_the_registry_holds() -> None:
     import subprocess
     import sys
 
-    listed = compat.listed_architectures()
-    assert {"LlamaForCausalLM", "Gemma4ForCausalLM"} <= listed <= compat.known_architectures()
+    listed = registry.listed_architectures()
+    assert {"LlamaForCausalLM", "Gemma4ForCausalLM"} <= listed <= registry.known_architectures()
     probe = ("import sys; from pytest_enginedead.face import options; "
              "assert options.model_problem(options.BUNDLED_MODEL) is None; "
              "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")

@@ -22,12 +22,13 @@ import pytest
 
 import procs
 from downstream import Downstream, Outcome
-from pytest_enginedead import Verdict, assert_no_false_death, compat
+from pytest_enginedead import Verdict, assert_no_false_death
+from pytest_enginedead.compat import versions
 from pytest_enginedead.contract.dumps import DeadlineStack
 from pytest_enginedead.contract.steps import StepTime
-from pytest_enginedead.face.assertions import step_summary
-from pytest_enginedead.harness.liveness import LivenessSettings
 from pytest_enginedead.harness.stacks import innermost_frames, short_path, where
+from pytest_enginedead.harness.verdict import step_summary
+from pytest_enginedead.logic.verdicts import LivenessSettings
 
 
 @dataclass
@@ -191,15 +192,15 @@ def test_same_name_elsewhere_is_not_an_engine_death(busy_pid: int) -> None:
 )
 def test_is_engine_death_by_module_and_name(module: str, name: str, expected: bool) -> None:
     """Every release's death classes, by module and name; nothing else."""
-    assert compat.is_engine_death(fake_class(module, name)()) is expected
+    assert versions.is_engine_death(fake_class(module, name)()) is expected
 
 
 def test_subclass_of_engine_death_is_recognised() -> None:
     """Matching walks the MRO, so a subclass of EngineDeadError is a death too."""
     base = fake_class("vllm.v1.engine.exceptions", "EngineDeadError")
     sub = type("MyDeadError", (base,), {"__module__": "myapp"})
-    assert compat.is_engine_death(sub())
-    assert not compat.is_engine_death(RuntimeError("EngineDeadError"))
+    assert versions.is_engine_death(sub())
+    assert not versions.is_engine_death(RuntimeError("EngineDeadError"))
 
 
 def test_threshold_argument_decides_busy(busy_pid: int) -> None:
@@ -265,6 +266,13 @@ class RichEngine:
     #: a step that has ended since (it ran past the deadline)
     ended: StepTime | None = None
 
+    timeout_s = 2.0
+
+    @property
+    def evidence(self) -> RichEngine:
+        """Its records and stacks: the stand-in holds both sides."""
+        return self
+
     def death_facts(self) -> dict[str, Any]:
         return {
             "batch_size": 64,
@@ -284,15 +292,17 @@ class RichEngine:
         done = StepTime(1, 8, time.monotonic() - 10, 0.25, self.worker_pids[0])
         return [done] + ([self.step] if self.step else []) + ([self.ended] if self.ended else [])
 
-    def deadline_stack(self, pid: int, step: StepTime, wait: bool = True) -> DeadlineStack | None:
-        if wait:  # a look that may wait for the dump; wait=False only reads what is there
+    def deadline_stack(
+        self, pid: int, step: StepTime, deadline_s: float, wait_s: float | None = 0.5
+    ) -> DeadlineStack | None:
+        if wait_s is not None:  # a look that may wait for the dump; None only reads what is there
             self.stacks_for.append(pid)
         if self.at_deadline is None or (step.seconds is not None and step.seconds < 2.0):
             return None  # the worker dumps only a step that reaches the 2 s deadline
         at = min(time.monotonic(), step.started + 2.004)
         return DeadlineStack(step.step, "execute_model", 2.0, 2.004, at, self.at_deadline)
 
-    def capture_stack(self, pid: int) -> str | None:
+    def capture_stack(self, pid: int, timeout_s: float = 0.4) -> str | None:
         self.stacks_for.append(pid)
         return OTHER_DUMP
 
@@ -324,7 +334,7 @@ def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
         "where:      pytest_enginedead/worker.py in burn (no model code on the stack); "
         "the worker's own stack at the deadline (step 3 execute_model, 2.00 s in)"
     ) in text
-    assert compat.DEADLINE_ENV in text  # what to change
+    assert versions.DEADLINE_ENV in text  # what to change
     assert engine.stacks_for == [busy_pid]
     [death] = engine.deaths
     assert death["verdict"] == "SLOW"
@@ -453,7 +463,7 @@ def test_step_summary() -> None:
 def test_client_outcome_counts_completed_requests_beside_the_failed_ones() -> None:
     from collections import Counter
 
-    from pytest_enginedead.harness.server import ClientOutcome
+    from pytest_enginedead.harness.clients import ClientOutcome
 
     assert ClientOutcome(64, Counter(), 0.0).describe() == "64 requests: all completed"
     everyone = ClientOutcome(64, Counter({"HTTP 500 InternalServerError": 64}), 0.0)

@@ -4,7 +4,7 @@ Each table row is one bad input a user can give: a flag, an ini key, an environm
 variable (ours or vLLM's), a marker, the policy hook, a fixture argument, a policy
 object, a model directory, or the ``enginedead`` command line.  Each is run as a
 downstream repo would run it (``pytester``; the command through
-``python -m pytest_enginedead.commands.cli``) and must end in
+``python -m pytest_enginedead.command``) and must end in
 
 * a usage error (pytest: exit 4; the command: exit 2) on one line, or, for what
   belongs to one test, that test failing with its one line;
@@ -32,9 +32,11 @@ from pathlib import Path
 import pytest
 
 from downstream import Downstream, Outcome, enginedead
-from pytest_enginedead import compat
-from pytest_enginedead.face import options
+from pytest_enginedead.compat import in_server, llm_api, registry, versions
 from pytest_enginedead.harness.pool import EnginePool
+from pytest_enginedead.harness.preflight import factory_engine_args
+from pytest_enginedead.logic.arguments import BadMarker
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 
 PLAIN = "def test_plain():\n    pass\n"
 ENGINE = "def test_engine(vllm_engine):\n    raise AssertionError('ran')\n"
@@ -45,7 +47,7 @@ LONG = "a" * 300
 LONG_MODEL = "/".join(["d" * 60] * 4) + "/m"
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 #: a model config the bundled model's engine accepts; rows break one key of it
-GOOD_CONFIG = json.loads((Path(options.BUNDLED_MODEL) / "config.json").read_text())
+GOOD_CONFIG = json.loads((Path(BUNDLED_MODEL) / "config.json").read_text())
 
 #: what the tests here take vLLM's model registry to know (the real one is asked in tests/engine)
 KNOWN = frozenset({"LlamaForCausalLM"})
@@ -462,10 +464,10 @@ def tripwire(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         raise AssertionError("ENGINE STARTED: bad input must be refused before any engine starts")
 
     monkeypatch.setattr(EnginePool, "start_dedicated", refuse)
-    monkeypatch.setattr(compat, "vllm_missing_reason", lambda: None)
+    monkeypatch.setattr(versions, "vllm_missing_reason", lambda: None)
     # vLLM's registry, asked of every model before an engine starts: not imported here
-    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
-    monkeypatch.delenv(compat.DEADLINE_ENV, raising=False)
+    monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
+    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
     yield started
     assert started == [], "an engine start was attempted"
 
@@ -479,7 +481,7 @@ def prepare(repo: Path, case: Case, monkeypatch: pytest.MonkeyPatch) -> list[str
         if isinstance(content, bytes):
             path.write_bytes(content)
         else:  # @VLLM@: the installed release, as a durations file records it
-            path.write_text(content.replace("@VLLM@", compat.installed_version() or "none"))
+            path.write_text(content.replace("@VLLM@", versions.installed_version() or "none"))
     if any("{repo}/loop" in a for a in case.args):
         (repo / "loop").symlink_to(repo / "loop")
     for name, value in case.env.items():
@@ -599,12 +601,13 @@ def test_a_handles_bad_argument_is_one_line_and_the_engine_stays(
     the test fails in one line naming the value (``pytest.fail``, no traceback), and the engine
     is not marked broken, so a shared one stays in service (on a real engine:
     tests/engine/test_guard.py).  The engines here were never started: reaching them fails."""
-    from pytest_enginedead.harness.engine import Engine, EngineHandle
-    from pytest_enginedead.harness.server import Server, ServerHandle
+    from pytest_enginedead.face.handles import EngineHandle, ServerHandle
+    from pytest_enginedead.harness.offline import Engine
+    from pytest_enginedead.harness.server import Server
     from pytest_enginedead.logic.planning import EngineSpec, Instructions
 
     server = method == "complete"
-    engine = (Server if server else Engine)(EngineSpec(options.BUNDLED_MODEL, 8, extra, server=server))
+    engine = (Server if server else Engine)(EngineSpec(BUNDLED_MODEL, 8, extra, server=server))
     handle = (ServerHandle if server else EngineHandle)(engine, 8, Instructions(300.0))
     try:
         with pytest.raises(pytest.fail.Exception) as info:
@@ -624,28 +627,27 @@ def test_a_factorys_engine_arguments_are_held_against_vllms_own_lists(
     """Names vLLM does not take fail in one line naming each, with the near misses (the lists
     stand in for the installed vLLM's; the real ones are read in tests/engine/test_compat_vllm.py);
     a vLLM that cannot say lets the names through to its own start."""
-    from pytest_enginedead.face import markers
 
-    monkeypatch.setattr(compat, "engine_argument_names",
+    monkeypatch.setattr(llm_api, "engine_argument_names",
                         lambda: frozenset({"max_model_len", "enforce_eager"}))
-    monkeypatch.setattr(compat, "server_option_strings",
+    monkeypatch.setattr(in_server, "server_option_strings",
                         lambda: frozenset({"--max-model-len", "--enforce-eager", "--no-enforce-eager"}))
-    markers.factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False}, server=False)
-    markers.factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False, "x": None}, server=True)
-    with pytest.raises(markers.BadMarker) as info:
-        markers.factory_engine_args("vllm_engine_factory", {"no_such_flag": 1, "max_modl_len": 3},
+    factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False}, server=False)
+    factory_engine_args("f", {"max_model_len": 256, "enforce_eager": False, "x": None}, server=True)
+    with pytest.raises(BadMarker) as info:
+        factory_engine_args("vllm_engine_factory", {"no_such_flag": 1, "max_modl_len": 3},
                                     server=False)
     assert str(info.value).startswith("vllm_engine_factory: no_such_flag=1, max_modl_len=3 are not engine "
                                       "arguments of vLLM"), info.value
     assert "did you mean max_model_len?" in str(info.value)
-    with pytest.raises(markers.BadMarker, match="no_such_flag=1 becomes --no-such-flag, which the API"):
-        markers.factory_engine_args("vllm_server_factory", {"no_such_flag": 1}, server=True)
-    with pytest.raises(markers.BadMarker, match="disable_log_stats=False becomes --no-disable-log-stats"):
-        markers.factory_engine_args("vllm_server_factory", {"disable_log_stats": False}, server=True)
-    monkeypatch.setattr(compat, "engine_argument_names", lambda: None)
-    monkeypatch.setattr(compat, "server_option_strings", lambda: None)
-    markers.factory_engine_args("f", {"no_such_flag": 1}, server=False)
-    markers.factory_engine_args("f", {"no_such_flag": 1}, server=True)
+    with pytest.raises(BadMarker, match="no_such_flag=1 becomes --no-such-flag, which the API"):
+        factory_engine_args("vllm_server_factory", {"no_such_flag": 1}, server=True)
+    with pytest.raises(BadMarker, match="disable_log_stats=False becomes --no-disable-log-stats"):
+        factory_engine_args("vllm_server_factory", {"disable_log_stats": False}, server=True)
+    monkeypatch.setattr(llm_api, "engine_argument_names", lambda: None)
+    monkeypatch.setattr(in_server, "server_option_strings", lambda: None)
+    factory_engine_args("f", {"no_such_flag": 1}, server=False)
+    factory_engine_args("f", {"no_such_flag": 1}, server=True)
 
 
 # --- the enginedead command ----------------------------------------------------------------
@@ -685,7 +687,7 @@ def wired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in list(os.environ):
         if name.startswith("ENGINEDEAD_") and name != "ENGINEDEAD_TEST_TRIPWIRE":
             monkeypatch.delenv(name)
-    monkeypatch.delenv(compat.DEADLINE_ENV, raising=False)
+    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
     yield record
     assert not record.exists(), f"an engine was about to start: {record.read_text()}"
 
@@ -793,14 +795,14 @@ COMMAND_CASES = [
     # --- deadlines vLLM cannot hold, and what is not a number (20.5) ------------------------------
     Command("policy-beyond-the-bound", ("check", "--policy", "cli_big:p"),
             ("--policy 'cli_big:p': policy cli_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline "
-             f"must be at most {compat.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
+             f"must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
             files=returning("cli_big", "1e12")),
     Command("policy-returns-text", ("check", "--policy", "cli_600:p"),
             ("--policy 'cli_600:p': policy cli_600: timeout_s(CPU, 8) returned '600', not a number of "
              "seconds (str; give an int or a float)",),
             files=returning("cli_600", "'600'")),
     Command("stock-deadline-beyond-the-bound", ("check", "--stock-deadline", "10000000000000"),
-            (f"argument --stock-deadline: '10000000000000' must be at most {compat.MAX_DEADLINE_S} s, the "
+            (f"argument --stock-deadline: '10000000000000' must be at most {versions.MAX_DEADLINE_S} s, the "
              "longest wait vLLM can make",)),
     # --- a long model path: its head and tail in the line (20.5) ----------------------------------
     Command("model-long-path", ("check", "--model", LONG_MODEL),
@@ -921,7 +923,7 @@ def test_group_markers_apply_to_the_engine_tests_only(
 ) -> None:
     """A module's ``pytestmark`` or a class's marker covers its engine tests; the plain tests
     beside them run as usual.  Only a marker on the plain test itself is an error."""
-    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
+    monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
     downstream.pytester.makepyfile(test_group=textwrap.dedent("""
         import pytest
 
@@ -948,7 +950,7 @@ def test_group_markers_apply_to_the_engine_tests_only(
 
 # --- before the first engine: a run with vLLM present, watched by the tripwire -------------------
 
-needs_vllm = pytest.mark.skipif(compat.installed_version() is None, reason="needs vLLM installed")
+needs_vllm = pytest.mark.skipif(versions.installed_version() is None, reason="needs vLLM installed")
 
 
 def test_the_tripwire_is_armed_in_subprocesses(wired: Path) -> None:
@@ -1021,7 +1023,7 @@ def test_marker_deadline(vllm_engine):
 def test_factory_deadline(vllm_engine_factory):
     vllm_engine_factory(8, timeout_s=10**12)
 """
-BOUND = (f"must be at most {compat.MAX_DEADLINE_S} s, the longest wait vLLM can make "
+BOUND = (f"must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make "
          "(Python's threading.TIMEOUT_MAX)")
 #: a conftest (standing for any plugin) that refuses the collection; "enginedead: " lets usage_line read it
 REFUSING_CONFTEST = ("import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
@@ -1089,7 +1091,8 @@ TWINS = [
 #: vLLM's model registry, stubbed in every process a run starts (xdist workers too): importing the
 #: real one costs ~12 s a process; what is under test is who checks, and what the line says
 REGISTRY_STUB = """
-import pytest_enginedead.compat as _compat
+import pytest_enginedead.compat.registry as _registry
+import pytest_enginedead.compat.versions as _versions
 
 
 def _known_architectures():
@@ -1098,8 +1101,8 @@ def _known_architectures():
     return {"LlamaForCausalLM"}
 
 
-_compat.known_architectures = _known_architectures
-_compat.vllm_missing_reason = lambda: None
+_registry.known_architectures = _known_architectures
+_versions.vllm_missing_reason = lambda: None
 """
 
 
@@ -1112,7 +1115,7 @@ def stub_registry(wired: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     calls = tmp_path / "registry-calls"
     monkeypatch.setenv("ENGINEDEAD_TEST_REGISTRY_CALLS", str(calls))
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # ours, when this suite runs under xdist
-    monkeypatch.setattr(compat, "known_architectures", lambda: {"LlamaForCausalLM"})
+    monkeypatch.setattr(registry, "known_architectures", lambda: {"LlamaForCausalLM"})
     return calls
 
 
@@ -1245,10 +1248,10 @@ def test_the_reaper_starts_cleanly_and_leaves_nothing(private_tmp: Path) -> None
 
 def test_an_engines_run_directory_goes_with_it(private_tmp: Path) -> None:
     """Each engine's run directory (``enginedead-*``) is removed when the engine stops."""
-    from pytest_enginedead.harness.engine import EngineBase
+    from pytest_enginedead.harness.base import EngineBase
     from pytest_enginedead.logic.planning import EngineSpec
 
-    engine = EngineBase(EngineSpec(options.BUNDLED_MODEL, 8))
+    engine = EngineBase(EngineSpec(BUNDLED_MODEL, 8))
     assert leftovers(private_tmp) == [os.path.basename(engine.run_dir)]
     engine.stop()
     assert leftovers(private_tmp) == []
@@ -1269,12 +1272,12 @@ def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
     """``enginedead check -- --no-such-flag``: the regression run's pytest refuses its arguments
     before any engine; the command says so in one line, exits 2, and its scratch directory
     is gone.  (In-process, with vLLM's presence and registry stubbed: the run is real.)"""
-    from pytest_enginedead.commands import cli
+    from pytest_enginedead import command
 
-    monkeypatch.setattr(compat, "installed_version", lambda: "0.32.0")
-    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
+    monkeypatch.setattr(versions, "installed_version", lambda: "0.32.0")
+    monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
     log = tmp_path / "check.log"
-    code = cli.main(["check", "--log", str(log), "--", "--no-such-flag"])
+    code = command.main(["check", "--log", str(log), "--", "--no-such-flag"])
     out, err = capsys.readouterr()
     assert code == 2, (out, err)
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -1291,20 +1294,21 @@ def test_check_clears_an_inherited_guard_and_says_so(
     """An operator's production ``ENGINEDEAD_GUARD*`` (even a value the guard would refuse) does
     not reach the check's regression run, whose stock runs must stay unguarded: the command
     clears it, the header says which it cleared, and nothing is refused for it."""
-    from pytest_enginedead.commands import cli
+    from pytest_enginedead import command
+    from pytest_enginedead.commands import check
     from pytest_enginedead.logic import checking
 
     shell = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_BUSY_THRESHOLD": "0.1"}
-    env, cleared = cli.regression_environment({**shell, "PATH": "/usr/bin"},
-                                              checking.plan_for(options.BUNDLED_MODEL, [8, 64]))
+    env, cleared = check.regression_environment({**shell, "PATH": "/usr/bin"},
+                                              checking.plan_for(BUNDLED_MODEL, [8, 64]))
     assert not [k for k in env if k.startswith("ENGINEDEAD_GUARD")]
     assert env["PATH"] == "/usr/bin" and env["ENGINEDEAD_BUSY_THRESHOLD"] == "0.1"  # the others still count
     assert cleared == ["ENGINEDEAD_GUARD='1'", "ENGINEDEAD_GUARD_HANG_S='soon'"]
     for name, value in shell.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(compat, "installed_version", lambda: "0.32.0")
-    monkeypatch.setattr(compat, "known_architectures", lambda: KNOWN)
-    code = cli.main(["check", "--log", str(tmp_path / "check.log"), "--", "--no-such-flag"])
+    monkeypatch.setattr(versions, "installed_version", lambda: "0.32.0")
+    monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
+    code = command.main(["check", "--log", str(tmp_path / "check.log"), "--", "--no-such-flag"])
     out, err = capsys.readouterr()
     assert code == 2, (out, err)  # pytest refused the extra argument: no engine, and not the guard
     said = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited from "

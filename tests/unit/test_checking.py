@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from pytest_enginedead import compat
-from pytest_enginedead.face.options import BUNDLED_MODEL
+from pytest_enginedead.compat import versions
 from pytest_enginedead.logic import checking
 from pytest_enginedead.logic.checking import (
     CheckPlan,
@@ -21,6 +20,7 @@ from pytest_enginedead.logic.checking import (
     rows_from_report,
     sized_burn,
 )
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 
 NODE = "test_regression.py::test_decode_batch"
 
@@ -63,7 +63,7 @@ def test_plan_for_the_bundled_model_compresses_the_stock_deadline() -> None:
 def test_plan_for_a_real_model_uses_vllms_own_deadline(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(compat.DEADLINE_ENV, raising=False)
+    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
     plan = plan_for(str(tmp_path), [8, 64])
     assert (plan.stock_s, plan.slow_s_per_seq) == (300, 0.0)
 
@@ -71,7 +71,7 @@ def test_plan_for_a_real_model_uses_vllms_own_deadline(
 def test_plan_travels_through_the_environment() -> None:
     plan = CheckPlan(stock_s=3, slow_s_per_seq=0.05, max_tokens=2, prompt_len=1, guard=True, server=True)
     env = plan.to_env()
-    assert env[compat.DEADLINE_ENV] == "3"  # vllm-stock then means this deadline
+    assert env[versions.DEADLINE_ENV] == "3"  # vllm-stock then means this deadline
     assert CheckPlan.from_env(env, "/any/model", [1]) == plan
     assert CheckPlan.from_env({}, BUNDLED_MODEL, [4, 16]) == plan_for(BUNDLED_MODEL, [4, 16])
 

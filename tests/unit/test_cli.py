@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from downstream import enginedead
-from pytest_enginedead.harness.calibration import calibration, format_calibration
 from pytest_enginedead.logic.policy import STOCK_DEADLINE_S
+from pytest_enginedead.logic.sizing.decode import calibration, format_calibration
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from downstream import EXAMPLES, Downstream
-from pytest_enginedead import compat
+from pytest_enginedead.compat import registry
 
 SUITES = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
 
@@ -42,7 +42,7 @@ def test_every_suite_is_checked() -> None:
 def test_suite_collects(downstream: Downstream, suite: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # the model's architecture is asked of vLLM's registry at collection: not here
     known = frozenset({"LlamaForCausalLM", "Gemma4ForCausalLM"})
-    monkeypatch.setattr(compat, "known_architectures", lambda: known)
+    monkeypatch.setattr(registry, "known_architectures", lambda: known)
     if suite == "repro":
         downstream.copy_procs()
     result = downstream.copy(suite).run("--collect-only", "-q")

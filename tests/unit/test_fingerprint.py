@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 
 from downstream import validated
-from pytest_enginedead.face import report
-from pytest_enginedead.face.options import BUNDLED_MODEL, Settings
-from pytest_enginedead.face.report import Results
+from pytest_enginedead.face.options import Settings
+from pytest_enginedead.face.summary import report_json
 from pytest_enginedead.harness import fingerprint
 from pytest_enginedead.harness.fingerprint import Machine, differences, isa_flags, same_machine, this_machine
-from pytest_enginedead.harness.liveness import LivenessSettings
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.policy import TimeoutPolicy
+from pytest_enginedead.logic.report import Results
+from pytest_enginedead.logic.verdicts import LivenessSettings
 
 
 def cpuinfo(model: str, flags: str) -> str:
@@ -113,7 +114,7 @@ def test_the_report_carries_the_fingerprint() -> None:
         policy_name="reference", policy_source="default", policy_spec="reference", report=None,
         guard=False, liveness=LivenessSettings(), vllm_version=None,
     )
-    data = json.loads(report.dumps(report.build(Results(), settings)))
+    data = json.loads(report_json(Results(), settings))
     assert validated(data) == data
     assert set(data["machine"]) == set(Machine.__annotations__)
     assert same_machine(data["machine"], this_machine())

@@ -22,11 +22,12 @@ from pytest_enginedead.contract.guardfiles import (
     write_core_ready,
 )
 from pytest_enginedead.contract.names import ENV_DIR
-from pytest_enginedead.face.options import BUNDLED_MODEL
-from pytest_enginedead.harness.engine import EngineBase, EngineStartError, GuardRefused, guard_problem
+from pytest_enginedead.harness.base import EngineBase, EngineStartError, GuardRefused, guard_problem
+from pytest_enginedead.harness.environment import cleared_variables, process_environment
 from pytest_enginedead.harness.pool import EnginePool
 from pytest_enginedead.invllm import guard
 from pytest_enginedead.logic.guardconfig import config_from_env
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
 
 NOT_IMPORTABLE = ("ENGINEDEAD_GUARD_POLICY='ednowhere_i23:cap': the policy module is not importable in "
@@ -157,14 +158,14 @@ def test_the_guard_a_shell_exports_never_reaches_an_engine(guarded: bool) -> Non
     spec = EngineSpec(BUNDLED_MODEL, 8, guard=GuardSpec(3.0, "edcap:cap") if guarded else None)
     engine = EngineBase(spec)
     try:
-        env = engine.process_environment(Instructions(2.0), SHELL)
+        env = process_environment(engine.environment(Instructions(2.0)), spec, SHELL)
     finally:
         engine.stop()
     assert env["PATH"] == "/usr/bin"
     guard_env = {k: v for k, v in env.items() if k.startswith("ENGINEDEAD_GUARD")}
     if not guarded:
         assert guard_env == {"ENGINEDEAD_GUARD": "0"}
-        assert engine.cleared_variables() == ["ENGINEDEAD_GUARD_POLICY", "ENGINEDEAD_GUARD_HANG_S",
+        assert cleared_variables(spec) == ["ENGINEDEAD_GUARD_POLICY", "ENGINEDEAD_GUARD_HANG_S",
                                               "ENGINEDEAD_GUARD_PATH"]
         return
     assert guard_env["ENGINEDEAD_GUARD"] == "1"

@@ -13,15 +13,8 @@ import pytest
 
 import procs
 from pytest_enginedead import Verdict
-from pytest_enginedead.harness.liveness import (
-    DEFAULT_BUSY_THRESHOLD,
-    ProcessEvidence,
-    Sampler,
-    Watched,
-    classify,
-    overall,
-    snapshot,
-)
+from pytest_enginedead.harness.liveness import ProcessEvidence, Sampler, Watched, classify, snapshot
+from pytest_enginedead.logic.verdicts import DEFAULT_BUSY_THRESHOLD, overall
 
 
 @pytest.fixture

@@ -10,8 +10,10 @@ from __future__ import annotations
 import pytest
 
 from downstream import Downstream
-from pytest_enginedead.face import markers, options
-from pytest_enginedead.harness import engine as engine_module
+from pytest_enginedead.face import markers
+from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.logic.arguments import BadMarker
+from pytest_enginedead.logic.optiontable import OPTIONS
 
 MARKERS = (
     "enginedead_batch_sizes",
@@ -29,7 +31,7 @@ def no_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("ENGINE STARTED: a bad marker must fail before any engine starts")
 
-    monkeypatch.setattr(engine_module.Engine, "start", refuse)
+    monkeypatch.setattr(Engine, "start", refuse)
 
 
 # --- registration and documentation -----------------------------------------------------
@@ -78,7 +80,7 @@ def test_help_documents_every_option(downstream: Downstream) -> None:
     result = downstream.run("--help")
     text = result.stdout.str()
     assert result.ret == 0, text + result.stderr.str()
-    for opt in options.OPTIONS:
+    for opt in OPTIONS:
         assert opt.flag in text, opt.flag
         assert opt.name in text, opt.name  # the ini key
     assert "(default 0.05 = 5%)" in text
@@ -249,7 +251,7 @@ def test_good_marker_arguments_parse() -> None:
 
 @pytest.mark.parametrize("value", [True, float("nan"), float("inf"), None])
 def test_timeout_marker_rejects_non_numbers(value: object) -> None:
-    with pytest.raises(markers.BadMarker, match="is not a number"):
+    with pytest.raises(BadMarker, match="is not a number"):
         markers.timeout(mark("enginedead_timeout", value))
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from downstream import enginedead, validated
-from pytest_enginedead.commands import cli
+from pytest_enginedead import command
 from pytest_enginedead.harness.fingerprint import this_machine
 from pytest_enginedead.logic import merging
 
@@ -72,7 +72,7 @@ def shards(tmp_path: Path, machine2: dict[str, Any] = AVX2) -> list[str]:
 
 
 def run(capsys: Capture, *args: str) -> tuple[int, str, str]:
-    code = cli.main(["merge", *args])
+    code = command.main(["merge", *args])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from downstream import Downstream, Outcome
-from pytest_enginedead.face import options
-from pytest_enginedead.face.options import BadValue, parse_batch_sizes, parse_fraction, parse_seconds
+from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL, validate_model
+from pytest_enginedead.logic.optiontable import OPTIONS
+from pytest_enginedead.logic.values import BadValue, parse_batch_sizes, parse_fraction, parse_seconds
 
 
 def usage_error(result: Outcome) -> str:
@@ -279,16 +281,16 @@ def test_parse_fraction_and_seconds() -> None:
 
 def test_every_option_has_flag_ini_and_env() -> None:
     """Each option: --enginedead-x flag, enginedead_x ini key, ENGINEDEAD_X variable."""
-    names = {o.name for o in options.OPTIONS}
+    names = {o.name for o in OPTIONS}
     assert {"enginedead_batch_sizes", "enginedead_model", "enginedead_policy", "enginedead_report"} <= names
-    for opt in options.OPTIONS:
+    for opt in OPTIONS:
         assert opt.flag == "--" + opt.name.replace("_", "-")
         assert opt.env == opt.name.upper()
 
 
 def test_bundled_model_is_valid() -> None:
     """The default model directory passes the same validation as a user's."""
-    assert options.validate_model(options.BUNDLED_MODEL) == str(Path(options.BUNDLED_MODEL).resolve())
+    assert validate_model(BUNDLED_MODEL) == str(Path(BUNDLED_MODEL).resolve())
 
 
 # --- vLLM absent ------------------------------------------------------------------------
@@ -296,15 +298,14 @@ def test_bundled_model_is_valid() -> None:
 
 def test_engine_tests_skip_without_vllm(downstream: Downstream, monkeypatch: pytest.MonkeyPatch) -> None:
     """No vLLM: engine tests are skipped saying so, plain tests pass, header says absent."""
-    from pytest_enginedead import compat
-    from pytest_enginedead.harness import engine
+    from pytest_enginedead.compat import versions
 
-    monkeypatch.setattr(compat, "installed_version", lambda: None)
+    monkeypatch.setattr(versions, "installed_version", lambda: None)
 
     def no_engines(*args: object, **kwargs: object) -> None:
         raise AssertionError("an engine was started although vLLM is 'absent'")
 
-    monkeypatch.setattr(engine.Engine, "start", no_engines)
+    monkeypatch.setattr(Engine, "start", no_engines)
     result = downstream.copy("engine_and_plain").run("-rs")
     result.assert_outcomes(passed=1, skipped=2)
     assert header(result).endswith("vllm=absent")

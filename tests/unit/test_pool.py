@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_enginedead.harness import pool as pool_module
-from pytest_enginedead.harness.engine import EngineBase, Progress
+from pytest_enginedead.harness.base import EngineBase
 from pytest_enginedead.harness.pool import EnginePool
+from pytest_enginedead.harness.threads import Progress
 from pytest_enginedead.logic.planning import EngineSpec, Instructions
 
 A, B = EngineSpec("/m/a", 8), EngineSpec("/m/b", 8)

@@ -18,15 +18,27 @@ import pytest
 from downstream import Downstream, validated
 from pytest_enginedead.contract.control import Injection
 from pytest_enginedead.contract.steps import BEGIN_LINE, END_LINE, steps_path
-from pytest_enginedead.face import report
-from pytest_enginedead.face.options import BUNDLED_MODEL, Settings
-from pytest_enginedead.face.report import Results, death_counts, engine_row, junit_properties, verdict_word
+from pytest_enginedead.face import summary
+from pytest_enginedead.face.handles import Handle
+from pytest_enginedead.face.options import Settings
 from pytest_enginedead.harness.cleanup import ProcRef
-from pytest_enginedead.harness.engine import Engine, Handle
-from pytest_enginedead.harness.liveness import LivenessSettings
+from pytest_enginedead.harness.fingerprint import this_machine
+from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.pool import EngineRecord
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
 from pytest_enginedead.logic.policy import TimeoutPolicy
+from pytest_enginedead.logic.report import (
+    Results,
+    build,
+    death_counts,
+    engine_row,
+    junit_properties,
+    time_breakdown,
+    time_lines,
+    verdict_word,
+)
+from pytest_enginedead.logic.verdicts import LivenessSettings
 
 #: a process id for the record's file name; creation time 0 matches no real process
 WORKER = ProcRef(4242, 0.0)
@@ -209,9 +221,9 @@ def test_built_report_meets_its_schema(engine: Engine, tmp_path: Path) -> None:
     ins = Instructions(2.0)
     handle = Handle(engine, 8, ins)
     results.observe("t.py::a", phase_report("call"), handle)
-    data = report.build(results, settings())
+    data = build(results, settings(), this_machine())
     path = tmp_path / "sub" / "report.json"
-    report.write(str(path), data)
+    summary.write(str(path), data)
     assert os.listdir(path.parent) == ["report.json"]  # written whole, no temp file left
     written = json.loads(path.read_text())
     assert validated(written) == written
@@ -256,9 +268,9 @@ def test_terminal_summary(engine: Engine) -> None:
     results = Results(lost_workers=["gw1"])
     results.add_engines([EngineRecord(engine.spec, engine)])
     quiet, full, none = Terminal(-1), Terminal(0), Terminal(0)
-    report.terminal_summary(quiet, results, "reference")
-    report.terminal_summary(full, results, "reference")
-    report.terminal_summary(none, Results(), "reference")
+    summary.terminal_summary(quiet, results, "reference")
+    summary.terminal_summary(full, results, "reference")
+    summary.terminal_summary(none, Results(), "reference")
     assert quiet.lines == ["enginedead: 1 engine(s) started, 1 false death(s), 0 genuine death(s)"]
     assert none.lines == []  # no engines ran: no summary
     label = engine.spec.label().split()
@@ -290,7 +302,7 @@ def test_time_breakdown_per_configuration_and_over_the_wire() -> None:
     controller = Results()
     controller.absorb(worker.to_wire(), "gw0")
     controller.absorb(worker.to_wire(), "gw1")
-    t = report.time_breakdown(controller)
+    t = time_breakdown(controller)
     assert t == {
         "engine_starts": 6, "engine_start_s": 44.0,
         "per_configuration": [
@@ -299,6 +311,6 @@ def test_time_breakdown_per_configuration_and_over_the_wire() -> None:
         ],
         "steps": 12, "step_s": 11.0, "engine_tests_s": 60.0, "other_tests_s": 1.0,
     }
-    assert report.time_lines(t)[0] == (
+    assert time_lines(t)[0] == (
         "time: engine starts 6 in 44.0s (bs64, model m: 4 in 44.0s; bs8, model m: 2 in 0.0s)"
     )

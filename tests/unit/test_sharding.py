@@ -14,7 +14,7 @@ import re
 import pytest
 
 from downstream import Downstream
-from pytest_enginedead import compat
+from pytest_enginedead.compat import registry, versions
 from pytest_enginedead.logic import sharding
 from pytest_enginedead.logic.sharding import Durations, Shard, ShardError, deal, parse_shard, split, units
 
@@ -143,7 +143,7 @@ def test_plain_3():
 @pytest.fixture
 def suite(downstream: Downstream, monkeypatch: pytest.MonkeyPatch) -> Downstream:
     """The suite above; the model check asks a stand-in registry (no vLLM import to collect)."""
-    monkeypatch.setattr(compat, "known_architectures", lambda: {"LlamaForCausalLM"})
+    monkeypatch.setattr(registry, "known_architectures", lambda: {"LlamaForCausalLM"})
     downstream.pytester.makepyfile(test_suite=SUITE)
     return downstream
 
@@ -188,7 +188,7 @@ def test_one_shard_of_one_is_the_whole_suite(suite: Downstream) -> None:
 def test_durations_recorded_by_one_run_balance_the_next(suite: Downstream) -> None:
     """``--enginedead-store-durations`` writes what ``--enginedead-durations`` reads, ``{vllm}``
     naming the release; the guarded engine's tests recorded as heavy get a shard of their own."""
-    release = compat.installed_version() or "none"
+    release = versions.installed_version() or "none"
     path = suite.path / f"durations-{release}.json"
     everything, _ = collected(suite)
     seconds = {t: 500.0 if configuration(t) == "b" else 2.0 for t in everything}
@@ -220,4 +220,4 @@ def test_durations_are_stored_under_xdist_for_the_shard_that_ran(downstream: Dow
     }
     data = json.loads((downstream.path / "d.json").read_text())
     assert sorted(data["tests"]) == sorted(plain)
-    assert data["vllm"] == (compat.installed_version() or "none") and "machine" in data
+    assert data["vllm"] == (versions.installed_version() or "none") and "machine" in data

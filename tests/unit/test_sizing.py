@@ -19,7 +19,7 @@ import pytest
 from test_bad_input import assert_clean, wired  # noqa: F401  (a fixture)
 
 from downstream import enginedead
-from pytest_enginedead import compat
+from pytest_enginedead.compat import in_worker
 from pytest_enginedead.contract.steps import (
     BEGIN_LINE,
     StepTime,
@@ -28,11 +28,12 @@ from pytest_enginedead.contract.steps import (
     read_steps,
     steps_path,
 )
-from pytest_enginedead.harness import calibration
 from pytest_enginedead.invllm import worker
 from pytest_enginedead.logic.policy import STOCK_DEADLINE_S, Backend
 from pytest_enginedead.logic.sizing import advice, fit, forecast, shapes, slices
 from pytest_enginedead.logic.sizing.fit import Fit, Step
+from pytest_enginedead.logic.sizing.plan import plan_sizing
+from pytest_enginedead.logic.sizing.result import Measured, format_sizing, sizing_result
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,15 +131,15 @@ def test_the_recorded_shape_is_the_bounds_shape() -> None:
     out = scheduler_output(
         new=[("p", 0, 64)], cached=[(f"d{i}", 510, 1) for i in range(5)] + [("c", 300, 100)]
     )
-    tokens, context, window_context = compat.step_shape(out, window=128)
+    tokens, context, window_context = in_worker.step_shape(out, window=128)
     plan = StepPlan(5, 511, (Chunk(100, 300), Chunk(64, 0)))
     assert (tokens, context, window_context) == (
         plan.step(128).tokens,
         plan.step(128).context_tokens,
         plan.step(128).window_context_tokens,
     )
-    assert compat.step_shape(out) == (tokens, context, context)  # no window: capped = full
-    assert compat.step_shape(SimpleNamespace(total_num_scheduled_tokens=3)) == (3, -1, -1)
+    assert in_worker.step_shape(out) == (tokens, context, context)  # no window: capped = full
+    assert in_worker.step_shape(SimpleNamespace(total_num_scheduled_tokens=3)) == (3, -1, -1)
 
 
 def test_attended_keys_is_the_sum_it_says() -> None:
@@ -487,7 +488,7 @@ def test_the_policy_source_rebuilds_the_policy() -> None:
 def test_the_results_the_json_carries(tmp_path: Path) -> None:
     """``sizing_result`` on recorded steps: the keys the outside reads, forecast rows marked."""
     cfg = config_26b()
-    plan = calibration.plan_sizing(
+    plan = plan_sizing(
         str(GEMMA_26B), Limits(128, 2048, 262144), forecast_depths=(1, 2), available_bytes=1 << 40
     )
     measured = []
@@ -497,8 +498,8 @@ def test_the_results_the_json_carries(tmp_path: Path) -> None:
             StepTime(i, s.seqs, float(i), t, 1, s.tokens, s.context_tokens, s.window_context_tokens)
             for i, (s, t) in enumerate(rows)
         ]
-        measured.append(calibration.Measured(ep, {"decode batch 8": steps}))
-    out = calibration.sizing_result(plan, measured, 3.0, 300.0)
+        measured.append(Measured(ep, {"decode batch 8": steps}))
+    out = sizing_result(plan, measured, 3.0, 300.0)
     assert {"terms", "worst_residual"} <= set(out["fit"])
     assert {"seqs", "tokens", "context_tokens", "predicted_s", "measured_s"} <= set(out["worst_step"])
     assert out["worst_step"]["measured_s"] is None
@@ -507,7 +508,7 @@ def test_the_results_the_json_carries(tmp_path: Path) -> None:
     )
     assert out["results"] and all(r["forecast"] is True for r in out["results"])
     assert {(r["batch_size"], r["context_tokens"]) for r in out["results"]} >= {(8, 1024), (128, 262143)}
-    text = calibration.format_sizing(out)
+    text = format_sizing(out)
     assert "forecast to 30 layers" in text and "export VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=" in text
 
 

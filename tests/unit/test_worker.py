@@ -45,11 +45,11 @@ from pytest_enginedead.contract.steps import (
     read_steps,
     steps_path,
 )
-from pytest_enginedead.face.options import BUNDLED_MODEL
 from pytest_enginedead.harness.cleanup import ProcRef
-from pytest_enginedead.harness.engine import Engine
+from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.stacks import innermost_frames
 from pytest_enginedead.invllm import worker
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning import EngineSpec
 
 ME = os.getpid()
@@ -348,13 +348,13 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
         ref = ProcRef.of(psutil.Process(proc.pid))
         engine.procs = [ref]
         deadline = time.monotonic() + 30
-        while engine.running_step(proc.pid) is None and time.monotonic() < deadline:
+        while engine.evidence.running_step(proc.pid) is None and time.monotonic() < deadline:
             time.sleep(0.05)
-        step = engine.running_step(proc.pid)
+        step = engine.evidence.running_step(proc.pid)
         assert step is not None and (step.step, step.batch_size, step.pid) == (1, 8, proc.pid)
-        assert engine.has_record(proc.pid) and engine.worker_pids == [proc.pid]
-        stack = engine.capture_stack(proc.pid, timeout_s=5.0)
-        at_deadline = engine.deadline_stack(proc.pid, step, 1.0)
+        assert engine.evidence.has_record(proc.pid) and engine.evidence.worker_pids == [proc.pid]
+        stack = engine.evidence.capture_stack(proc.pid, timeout_s=5.0)
+        at_deadline = engine.evidence.deadline_stack(proc.pid, step, 1.0)
     finally:
         engine.stop()
     assert ref.process() is None  # stopped by pid
@@ -362,7 +362,7 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
     assert at_deadline is not None and at_deadline.step == 1 and at_deadline.ran_s >= 1.0
     assert "in burn" in innermost_frames(at_deadline.text)[1]
     assert not os.path.exists(engine.run_dir)
-    assert [(s.step, s.running) for s in engine.steps()] == [(1, True)]  # the record outlives it
+    assert [(s.step, s.running) for s in engine.evidence.steps()] == [(1, True)]  # the record outlives it
     assert stack is not None and stack.startswith(MAIN_THREAD_PREFIX)
     assert stack.count("Thread 0x") + stack.count("Current thread 0x") >= 2  # all threads dumped
     main = stack.splitlines()[0].split()[1]

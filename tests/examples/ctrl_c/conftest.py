@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from pytest_enginedead.face import assertions
+from pytest_enginedead.harness.verdict import judge
 
-_judge = assertions.judge
+_judge = judge
 
 
 #: how long the evidence phase is held open after the verdict (the Ctrl-C ends it)
@@ -29,7 +29,7 @@ def _marked_judge(*args, **kwargs):
     return verdict
 
 
-assertions.judge = _marked_judge
+judge = _marked_judge
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,6 +1,8 @@
-"""What the run found: the terminal summary, the JSON report, junitxml properties.
+"""What the run found, as data: per-test and per-engine rows, the JSON report, junitxml properties.
 
-All three read the same rows (``TestRow``, ``EngineRow``) so they cannot disagree.
+The terminal summary, the JSON report and junitxml read the same rows (``TestRow``,
+``EngineRow``), so they cannot disagree.  The handles and engines the rows are made from
+are seen through Protocols: nothing here starts, stops or asks an engine anything.
 """
 
 from __future__ import annotations
@@ -10,20 +12,130 @@ import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
-import pytest
-
-from .. import compat
-from ..contract.steps import summarize
-from ..harness.engine import EngineBase, Handle
-from ..harness.fingerprint import Machine, this_machine
-from ..harness.outputs import Output, claim
-from ..harness.pool import EngineRecord
-from .options import Settings
+from ..compat import versions
+from ..contract.guardfiles import GuardEvent
+from ..contract.steps import StepTime, summarize
+from .planning import EngineSpec, Instructions
 
 SCHEMA_VERSION = 1
+
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "report.schema.json")
+
+class Phase(Protocol):
+    """One phase's report as pytest makes it (``pytest.TestReport``)."""
+
+    @property
+    def when(self) -> str: ...
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def skipped(self) -> bool: ...
+
+
+class Observed(Protocol):
+    """A test's handle on its engine (``face.handles.Handle``)."""
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def instructions(self) -> Instructions: ...
+
+    @property
+    def deaths(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def spec(self) -> EngineSpec: ...
+
+    @property
+    def timeout_s(self) -> float: ...
+
+    def step_times_since_start(self) -> list[StepTime]: ...
+
+    def guard_events(self) -> list[GuardEvent]: ...
+
+
+class Records(Protocol):
+    """An engine's records (``harness.evidence.RunEvidence``)."""
+
+    def steps(self) -> list[StepTime]: ...
+
+    def guard_events(self) -> list[GuardEvent]: ...
+
+
+class ProcessId(Protocol):
+    """A process pinned by pid and creation time (``harness.cleanup.ProcRef``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def create_time(self) -> float: ...
+
+
+class Started(Protocol):
+    """An engine the run started (``harness.base.EngineBase``)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def spec(self) -> EngineSpec: ...
+
+    @property
+    def instructions(self) -> list[Instructions]: ...
+
+    @property
+    def deaths(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def start_s(self) -> float | None: ...
+
+    @property
+    def evidence(self) -> Records: ...
+
+    @property
+    def shm(self) -> set[str]: ...
+
+    @property
+    def procs(self) -> Sequence[ProcessId]: ...
+
+
+class StartRecord(Protocol):
+    """One start and the tests that used it (``harness.pool.EngineRecord``)."""
+
+    @property
+    def engine(self) -> Started: ...
+
+    @property
+    def tests(self) -> list[str]: ...
+
+    @property
+    def restart(self) -> bool: ...
+
+
+class RunFacts(Protocol):
+    """What the report says of the run's settings (``face.options.Settings``)."""
+
+    @property
+    def vllm_version(self) -> str | None: ...
+
+    @property
+    def policy_name(self) -> str: ...
+
+    @property
+    def policy_source(self) -> str: ...
+
+    @property
+    def batch_sizes(self) -> tuple[int, ...]: ...
+
 
 
 class TestRow(TypedDict):
@@ -46,7 +158,6 @@ class TestRow(TypedDict):
     deaths: list[dict[str, Any]]
     #: the guard's decisions while the test ran (empty without the guard)
     guard_events: list[dict[str, Any]]
-
 
 class EngineRow(TypedDict, total=False):
     """One engine this run started (``worker``: the xdist worker that ran it)."""
@@ -78,7 +189,6 @@ class EngineRow(TypedDict, total=False):
     shm: list[str]
     worker: str
 
-
 @dataclass
 class Results:
     """What engine tests found: per-test rows and per-engine rows.
@@ -101,7 +211,7 @@ class Results:
         kind = "engine" if uses_engine else "other"
         self.test_s[kind] = self.test_s.get(kind, 0.0) + seconds
 
-    def observe(self, nodeid: str, rep: pytest.TestReport, handle: Handle) -> TestRow | None:
+    def observe(self, nodeid: str, rep: Phase, handle: Observed) -> TestRow | None:
         """Keep the call phase, and setup/teardown phases that did not pass; return the row kept."""
         if rep.when != "call" and (rep.passed or rep.skipped):
             return None
@@ -127,7 +237,7 @@ class Results:
         self.tests.append(row)
         return row
 
-    def add_engines(self, records: Iterable[EngineRecord]) -> None:
+    def add_engines(self, records: Iterable[StartRecord]) -> None:
         """One row per engine this process started, with the tests that used it."""
         self.engines.extend(engine_row(r.engine, r.tests, r.restart) for r in records)
 
@@ -152,7 +262,6 @@ class Results:
             row["worker"] = worker
             self.engines.append(row)
 
-
 def junit_properties(test: TestRow) -> list[tuple[str, object]]:
     """The per-test numbers CI dashboards show (junitxml ``<property>``)."""
     props: list[tuple[str, object]] = [
@@ -167,7 +276,6 @@ def junit_properties(test: TestRow) -> list[tuple[str, object]]:
         props.append(("enginedead_guard_decisions", guard_tally(events)))
     return props
 
-
 def guard_tally(events: Iterable[Mapping[str, Any]]) -> str:
     """The guard's decisions in a few words: ``2 SLOW (waited), 1 HUNG (ended)``."""
     counts: dict[str, int] = {}
@@ -179,13 +287,11 @@ def guard_tally(events: Iterable[Mapping[str, Any]]) -> str:
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{n} {key}" for key, n in counts.items())
 
-
 def verdict_word(verdict: str | None) -> str:
     """ok / false death / genuine death, as the tables say it."""
     if verdict is None:
         return "ok"
     return "false death" if verdict == "SLOW" else "genuine death"
-
 
 def death_counts(deaths: Iterable[dict[str, Any]]) -> tuple[int, int]:
     """(false deaths, genuine deaths) among verdict records."""
@@ -197,10 +303,9 @@ def death_counts(deaths: Iterable[dict[str, Any]]) -> tuple[int, int]:
             genuine += 1
     return false, genuine
 
-
-def engine_row(engine: EngineBase, tests: Sequence[str], restart: bool = False) -> EngineRow:
+def engine_row(engine: Started, tests: Sequence[str], restart: bool = False) -> EngineRow:
     """One engine as the summary, the report and junitxml show it."""
-    stats = summarize(engine.steps())
+    stats = summarize(engine.evidence.steps())
     used = engine.instructions
     deadline = used[-1].deadline_whole_s if used else 0.0
     false, genuine = death_counts(engine.deaths)
@@ -219,64 +324,21 @@ def engine_row(engine: EngineBase, tests: Sequence[str], restart: bool = False) 
         steps=stats.steps,
         step_p50_s=_r(stats.p50_s),
         step_max_s=_r(stats.max_s),
-        step_total_s=round(sum(s.seconds for s in engine.steps() if s.seconds is not None), 3),
+        step_total_s=round(sum(s.seconds for s in engine.evidence.steps() if s.seconds is not None), 3),
         headroom=_r(deadline / stats.max_s) if stats.max_s and deadline else None,
         false_deaths=false,
         genuine_deaths=genuine,
-        guard_events=[asdict(e) for e in engine.guard_events()],
+        guard_events=[asdict(e) for e in engine.evidence.guard_events()],
         tests=list(tests),
         pids=[{"pid": r.pid, "create_time": r.create_time} for r in engine.procs],
         shm=sorted(engine.shm),
     )
 
-
 def _r(x: float | None, nd: int = 4) -> float | None:
     return None if x is None else round(x, nd)
 
-
 def _fmt_s(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}s"
-
-
-def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
-    """Only when engines ran: a line per engine configuration, then the count."""
-    rows = results.engines
-    if not rows:
-        return
-    false = sum(r["false_deaths"] for r in rows)
-    genuine = sum(r["genuine_deaths"] for r in rows)
-    if tr.config.getoption("verbose") < 0:
-        tr.write_line(
-            f"enginedead: {len(rows)} engine(s) started, {false} false death(s), "
-            f"{genuine} genuine death(s)"
-        )
-        return
-    tr.write_sep("=", "enginedead")
-    tr.write_line(
-        f"{'batch':>5}  {'kind':<6}  {'deadlines':<14} {'steps':>5}  {'p50':>8}  {'max':>8}  "
-        f"{'start':>6}  {'false':>5}  {'genuine':>7}  configuration; faults"
-    )
-    for r in rows:
-        start = "-" if r["start_s"] is None else f"{r['start_s']:.1f}s"
-        deadlines = ",".join(f"{d:g}s" for d in dict.fromkeys(r.get("deadlines") or [r["deadline_s"]]))
-        extra = (" (restart)" if r.get("restart") else "") + (f"; {r['guard']}" if r.get("guard") else "")
-        if r.get("guard_events"):
-            extra += f"; guard decisions: {guard_tally(r['guard_events'])}"
-        tr.write_line(
-            f"{r['batch_size']:>5}  {r.get('kind', 'engine'):<6}  {deadlines:<14} {r['steps']:>5}  "
-            f"{_fmt_s(r['step_p50_s']):>8}  {_fmt_s(r['step_max_s']):>8}  {start:>6}  "
-            f"{r['false_deaths']:>5}  {r['genuine_deaths']:>7}  {r['label']}{extra}; faults: {r['injection']}"
-        )
-    restarts = sum(1 for r in rows if r.get("restart"))
-    tr.write_line(
-        f"engines started: {len(rows)}; restarts after a death: {restarts}; "
-        f"false deaths: {false}; genuine deaths: {genuine}; policy: {policy_name}"
-    )
-    for line in time_lines(time_breakdown(results)):
-        tr.write_line(line)
-    for worker in results.lost_workers:
-        tr.write_line(f"enginedead: no results from xdist worker {worker} (it crashed)", red=True)
-
 
 def time_breakdown(results: Results) -> dict[str, Any]:
     """Where the run's time went: engine starts (per configuration), steps, tests by kind."""
@@ -295,7 +357,6 @@ def time_breakdown(results: Results) -> dict[str, Any]:
         "other_tests_s": round(results.test_s.get("other", 0.0), 2),
     }
 
-
 def time_lines(t: Mapping[str, Any]) -> list[str]:
     """The breakdown, one line per kind, for the terminal summary."""
     per = "; ".join(f"{c['configuration']}: {c['starts']} in {c['start_s']:.1f}s"
@@ -307,19 +368,13 @@ def time_lines(t: Mapping[str, Any]) -> list[str]:
         f"without {t['other_tests_s']:.1f}s",
     ]
 
-
-def machine() -> Machine:
-    """The report's ``machine`` object: the fingerprint step times hold for (``fingerprint``)."""
-    return this_machine()
-
-
-def build(results: Results, settings: Settings) -> dict[str, Any]:
+def build(results: Results, settings: RunFacts, machine: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON report (schema: report.schema.json, ``schema_version`` 1)."""
     return {
         "schema_version": SCHEMA_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "vllm": {"version": settings.vllm_version, "deadline_env": compat.DEADLINE_ENV},
-        "machine": machine(),
+        "vllm": {"version": settings.vllm_version, "deadline_env": versions.DEADLINE_ENV},
+        "machine": machine,
         "policy": {"name": settings.policy_name, "source": settings.policy_source},
         "batch_sizes": list(settings.batch_sizes),
         "engines_started": len(results.engines),
@@ -332,13 +387,6 @@ def build(results: Results, settings: Settings) -> dict[str, Any]:
         **({"shard": results.shard} if results.shard else {}),
     }
 
-
 def dumps(data: dict[str, Any]) -> str:
     """The report as its file holds it."""
     return json.dumps(data, indent=2, default=str) + "\n"
-
-
-def write(out: Output | str, data: dict[str, Any]) -> None:
-    """Through the one writer (``outputs``): a file whole or not at all, a device in place."""
-    target = out if isinstance(out, Output) else claim(out, repr(out))
-    target.write_text(dumps(data))

@@ -1,0 +1,190 @@
+"""``enginedead calibrate``: what steps cost on this machine, and what to set.
+
+It sizes a serving configuration (``--max-num-seqs``, ``--max-num-batched-tokens``,
+``--max-model-len``; vLLM's defaults otherwise): the step model, the worst step the
+scheduler can form, and what to set; ``--forecast-layers`` for a model too large to run
+here.  With ``--batch-sizes`` alone: decode steps per batch size and the deadline for each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from ..compat import versions
+from ..harness import outputs
+from ..harness.measure import measure, size
+from ..harness.outputs import Output
+from ..logic.sizing import shapes
+from ..logic.sizing.decode import calibration, format_calibration
+from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
+from ..logic.sizing.result import format_sizing
+from ..logic.values import BadValue, parse_batch_sizes
+from .common import (
+    Refused,
+    add_engine_flags,
+    arg,
+    deadline,
+    headroom,
+    output_to,
+    positive_int,
+    preflight,
+    run_claimed,
+)
+from .plots import plot, plot_sizing
+
+SERVER_SEQS, SERVER_TOKENS = shapes.SERVER_MAX_NUM_SEQS, shapes.SERVER_MAX_NUM_BATCHED_TOKENS
+
+#: calibrate's flags that ask for sizing a serving configuration
+SIZING_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens", "deadline",
+                "forecast_layers", "no_validate")
+
+
+def add_parser(sub: Any, verbose: bool) -> None:
+    cal = sub.add_parser("calibrate",
+                         help="size a serving configuration: step model, worst step, what to set",
+                         description="Measure real steps on one engine per model (or depth slice), fit "
+                         "the step model, bound the worst step vLLM's scheduler can form under the serving "
+                         "limits, and print the deadline, the guard's policy and the limits to set.  With "
+                         "--batch-sizes and no serving flag: decode steps per batch size only.")
+    cal.verbose = verbose
+    add_engine_flags(cal, None, "decode batch sizes to measure (default 1,8,32 and --max-num-seqs); alone, "
+                     "without a serving flag: the decode-only calibration at these sizes")
+    cal.add_argument("--headroom", type=headroom, default=3.0,
+                     help="deadline = headroom x predicted step time (default 3)")
+    cal.add_argument("--steps", type=positive_int, default=None,
+                     help="measured decode steps per batch size, after warm-up (default 4; 64 with "
+                     "--batch-sizes alone)")
+    cal.add_argument("--max-num-seqs", type=positive_int, metavar="N",
+                     help=f"vLLM's flag: sequences per step (default {SERVER_SEQS}, vLLM's for the CPU "
+                     "server)")
+    cal.add_argument("--max-num-batched-tokens", type=positive_int, metavar="T",
+                     help=f"vLLM's flag: tokens per step (default {SERVER_TOKENS}, vLLM's for the CPU "
+                     "server)")
+    cal.add_argument("--max-model-len", type=positive_int, metavar="L",
+                     help="vLLM's flag: longest context (default: the model's, from its config.json)")
+    cal.add_argument("--kv-cache-tokens", type=positive_int, metavar="K",
+                     help="your server's KV cache in tokens (vLLM logs 'KV cache size: K tokens' at start); "
+                     "default: holds every sequence at max-model-len")
+    cal.add_argument("--deadline", type=deadline, metavar="SECONDS",
+                     help="the deadline the limits must stay under "
+                     f"(default: {versions.DEADLINE_ENV} or 300)")
+    cal.add_argument("--forecast-layers", type=arg(parse_depths), metavar="K1,K2",
+                     help="measure depth slices of the model's config (K layers of each layer type, dummy "
+                     "weights) and forecast the full depth: for models too large to run here")
+    cal.add_argument("--no-validate", action="store_true",
+                     help="do not form the worst step on the engine (it is predicted only)")
+    cal.add_argument("--plot", metavar="FILE.png",
+                     help="draw step time against sequences per context, with the deadlines "
+                     "(needs matplotlib)")
+    cal.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    claimed = preflight(args, after_model=_plan_if_sizing)
+    return run_claimed(args, claimed, run_calibrate)
+
+
+def parse_depths(raw: str) -> tuple[int, ...]:
+    """``"1,2"`` -> (1, 2): slice depths, layers per layer type."""
+    try:
+        depths = parse_batch_sizes(raw)
+    except BadValue as exc:
+        raise BadValue(str(exc).replace("batch size", "slice depth").replace("8,64", "1,2")) from None
+    return depths
+
+
+def sizing_requested(args: argparse.Namespace) -> bool:
+    """Sizing, unless --batch-sizes alone asks for the decode-only calibration."""
+    if args.command != "calibrate":
+        return False
+    return args.batch_sizes is None or any(getattr(args, f) not in (None, False) for f in SIZING_FLAGS)
+
+
+def _plan_if_sizing(args: argparse.Namespace) -> None:
+    if sizing_requested(args):
+        args.sizing_plan = sizing_plan(args)
+
+
+def sizing_plan(args: argparse.Namespace) -> SizingPlan:
+    """The serving limits (vLLM's defaults where not given), checked as vLLM would, and the sizing plan."""
+    _, longest = default_limits(args.model)
+    given = {}
+    values = {}
+    for flag, default, why in (
+        ("max_num_seqs", shapes.SERVER_MAX_NUM_SEQS, "vLLM's default for the CPU server"),
+        ("max_num_batched_tokens", shapes.SERVER_MAX_NUM_BATCHED_TOKENS, "vLLM's default for the CPU server"),
+        ("max_model_len", longest or 2048, "the model's, from its config.json"),
+    ):
+        value = getattr(args, flag)
+        name = "--" + flag.replace("_", "-")
+        values[flag] = default if value is None else value
+        given[flag] = f"{name} {values[flag]}" + ("" if value is not None else f" ({why})")
+    given["kv_cache_tokens"] = f"--kv-cache-tokens {args.kv_cache_tokens}"
+    limits = shapes.Limits(values["max_num_seqs"], values["max_num_batched_tokens"], values["max_model_len"],
+                           args.kv_cache_tokens)
+    problem = shapes.limits_problem(limits, longest, given)
+    if problem:
+        raise Refused(problem)
+    try:
+        return plan_sizing(args.model, limits, args.batch_sizes, args.steps, args.forecast_layers,
+                           validate=not args.no_validate)
+    except SizingRefused as exc:
+        raise Refused(str(exc)) from None
+
+
+def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
+    log = claimed["log"]
+    limit = float(args.deadline) if args.deadline else versions.stock_deadline_s()
+    t0 = time.monotonic()
+    with output_to(log, args.verbose) as progress:
+        out = size(args.sizing_plan, args.headroom, limit, progress)
+    out["wall_s"] = time.monotonic() - t0
+    if "plot" in claimed:
+        try:
+            plot_sizing(claimed["plot"], out)
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            print(f"enginedead calibrate: error: the plot was not written: {exc}", file=sys.stderr)
+            return 2
+        out["plot"] = args.plot
+    out["log"] = log.path
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(format_sizing(out))
+    if args.plot:
+        print(f"plot: {args.plot}")
+    print(f"log: {log.path}")
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
+    if sizing_requested(args):
+        return run_sizing(args, claimed)
+    log = claimed["log"]
+    with output_to(log, args.verbose) as progress:
+        results = measure(args.model, args.batch_sizes, args.steps or 64, progress)
+    out, policy = calibration(
+        results, args.headroom, versions.stock_deadline_s(),
+        vllm=versions.installed_version(), model=args.model,
+    )
+    if "plot" in claimed:
+        try:
+            plot(claimed["plot"], results, out["results"][0]["stock_deadline_s"], policy)
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            print(f"enginedead calibrate: error: the plot was not written: {exc}", file=sys.stderr)
+            return 2
+        out["plot"] = args.plot
+    log_path = log.path
+    out["log"] = log_path
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(format_calibration(out, policy))
+    if args.plot:
+        print(f"plot: {args.plot}")
+    print(f"log: {log_path}")
+    return 0

