@@ -50,7 +50,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from pytest_enginedead.compat import llm_api
+from pytest_enginedead.compat import llm_config
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -69,7 +69,7 @@ START_ONE = textwrap.dedent(
     if __name__ == "__main__":
         mode = sys.argv[1]
         from vllm import LLM  # import is not what we measure
-        from pytest_enginedead.compat import llm_api, versions
+        from pytest_enginedead.compat import llm_api, llm_config, versions
         from pytest_enginedead.harness.offline import Engine
         from pytest_enginedead.harness.base import EngineBase
         from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
@@ -82,18 +82,18 @@ START_ONE = textwrap.dedent(
             t1 = time.monotonic(); engine.stop(); stop = time.monotonic() - t1
         else:
             import shutil, tempfile
-            os.environ.update(llm_api.engine_environment())
+            os.environ.update(llm_config.engine_environment())
             os.environ[versions.DEADLINE_ENV] = versions.deadline_env_value(300.0)
             ipc = tempfile.mkdtemp(prefix="ed-ipc-")  # vLLM's sockets and temp files, removed below
-            os.environ.update(llm_api.scratch_environment(ipc, os.environ))
-            kwargs = llm_api.llm_kwargs(BUNDLED_MODEL, 8)
+            os.environ.update(llm_config.scratch_environment(ipc, os.environ))
+            kwargs = llm_config.llm_kwargs(BUNDLED_MODEL, 8)
             if mode == "bare":  # the KV cache the harness asks for: the same engine
                 probe = EngineBase(spec)
                 env, args = probe.kv_cache()
                 probe.stop()
                 os.environ.update(env); kwargs.update(args)
             else:  # "bare-1gib": the 1 GiB every harness engine got before 2026-12-03
-                os.environ[llm_api.KV_CACHE_ENV] = "1"
+                os.environ[llm_config.KV_CACHE_ENV] = "1"
             t0 = time.monotonic(); llm = LLM(**kwargs); dt = time.monotonic() - t0
             t1 = time.monotonic(); llm_api.shutdown_llm(llm); stop = time.monotonic() - t1
             shutil.rmtree(ipc, ignore_errors=True)
@@ -469,7 +469,7 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
     env = {k: v for k, v in env.items() if not k.startswith("ENGINEDEAD_")}
     logs = Path(tempfile.mkdtemp(dir=SCRATCH.name))
     # the probe's run dir is gone: vLLM's sockets and temp files go to the scratch, removed at exit
-    env.update(llm_api.scratch_environment(str(logs), os.environ))
+    env.update(llm_config.scratch_environment(str(logs), os.environ))
     times: dict[str, list[float]] = {"harness": [], "bare": []}
     for i in range(rounds):
         for mode in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):

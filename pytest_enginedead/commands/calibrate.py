@@ -23,18 +23,9 @@ from ..logic.sizing.decode import calibration, format_calibration
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
 from ..logic.sizing.result import format_sizing
 from ..logic.values import BadValue, parse_batch_sizes
-from .common import (
-    Refused,
-    add_engine_flags,
-    arg,
-    deadline,
-    headroom,
-    output_to,
-    positive_int,
-    preflight,
-    run_claimed,
-)
+from .common import Refused, add_engine_flags, arg, deadline, headroom, output_to, positive_int, run_claimed
 from .plots import plot, plot_sizing
+from .preflight import preflight
 
 SERVER_SEQS, SERVER_TOKENS = shapes.SERVER_MAX_NUM_SEQS, shapes.SERVER_MAX_NUM_BATCHED_TOKENS
 

@@ -30,7 +30,8 @@ from ..logic.guardconfig import DEFAULT_HANG_S
 from ..logic.optiontable import OPTIONS
 from ..logic.policy import PolicyError, load_policy, policy_name
 from ..logic.values import DEFAULT_BATCH_SIZES, BadValue
-from .common import Refused, add_engine_flags, deadline, policy, positive_int, preflight, run_claimed, say
+from .common import Refused, add_engine_flags, deadline, policy, positive_int, run_claimed, say
+from .preflight import preflight
 
 
 def add_parser(sub: Any, verbose: bool) -> None:

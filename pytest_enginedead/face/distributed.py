@@ -41,13 +41,18 @@ from ..logic.planning import EngineSpec
 from ..logic.report import Results
 
 WIRE_KEY = "enginedead"
+
 GROUPS_KEY = "enginedead_groups_dir"
+
 #: workerinput: the controller checks the model when the worker publishes its plan
 CHECKS_KEY = "enginedead_controller_checks"
+
 #: workeroutput: how a worker's session ended, when a usage error or ``pytest.exit`` ended it
 ENDED_KEY = "enginedead_ended"
+
 #: a worker's faulthandler file (in the groups directory): what it said as it died
 LAST_WORDS = "{worker}.last-words"
+
 #: how many lines of a dead worker's last words its failure shows
 LAST_WORDS_LINES = 16
 

@@ -175,8 +175,6 @@ class EngineHandle(Handle):
         return self._engine.generate(self.batch_size if n is None else n, max_tokens, prompt_len, arriving)
 
 
-
-
 class ServerHandle(Handle):
     """What the server fixtures yield: a real API server at one batch size."""
 

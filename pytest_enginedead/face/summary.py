@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..harness.fingerprint import this_machine
 from ..harness.outputs import Output, claim
+from ..logic.fingerprint import this_machine
 from ..logic.report import Results, RunFacts, _fmt_s, build, dumps, guard_tally, time_breakdown, time_lines
 
 
@@ -51,9 +51,11 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
     for worker in results.lost_workers:
         tr.write_line(f"enginedead: no results from xdist worker {worker} (it crashed)", red=True)
 
+
 def report_json(results: Results, settings: RunFacts) -> str:
     """The JSON report's text, with the fingerprint of the machine its step times hold for."""
     return dumps(build(results, settings, this_machine()))
+
 
 def write(out: Output | str, data: dict[str, Any]) -> None:
     """Through the one writer (``outputs``): a file whole or not at all, a device in place."""

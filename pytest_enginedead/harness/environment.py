@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from ..compat import llm_api, versions
+from ..compat import llm_config, versions
 from ..contract.names import (
     ENV_DIR,
     ENV_HARNESS_PID,
@@ -35,13 +35,13 @@ def engine_environment(spec: EngineSpec, run_dir: str, first: Instructions) -> d
     (``cleared_variables``), whatever the caller's environment holds.
     """
     env = {
-        **llm_api.engine_environment(),
+        **llm_config.engine_environment(),
         versions.DEADLINE_ENV: first.deadline_env,
         ENV_DIR: run_dir,
         ENV_HARNESS_PID: str(os.getpid()),
         GUARD_ENV: "0",
     }
-    env.update(llm_api.scratch_environment(run_dir, os.environ))  # removed with the run dir
+    env.update(llm_config.scratch_environment(run_dir, os.environ))  # removed with the run dir
     if spec.cpu_bind is not None:
         env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_bind
     env.update(kv_cache(spec)[0])
@@ -63,17 +63,17 @@ def kv_cache(spec: EngineSpec) -> tuple[dict[str, str], dict[str, int]]:
     or a model config it cannot be sized for gets 1 GiB.
     """
     if spec.kv_cache_gib is not None:
-        return {llm_api.KV_CACHE_ENV: str(spec.kv_cache_gib)}, {}
-    if llm_api.KV_CACHE_ENV in os.environ or llm_api.KV_CACHE_ARG in dict(spec.extra_args):
+        return {llm_config.KV_CACHE_ENV: str(spec.kv_cache_gib)}, {}
+    if llm_config.KV_CACHE_ENV in os.environ or llm_config.KV_CACHE_ARG in dict(spec.extra_args):
         return {}, {}
     length = spec.max_model_len
-    if length is not None and llm_api.kv_cache_in_bytes(versions.installed_version()):
+    if length is not None and llm_config.kv_cache_in_bytes(versions.installed_version()):
         with contextlib.suppress(OSError, ValueError, TypeError, AttributeError, KeyError):
             with open(os.path.join(spec.model, "config.json")) as f:
                 config = json.load(f)
             size = slices.kv_cache_bytes(config, spec.max_num_seqs, length)
-            return {}, {llm_api.KV_CACHE_ARG: size}
-    return {llm_api.KV_CACHE_ENV: "1"}, {}
+            return {}, {llm_config.KV_CACHE_ARG: size}
+    return {llm_config.KV_CACHE_ENV: "1"}, {}
 
 
 def cleared_variables(spec: EngineSpec) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import psutil
 
-from ..compat import llm_api
+from ..compat import llm_api, llm_config
 from ..contract.guardfiles import read_core_ready
 from ..logic.planning import EngineSpec, Instructions
 from . import cleanup
@@ -49,7 +49,7 @@ class Engine(EngineBase):
     def launch(self, first: Instructions) -> None:
         env = self.environment(first)
         self._before = {p.pid for p in self._me.children(recursive=True)}
-        kwargs = llm_api.llm_kwargs(self.spec.model, self.spec.max_num_seqs,
+        kwargs = llm_config.llm_kwargs(self.spec.model, self.spec.max_num_seqs,
                                     {**dict(self.spec.extra_args), **kv_cache(self.spec)[1]})
         watch = _RefusalWatch(self, self._me, self._before)
         try:

@@ -23,7 +23,7 @@ from typing import Any
 
 import psutil
 
-from ..compat import in_server, llm_api, versions
+from ..compat import in_server, llm_config, versions
 from ..logic.planning import Instructions
 from .base import EngineBase, EngineStartError, GuardRefused
 from .cleanup import wait_until
@@ -59,7 +59,7 @@ def server_command(model: str, port: int, max_num_seqs: int, served_name: str,
         "--host", "127.0.0.1", "--port", str(port),
         "--model", model, "--served-model-name", served_name,
         "--load-format", "dummy", "--max-num-seqs", str(max_num_seqs),
-        "--max-model-len", str(llm_api.DEFAULT_MAX_MODEL_LEN),
+        "--max-model-len", str(llm_config.DEFAULT_MAX_MODEL_LEN),
         *("--" + switch.replace("_", "-") for switch in in_server.SERVER_SWITCHES),
     ]
     if not has_tokenizer(model):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from ..harness import fingerprint
+from . import fingerprint
 from .report import SCHEMA_VERSION
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..compat import llm_api, versions
+from ..compat import llm_config, versions
 from ..contract.control import Injection
 from .policy import Backend, PolicyLike
 
@@ -56,7 +56,7 @@ class EngineSpec:
     @property
     def max_model_len(self) -> int | None:
         """The context length vLLM gets (``max_model_len``, else the harness's), None if unreadable."""
-        value = dict(self.extra_args).get("max_model_len", llm_api.DEFAULT_MAX_MODEL_LEN)
+        value = dict(self.extra_args).get("max_model_len", llm_config.DEFAULT_MAX_MODEL_LEN)
         try:
             return int(value)
         except (TypeError, ValueError):

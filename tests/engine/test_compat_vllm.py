@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_enginedead.compat import in_server, llm_api, registry
+from pytest_enginedead.compat import in_server, llm_api, llm_config, registry
 from pytest_enginedead.harness.preflight import OWNED_ENGINE_ARGS, OWNED_SERVER_ARGS
 
 
@@ -20,7 +20,7 @@ def test_the_argument_lists_are_vllms_own() -> None:
     engine = llm_api.engine_argument_names()
     assert engine is not None
     assert {"max_model_len", "enforce_eager", "gpu_memory_utilization", "max_num_batched_tokens"} <= engine
-    assert set(llm_api.llm_kwargs("/m", 8)) <= engine
+    assert set(llm_config.llm_kwargs("/m", 8)) <= engine
     assert set(OWNED_ENGINE_ARGS) <= engine and "no_such_flag" not in engine
     flags = in_server.server_option_strings()
     assert flags is not None and "--no-such-flag" not in flags

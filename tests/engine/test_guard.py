@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from downstream import Downstream, assert_nothing_left, engine_processes
-from pytest_enginedead.compat import llm_api
+from pytest_enginedead.compat import llm_config
 
 pytestmark = pytest.mark.engine
 
@@ -112,8 +112,8 @@ INERT = textwrap.dedent(
     import os, sys
     if __name__ == "__main__":
         from vllm import LLM, SamplingParams
-        from pytest_enginedead.compat import llm_api
-        llm = LLM(**llm_api.llm_kwargs(sys.argv[1], 2))
+        from pytest_enginedead.compat import llm_api, llm_config
+        llm = LLM(**llm_config.llm_kwargs(sys.argv[1], 2))
         out = llm.generate([{"prompt_token_ids": [5, 6, 7]}], SamplingParams(max_tokens=2, ignore_eos=True))
         assert len(out[0].outputs[0].token_ids) == 2
         llm_api.shutdown_llm(llm)
@@ -147,7 +147,8 @@ def test_unset_or_bad_the_guard_touches_nothing_in_vllm(
     try:
         done = subprocess.run(
             [sys.executable, str(script), BUNDLED_MODEL],
-            env={**clean, **llm_api.engine_environment(), **env, **llm_api.scratch_environment(ipc, clean),
+            env={**clean, **llm_config.engine_environment(), **env,
+                 **llm_config.scratch_environment(ipc, clean),
                  "ENGINEDEAD_REPORT_PATCHES": str(report)},
             capture_output=True, text=True, timeout=300, cwd=tmp_path,
         )

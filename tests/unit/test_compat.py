@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_enginedead.compat import in_server, in_worker, llm_api, registry, versions
+from pytest_enginedead.compat import in_server, in_worker, llm_config, registry, versions
 
 
 @pytest.mark.parametrize(
@@ -101,11 +101,11 @@ def test_batch_size_of_a_step() -> None:
 
 
 def test_engine_arguments() -> None:
-    kwargs = llm_api.llm_kwargs("/m", 64, {"max_model_len": 256})
+    kwargs = llm_config.llm_kwargs("/m", 64, {"max_model_len": 256})
     assert kwargs["load_format"] == "dummy" and kwargs["skip_tokenizer_init"] is True
     assert kwargs["max_num_seqs"] == 64 and kwargs["max_model_len"] == 256
     assert kwargs["enforce_eager"] is True  # no dynamo trace in the first step
-    env = llm_api.engine_environment()
+    env = llm_config.engine_environment()
     assert env[versions.MULTIPROCESSING_ENV] == "1"  # the deadline exists only there
 
 
@@ -122,7 +122,7 @@ def test_engines_never_phone_home() -> None:
     from pytest_enginedead.harness.base import EngineBase
     from pytest_enginedead.logic.planning import EngineSpec, Instructions
 
-    env = llm_api.engine_environment()
+    env = llm_config.engine_environment()
     assert {k: env[k] for k in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_HUB_OFFLINE")} == {
         "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1",
     }
@@ -134,23 +134,24 @@ def test_engines_never_phone_home() -> None:
     assert started_with["VLLM_NO_USAGE_STATS"] == "1" and started_with["HF_HUB_OFFLINE"] == "1"
     # vLLM's ipc:// sockets and temp files, left in the temp dir by every engine otherwise,
     # go with the run dir
-    assert started_with[llm_api.RPC_BASE_ENV] == engine.run_dir == started_with["TMPDIR"]
+    assert started_with[llm_config.RPC_BASE_ENV] == engine.run_dir == started_with["TMPDIR"]
 
 
 def test_scratch_environment_keeps_the_compile_cache_and_short_socket_paths() -> None:
     """The engine's temp dir moves into the directory given; torch's compile cache stays
     where the caller's environment has it; sockets stay out of a path too long for them."""
     short = "/tmp/enginedead-abc"
-    env = llm_api.scratch_environment(short, {})
-    assert env["TMPDIR"] == env[llm_api.RPC_BASE_ENV] == short
-    assert env[llm_api.INDUCTOR_CACHE_ENV].startswith(os.path.join(tempfile.gettempdir(), "torchinductor_"))
-    mine = {llm_api.INDUCTOR_CACHE_ENV: "/cache/inductor", llm_api.RPC_BASE_ENV: "/run/ipc"}
-    long = "/" + "d" * llm_api.RPC_BASE_MAX_LEN
-    env = llm_api.scratch_environment(long, mine)
+    env = llm_config.scratch_environment(short, {})
+    assert env["TMPDIR"] == env[llm_config.RPC_BASE_ENV] == short
+    inductor = env[llm_config.INDUCTOR_CACHE_ENV]
+    assert inductor.startswith(os.path.join(tempfile.gettempdir(), "torchinductor_"))
+    mine = {llm_config.INDUCTOR_CACHE_ENV: "/cache/inductor", llm_config.RPC_BASE_ENV: "/run/ipc"}
+    long = "/" + "d" * llm_config.RPC_BASE_MAX_LEN
+    env = llm_config.scratch_environment(long, mine)
     assert env["TMPDIR"] == long
-    assert env[llm_api.INDUCTOR_CACHE_ENV] == "/cache/inductor"
-    assert env[llm_api.RPC_BASE_ENV] == "/run/ipc"  # the caller's, not the too-long one
-    assert llm_api.scratch_environment(long, {})[llm_api.RPC_BASE_ENV] == tempfile.gettempdir()
+    assert env[llm_config.INDUCTOR_CACHE_ENV] == "/cache/inductor"
+    assert env[llm_config.RPC_BASE_ENV] == "/run/ipc"  # the caller's, not the too-long one
+    assert llm_config.scratch_environment(long, {})[llm_config.RPC_BASE_ENV] == tempfile.gettempdir()
 
 
 def test_server_arguments_become_flags() -> None:
@@ -186,22 +187,25 @@ def test_the_kv_cache_is_what_the_engines_sequences_can_fill(monkeypatch: pytest
     whatever the user, the spec or an old vLLM says wins."""
     from pytest_enginedead.logic.sizing import slices
 
-    monkeypatch.delenv(llm_api.KV_CACHE_ENV, raising=False)
+    monkeypatch.delenv(llm_config.KV_CACHE_ENV, raising=False)
     mib = 1024**2
     # the bundled model: 2 layers x 4 kv heads x 64 x (k, v) x bf16 = 2 KiB a token
-    assert _kv_cache({}, monkeypatch=monkeypatch) == ({}, {llm_api.KV_CACHE_ARG: 64 * 512 * 2048 * 3 // 2})
+    assert _kv_cache({}, monkeypatch=monkeypatch) == ({}, {llm_config.KV_CACHE_ARG: 64 * 512 * 2048 * 3 // 2})
     assert _kv_cache({"max_num_seqs": 8, "extra_args": (("max_model_len", 256),)},
-                     monkeypatch=monkeypatch)[1] == {llm_api.KV_CACHE_ARG: 6 * mib}
-    assert _kv_cache({"max_num_seqs": 4096}, monkeypatch=monkeypatch)[1] == {llm_api.KV_CACHE_ARG: slices.GIB}
+                     monkeypatch=monkeypatch)[1] == {llm_config.KV_CACHE_ARG: 6 * mib}
+    assert _kv_cache({"max_num_seqs": 4096},
+                     monkeypatch=monkeypatch)[1] == {llm_config.KV_CACHE_ARG: slices.GIB}
     # given: the spec's GiB, the user's variable, the user's engine argument
-    assert _kv_cache({"kv_cache_gib": 3}, monkeypatch=monkeypatch) == ({llm_api.KV_CACHE_ENV: "3"}, {})
-    assert _kv_cache({"extra_args": ((llm_api.KV_CACHE_ARG, 1 << 28),)}, monkeypatch=monkeypatch) == ({}, {})
-    monkeypatch.setenv(llm_api.KV_CACHE_ENV, "2")
+    assert _kv_cache({"kv_cache_gib": 3}, monkeypatch=monkeypatch) == ({llm_config.KV_CACHE_ENV: "3"}, {})
+    assert _kv_cache({"extra_args": ((llm_config.KV_CACHE_ARG, 1 << 28),)},
+                     monkeypatch=monkeypatch) == ({}, {})
+    monkeypatch.setenv(llm_config.KV_CACHE_ENV, "2")
     assert _kv_cache({}, monkeypatch=monkeypatch) == ({}, {})
-    monkeypatch.delenv(llm_api.KV_CACHE_ENV)
+    monkeypatch.delenv(llm_config.KV_CACHE_ENV)
     # a vLLM before the CPU platform took bytes, or a model it cannot be sized for: 1 GiB
-    assert _kv_cache({}, version="0.20.0", monkeypatch=monkeypatch) == ({llm_api.KV_CACHE_ENV: "1"}, {})
-    assert _kv_cache({"model": "/nonexistent"}, monkeypatch=monkeypatch) == ({llm_api.KV_CACHE_ENV: "1"}, {})
+    assert _kv_cache({}, version="0.20.0", monkeypatch=monkeypatch) == ({llm_config.KV_CACHE_ENV: "1"}, {})
+    assert _kv_cache({"model": "/nonexistent"},
+                     monkeypatch=monkeypatch) == ({llm_config.KV_CACHE_ENV: "1"}, {})
 
 
 def test_a_kv_cache_holds_at_least_one_full_sequence() -> None:

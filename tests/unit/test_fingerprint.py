@@ -12,8 +12,8 @@ import pytest
 from downstream import validated
 from pytest_enginedead.face.options import Settings
 from pytest_enginedead.face.summary import report_json
-from pytest_enginedead.harness import fingerprint
-from pytest_enginedead.harness.fingerprint import Machine, differences, isa_flags, same_machine, this_machine
+from pytest_enginedead.logic import fingerprint
+from pytest_enginedead.logic.fingerprint import Machine, differences, isa_flags, same_machine, this_machine
 from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.policy import TimeoutPolicy
 from pytest_enginedead.logic.report import Results
@@ -72,7 +72,7 @@ def test_versions_are_null_when_not_installed(monkeypatch: pytest.MonkeyPatch) -
 
 def test_reading_the_fingerprint_imports_neither_torch_nor_vllm() -> None:
     code = (
-        "import sys; from pytest_enginedead.harness.fingerprint import this_machine; this_machine(); "
+        "import sys; from pytest_enginedead.logic.fingerprint import this_machine; this_machine(); "
         "print(sorted({'torch', 'vllm'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

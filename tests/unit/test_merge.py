@@ -15,8 +15,8 @@ import pytest
 
 from downstream import enginedead, validated
 from pytest_enginedead import command
-from pytest_enginedead.harness.fingerprint import this_machine
 from pytest_enginedead.logic import merging
+from pytest_enginedead.logic.fingerprint import this_machine
 
 Capture = pytest.CaptureFixture[str]
 

@@ -22,9 +22,9 @@ from pytest_enginedead.face import summary
 from pytest_enginedead.face.handles import Handle
 from pytest_enginedead.face.options import Settings
 from pytest_enginedead.harness.cleanup import ProcRef
-from pytest_enginedead.harness.fingerprint import this_machine
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.pool import EngineRecord
+from pytest_enginedead.logic.fingerprint import this_machine
 from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
 from pytest_enginedead.logic.policy import TimeoutPolicy

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..fingerprint import meminfo
 from . import shapes, slices
 
 
@@ -96,7 +97,7 @@ def plan_sizing(
     n_steps = steps or shapes.SIZING_STEPS
     runs = shapes.fit_runs(limits, window, sizes, n_steps)
     longest = max(r.longest for r in runs) + 2
-    available = available_memory() if available_bytes is None else available_bytes
+    available = meminfo("MemAvailable") if available_bytes is None else available_bytes
     note = None
     if validate and forecast:
         validate, note = False, "a forecast: the full-depth model is not run"
@@ -139,15 +140,6 @@ def plan_sizing(
                 f"{available / slices.GIB:.1f} GiB available{hint}"
             )
     return SizingPlan(model, config, lay, limits, runs, engines, sizes, n_steps, validate, note)
-
-
-def available_memory() -> int:
-    """Bytes this machine can still give (``MemAvailable`` of /proc/meminfo; psutil reads the same)."""
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise OSError("/proc/meminfo has no MemAvailable line")
 
 
 def _run_contexts(runs: Sequence[shapes.Run]) -> list[int]:

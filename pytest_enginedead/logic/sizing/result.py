@@ -12,7 +12,7 @@ from typing import Any
 
 from ...compat import versions
 from ...contract.steps import StepTime
-from ...harness.fingerprint import this_machine
+from ..fingerprint import this_machine
 from ..policy import STOCK_DEADLINE_S
 from . import advice, shapes, slices
 from . import fit as fit_

@@ -4,7 +4,7 @@ Step times, and so deadlines, hold only for the machine that measured them: the 
 ISA paths its kernels take, the cores and OpenMP threads the engines get, the torch and vLLM
 builds.  Every JSON report carries this fingerprint, and figures from machines that differ
 in it are not pooled (``differences``).  Nothing here imports torch or vLLM (importing vLLM
-takes seconds); versions come from package metadata.
+takes seconds); versions come from package metadata, memory from /proc/meminfo.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import os
 import platform
 from collections.abc import Mapping
 from typing import TypedDict
-
-import psutil
 
 from ..compat.versions import DIST_NAMES
 
@@ -88,6 +86,15 @@ def installed(*dists: str) -> str | None:
     return None
 
 
+def meminfo(key: str, path: str = "/proc/meminfo") -> int:
+    """A line of /proc/meminfo in bytes (``MemTotal``, ``MemAvailable``: what psutil reads too)."""
+    with open(path) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"{path} has no {key} line")
+
+
 def _cores_used() -> int | None:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
@@ -103,7 +110,7 @@ def this_machine(cpuinfo: str | None = None, env: Mapping[str, str] | None = Non
         cores_used=_cores_used(),
         cpu_model=_field(text, "model name") or platform.processor(),
         isa_flags=isa_flags(text),
-        memory_bytes=psutil.virtual_memory().total,
+        memory_bytes=meminfo("MemTotal"),
         omp_threads={name: environ.get(name) for name in OMP_ENV},
         torch=installed(*TORCH_DISTS),
         vllm=installed(*VLLM_DISTS),

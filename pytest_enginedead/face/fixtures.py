@@ -1,0 +1,214 @@
+"""The fixtures: the policy, the batch size, shared engines and servers, and the factories.
+
+A shared engine (``vllm_engine``, ``vllm_server``) is the pool's for the test's planned
+configuration; a factory starts engines of its own and stops every one it made.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from ..compat import versions
+from ..contract.control import Injection
+from ..harness.base import EngineBase, EngineStartError
+from ..harness.preflight import factory_engine_args, model_problem
+from ..logic import planning
+from ..logic.arguments import BadMarker, factory_arguments
+from ..logic.guardconfig import DEFAULT_HANG_S
+from ..logic.modelconfig import validate_model
+from ..logic.planning import (
+    EngineSpec,
+    GuardSpec,
+    Instructions,
+    Need,
+    PolicyFailure,
+    TestPlan,
+)
+from ..logic.policy import PolicyLike
+from .collection import guard_of, need_of
+from .handles import EngineHandle, Handle, ServerHandle
+from .run import Run, fail, handle_key, plan_key, run_of
+
+
+@pytest.fixture
+def enginedead_policy(pytestconfig: pytest.Config) -> PolicyLike:
+    """The active timeout policy (``--enginedead-policy``, the hook, or the reference)."""
+    return run_of(pytestconfig).settings.policy
+
+
+@pytest.fixture
+def engine_batch_size(pytestconfig: pytest.Config) -> int:
+    """The batch size this test's engine runs at (parametrized over the batch sizes)."""
+    return run_of(pytestconfig).settings.batch_sizes[0]
+
+
+def _require_vllm() -> None:
+    reason = versions.vllm_missing_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def _started(start: Callable[[], EngineBase]) -> EngineBase:
+    """An engine from ``start``; a start vLLM refused fails the test with vLLM's reason."""
+    __tracebackhide__ = True
+    try:
+        return start()
+    except EngineStartError as exc:
+        fail(str(exc))
+
+
+def _handle(run: Run, engine: EngineBase, batch_size: int, instructions: Instructions) -> Handle:
+    try:
+        allowed: float | None = planning.policy_deadline(
+            run.settings.policy, run.settings.policy_name, batch_size
+        )
+    except PolicyFailure:
+        allowed = None  # the evidence then says nothing of the policy
+    kind = ServerHandle if engine.spec.server else EngineHandle
+    return kind(engine, batch_size, instructions, run.settings.policy_name, allowed, run.settings.liveness)
+
+
+def _shared(request: pytest.FixtureRequest, batch_size: int) -> Iterator[Handle]:
+    """The planned (shared) engine for this test, told its deadline and faults."""
+    _require_vllm()
+    run = run_of(request.config)
+    test = request.node.stash.get(plan_key, None)
+    if test is None or test.spec is None or test.instructions is None:
+        need = need_of(request.node, run, batch_size)  # asked for outside collection's plan
+        if isinstance(need, str):
+            pytest.fail(need, pytrace=False)
+        test = TestPlan(batch_size, planning.spec_for(need, run.settings.model, run.cpu_bind),
+                        need.instructions)
+    spec, instructions = test.spec, test.instructions
+    assert spec is not None and instructions is not None
+    engine = _started(lambda: run.pool.acquire(spec, instructions, request.node.nodeid))
+    handle = _handle(run, engine, batch_size, instructions)
+    request.node.stash[handle_key] = handle
+    try:
+        yield handle
+    finally:
+        run.pool.release(engine)
+
+
+@pytest.fixture
+def vllm_engine(request: pytest.FixtureRequest, engine_batch_size: int) -> Iterator[EngineHandle]:
+    """A real vLLM CPU engine at ``engine_batch_size``, shared with tests of the same config."""
+    for handle in _shared(request, engine_batch_size):
+        assert isinstance(handle, EngineHandle)
+        yield handle
+
+
+@pytest.fixture
+def vllm_server(request: pytest.FixtureRequest, engine_batch_size: int) -> Iterator[ServerHandle]:
+    """vLLM's OpenAI-compatible API server at ``engine_batch_size`` (``--max-num-seqs``), shared."""
+    for handle in _shared(request, engine_batch_size):
+        assert isinstance(handle, ServerHandle)
+        yield handle
+
+
+def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server: bool,
+                  item: pytest.Item | None = None) -> Need:
+    """What ``vllm_engine_factory(...)`` asks for; bad arguments fail the test in one line.
+
+    The guard is the test's ``enginedead_guard`` marker's, else the run's option's.
+    """
+    __tracebackhide__ = True
+    what = "vllm_server_factory" if server else "vllm_engine_factory"
+    try:
+        batch, seconds, faults = factory_arguments(batch_size, timeout_s, inject, what)
+        if seconds is None:
+            seconds = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            source = f"policy {run.settings.policy_name}"
+        else:
+            source = f"{what}(timeout_s=...)"
+    except BadMarker as exc:
+        fail(str(exc))
+    except PolicyFailure as exc:
+        fail(f"{what}: {exc}")
+    try:
+        guard_spec = guard_of(item, run) if item is not None else (
+            GuardSpec(DEFAULT_HANG_S, run.settings.policy_spec or "reference", run.settings.guard_where)
+            if run.settings.guard else None)
+    except BadMarker as exc:
+        fail(str(exc))
+    return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
+
+
+def _factory_model(model: Any, server: bool) -> str:
+    """A factory's ``model=``: the same checks as every model door, or the test fails in one line."""
+    __tracebackhide__ = True
+    what = "vllm_server_factory" if server else "vllm_engine_factory"
+    try:
+        path = os.fsdecode(os.fspath(model))
+    except TypeError:
+        fail(f"{what}: model={model!r} is not a path; give a model directory holding a config.json")
+    problem = model_problem(path)
+    if problem:
+        fail(f"{what}: model={model!r}: {problem}")
+    return validate_model(path)
+
+
+def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any], server: bool) -> EngineSpec:
+    """The factory's engine; its engine (or server) arguments and model checked before it starts."""
+    __tracebackhide__ = True
+    what = "vllm_server_factory" if server else "vllm_engine_factory"
+    try:
+        factory_engine_args(what, engine_args, server)
+    except BadMarker as exc:
+        fail(str(exc))
+    model_dir = run.settings.model if model is None else _factory_model(model, server)
+    spec = planning.spec_for(need, model_dir, run.cpu_bind)
+    return replace(spec, extra_args=tuple(sorted(engine_args.items())))
+
+
+def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[..., Any]]:
+    _require_vllm()
+    run = run_of(request.config)
+    made: list[EngineBase] = []
+
+    def make(
+        batch_size: int = 8,
+        *,
+        timeout_s: float | None = None,
+        inject: Injection | dict[str, Any] | None = None,
+        model: str | None = None,
+        **engine_args: Any,
+    ) -> Handle:
+        __tracebackhide__ = True
+        need = _factory_need(run, batch_size, timeout_s, inject, server, request.node)
+        spec = _factory_spec(run, need, model, engine_args, server)
+        engine = _started(lambda: run.pool.start_dedicated(spec, need.instructions))
+        made.append(engine)
+        handle = _handle(run, engine, spec.max_num_seqs, need.instructions)
+        request.node.stash[handle_key] = handle  # the report follows the latest one made
+        return handle
+
+    try:
+        yield make
+    finally:
+        for engine in made:
+            engine.stop()
+
+
+@pytest.fixture
+def vllm_engine_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., EngineHandle]]:
+    """Start engines with explicit arguments; every engine it made is stopped afterwards.
+
+    ``vllm_engine_factory(batch_size, timeout_s=None, inject=None, model=None, **engine_args)``
+    """
+    yield from _factory(request, server=False)
+
+
+@pytest.fixture
+def vllm_server_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerHandle]]:
+    """Start API servers with explicit arguments; every server it made is stopped afterwards.
+
+    ``vllm_server_factory(batch_size, timeout_s=None, inject=None, model=None, **server_args)``
+    (server arguments become ``--flags``).
+    """
+    yield from _factory(request, server=True)

@@ -1,0 +1,200 @@
+"""A run's life: its settings resolved and outputs claimed at the start, engines stopped and
+files written at the end, the header and progress lines on the way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from ..compat import versions
+from ..contract.names import GUARD_ENV
+from ..harness import outputs
+from ..harness.pool import EnginePool
+from ..harness.threads import Progress
+from ..logic import sharding
+from ..logic.fingerprint import this_machine
+from ..logic.modelconfig import BUNDLED_MODEL
+from ..logic.report import Results
+from . import distributed, markers, options, summary
+from .assertions import run_settings
+from .collection import check_run_model
+from .options import Settings
+from .run import Run, run_key, run_of
+
+
+def configure_run(config: pytest.Config) -> None:
+    for line in markers.DOCS:
+        config.addinivalue_line("markers", line)
+    with options.shown_whole_if_verbose(config):
+        settings = options.resolve_settings(config)
+        claimed = store = None
+        if not distributed.is_worker(config):
+            try:
+                if settings.report:
+                    claimed = outputs.claim(settings.report, settings.report_where)
+                if settings.store_durations:
+                    store = outputs.claim(settings.store_durations, settings.store_durations_where,
+                                          [o for o in (claimed,) if o is not None])
+            except outputs.OutputError as exc:
+                if claimed is not None:
+                    claimed.close()
+                raise pytest.UsageError(f"enginedead: {exc}") from None
+        durations = _durations(settings)
+    pool = EnginePool(max_alive=1, progress=progress_writer(config))
+    run = Run(settings, pool, Results(), distributed.cpu_bind(config), claimed,
+              durations=durations, store=store)
+    run.scope.enter_context(run_settings(settings.liveness))
+    config.stash[run_key] = run
+    config.pluginmanager.register(_Interrupted(pool), "enginedead-interrupt")
+    if store is not None:
+        config.pluginmanager.register(_StoreDurations(run.seconds), "enginedead-durations")
+    if distributed.is_worker(config):
+        config.pluginmanager.register(distributed.WorkerHooks(config), "enginedead-xdist-worker")
+    elif config.pluginmanager.hasplugin("xdist"):
+        controller = distributed.ControllerHooks(run.results, lambda: check_run_model(config, settings))
+        config.pluginmanager.register(controller, "enginedead-xdist")
+
+
+def _durations(settings: Settings) -> sharding.Durations | None:
+    """The durations file the run was given, read and checked now: a UsageError if unusable."""
+    if settings.durations is None:
+        return None
+    where = settings.durations_where
+    try:
+        with open(settings.durations, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise pytest.UsageError(
+            f"enginedead: {where}: {settings.durations!r} does not exist; write it with "
+            "--enginedead-store-durations on a run of the whole suite"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise pytest.UsageError(
+            f"enginedead: {where}: cannot read {settings.durations!r}: {reason}"
+        ) from None
+    try:
+        return sharding.read_durations(text, where, settings.vllm_version or sharding.NO_VLLM)
+    except sharding.ShardError as exc:
+        raise pytest.UsageError(f"enginedead: {exc}") from None
+
+
+class _StoreDurations:
+    """Each test's setup + call + teardown seconds (xdist workers' reports included)."""
+
+    def __init__(self, seconds: dict[str, float]) -> None:
+        self.seconds = seconds
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
+
+
+class _Interrupted:
+    """Ctrl-C reached pytest: the engines still running stop quickly, not gracefully."""
+
+    def __init__(self, pool: EnginePool) -> None:
+        self.pool = pool
+
+    def pytest_keyboard_interrupt(self) -> None:
+        self.pool.hurry()
+
+
+def unconfigure_run(config: pytest.Config) -> None:
+    run = config.stash.get(run_key, None)
+    if run is not None:
+        run.scope.close()
+        run.pool.close()
+        for out in (run.report, run.store):
+            if out is not None:
+                out.close()
+        if run.pool.started:
+            # an engine filled this process's heap with vLLM's and torch's objects (a
+            # million and more): pytest collects garbage five times as it exits, and
+            # walking them all took 1-2 s a time; they live until the exit anyway
+            gc.freeze()
+
+
+def header(config: pytest.Config) -> str:
+    s = run_of(config).settings
+    lines = [
+        f"enginedead: policy={s.policy_name} ({s.policy_source}), "
+        f"batch_sizes={','.join(map(str, s.batch_sizes))}, vllm={s.vllm_version or 'absent'}"
+        + (f", model={s.model}" if s.model != BUNDLED_MODEL else "")
+    ]
+    note = distributed.dist_note(config)
+    if note:
+        lines.append(f"enginedead: {note}")
+    if s.guard:
+        lines.append(f"enginedead: the guard is on for every engine: {s.guard_where}" + (
+            f"; {GUARD_ENV} is also the production switch: unset it to test engines without the guard"
+            if "(from environment)" in s.guard_where else ""))
+    if os.environ.get(versions.MULTIPROCESSING_ENV, "1").strip() == "0":
+        lines.append(
+            f"enginedead: {versions.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
+            "vLLM applies the deadline only in multiprocess mode"
+        )
+    return "\n".join(lines)
+
+
+def progress_writer(config: pytest.Config) -> Progress | None:
+    """Progress lines straight to the terminal, even while output is captured."""
+    if config.getoption("verbose") < 0 or distributed.is_worker(config):
+        return None  # xdist workers share the controller's terminal: keep it tidy
+    try:
+        fd = os.dup(2)  # captured output is suspended while plugins configure
+    except OSError:
+        return None
+    config.add_cleanup(lambda: os.close(fd))
+
+    def write(message: str, done: bool = False) -> None:
+        with contextlib.suppress(OSError):
+            os.write(fd, f"\nenginedead: {message}{chr(10) if done else ''}".encode())
+
+    return write
+
+
+def finish_session(session: pytest.Session) -> None:
+    config = session.config
+    run = config.stash.get(run_key, None)
+    if run is None:
+        return
+    records = run.pool.close()
+    if run.pool.interrupted:  # Ctrl-C while the engines stopped: they all are; say so
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+        terminal_line(config, "enginedead: interrupted while stopping engines; every engine was stopped")
+    run.results.add_engines(records)
+    if distributed.is_worker(config):
+        distributed.send(config, run.results.to_wire())
+    else:
+        write_outputs(session, run)
+    survivors = [r.stop_error for r in records if r.stop_error]
+    if survivors:
+        raise RuntimeError(survivors[0])
+
+
+def write_outputs(session: pytest.Session, run: Run) -> None:
+    """The JSON report and the durations, through the paths claimed at the start."""
+    written: list[tuple[outputs.Output, str, Callable[[], str]]] = []
+    if run.report is not None:
+        written.append((run.report, "report", lambda: summary.report_json(run.results, run.settings)))
+    if run.store is not None:
+        durations = sharding.Durations(run.seconds, run.settings.vllm_version or sharding.NO_VLLM)
+        written.append((run.store, "durations file", lambda: durations.to_json(this_machine())))
+    for out, what, text in written:
+        try:
+            out.write_text(text())
+        except outputs.OutputError as exc:  # proven writable at the start; it changed since
+            sys.stderr.write(f"ERROR: enginedead: the {what} was not written: {exc}\n")
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+
+def terminal_line(config: pytest.Config, line: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
