@@ -44,7 +44,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import types
 from pathlib import Path
@@ -56,6 +55,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PY = sys.executable
 RESULTS = HERE / "results.json"
+#: the benchmark scripts each variant runs in a fresh process
+SCRIPTS = HERE / "scripts"
 #: the downstream suites (shared with the project's tests)
 EXAMPLES = ROOT / "tests" / "examples"
 # scripts and downstream projects the benchmarks write; removed when the run ends
@@ -63,43 +64,6 @@ SCRATCH = tempfile.TemporaryDirectory(prefix="enginedead-bench-")
 
 # --- start: harness vs bare ----------------------------------------------------------
 
-START_ONE = textwrap.dedent(
-    """
-    import json, os, sys, time
-    if __name__ == "__main__":
-        mode = sys.argv[1]
-        from vllm import LLM  # import is not what we measure
-        from pytest_enginedead.compat import llm_api, llm_config, versions
-        from pytest_enginedead.harness.offline import Engine
-        from pytest_enginedead.harness.base import EngineBase
-        from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-        from pytest_enginedead.logic.planning import EngineSpec, Instructions
-        spec = EngineSpec(BUNDLED_MODEL, 8)
-        if mode == "harness":
-            engine = Engine(spec)
-            instructions = Instructions(300.0, "bench")
-            t0 = time.monotonic(); engine.start(instructions); dt = time.monotonic() - t0
-            t1 = time.monotonic(); engine.stop(); stop = time.monotonic() - t1
-        else:
-            import shutil, tempfile
-            os.environ.update(llm_config.engine_environment())
-            os.environ[versions.DEADLINE_ENV] = versions.deadline_env_value(300.0)
-            ipc = tempfile.mkdtemp(prefix="ed-ipc-")  # vLLM's sockets and temp files, removed below
-            os.environ.update(llm_config.scratch_environment(ipc, os.environ))
-            kwargs = llm_config.llm_kwargs(BUNDLED_MODEL, 8)
-            if mode == "bare":  # the KV cache the harness asks for: the same engine
-                probe = EngineBase(spec)
-                env, args = probe.kv_cache()
-                probe.stop()
-                os.environ.update(env); kwargs.update(args)
-            else:  # "bare-1gib": the 1 GiB every harness engine got before 2026-12-03
-                os.environ[llm_config.KV_CACHE_ENV] = "1"
-            t0 = time.monotonic(); llm = LLM(**kwargs); dt = time.monotonic() - t0
-            t1 = time.monotonic(); llm_api.shutdown_llm(llm); stop = time.monotonic() - t1
-            shutil.rmtree(ipc, ignore_errors=True)
-        print(json.dumps({"mode": mode, "start_s": dt, "stop_s": stop}))
-    """
-)
 
 #: harness vs bare vLLM with the same engine; and bare vLLM with the old fixed 1 GiB KV cache
 START_MODES = ("harness", "bare", "bare-1gib")
@@ -112,8 +76,7 @@ def bench_start(rounds: int = 3) -> dict[str, Any]:
     ``bare`` ÷ ``bare-1gib`` what sizing the KV cache saves; the stops are the harness's (by
     pid) against vLLM's own shutdown.
     """
-    script = Path(tempfile.mkdtemp(dir=SCRATCH.name)) / "start_one.py"
-    script.write_text(START_ONE)
+    script = SCRIPTS / "start_one.py"
     starts: dict[str, list[float]] = {m: [] for m in START_MODES}
     stops: dict[str, list[float]] = {m: [] for m in START_MODES}
     for i in range(rounds):
@@ -142,91 +105,17 @@ def bench_start(rounds: int = 3) -> dict[str, Any]:
 
 # --- step and guard: two engines side by side, paired --------------------------------
 
-STEP = textwrap.dedent(
-    """
-    import json, os, sys, time
-
-    def core_says(engine):
-        # what the engine core wrote once its side of the plugin was in place (None: inert)
-        from pytest_enginedead.contract.guardfiles import core_ready_path
-        path = core_ready_path(engine.run_dir)
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            return json.load(f)
-
-    if __name__ == "__main__":
-        rounds, n, tokens = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-        # the engines in start order, e.g. "on,off":
-        #   on     step record + liveness sampler (assert_no_false_death around each batch)
-        #   off    the vllm.general_plugins entry inert (no run directory), no sampler
-        #   guard  step record + the guard (hang_s 60 s, reference policy), no sampler
-        #   rec    step record alone (the guard bench's "off"), no sampler
-        modes = sys.argv[4].split(",")
-        from pytest_enginedead import assert_no_false_death
-        from pytest_enginedead.contract.names import ENV_DIR
-        from pytest_enginedead.harness.offline import Engine
-        from pytest_enginedead.face.handles import EngineHandle
-        from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-        from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
-
-        class Inert(Engine):
-            # the same engine with the vllm.general_plugins entry inert: without
-            # ENGINEDEAD_WORKER_DIR neither the worker side nor the engine-core side acts
-            def environment(self, first):
-                env = super().environment(first)
-                del env[ENV_DIR]
-                return env
-
-            def check_core_ready(self):
-                pass  # an inert engine core writes nothing, and has no control file to read
-
-        os.environ.pop(ENV_DIR, None)  # only the engines that ask get one
-        engines, handles = [], []
-        try:
-            for i, mode in enumerate(modes):
-                guard = GuardSpec(60.0, "reference") if mode == "guard" else None
-                instructions = Instructions(300.0, f"bench {i}")
-                engine = (Inert if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, guard=guard))
-                engines.append(engine)
-                engine.start(instructions)
-                handles.append(EngineHandle(engine, n, instructions))
-            core = [core_says(engine) for engine in engines]  # the plugin's core side, the guard
-            for handle in handles:
-                handle.generate(n, max_tokens=4)  # warm-up
-            times = [[] for _ in handles]
-            for r in range(rounds):
-                for i in (range(len(handles)) if r % 2 == 0 else reversed(range(len(handles)))):
-                    handle = handles[i]
-                    t0 = time.monotonic()
-                    if modes[i] == "on":
-                        with assert_no_false_death(handle):  # the sampler runs meanwhile
-                            handle.generate(n, max_tokens=tokens)
-                    else:
-                        handle.generate(n, max_tokens=tokens)
-                    times[i].append((time.monotonic() - t0) / tokens)
-            recorded = [len(engine.evidence.steps()) for engine in engines]
-            guard_events = [len(engine.evidence.guard_events()) for engine in engines]
-        finally:
-            for engine in engines:
-                if not engine.stopped:
-                    engine.stop()
-        print(json.dumps({"modes": modes, "times": times, "recorded": recorded, "core": core,
-                          "guard_events": guard_events}))
-    """
-)
 
 
 def _step_pair(modes: str, rounds: int, n: int, tokens: int) -> dict[str, Any]:
     """Two engines side by side in one fresh process, started in the order of ``modes``."""
-    script = Path(tempfile.mkdtemp(dir=SCRATCH.name)) / "step.py"
-    script.write_text(STEP)
+    script = SCRIPTS / "step_pair.py"
     out = subprocess.run([PY, str(script), str(rounds), str(n), str(tokens), modes],
                          capture_output=True, text=True, timeout=1200)
     line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if not line:
         raise RuntimeError(f"step bench failed:\n{out.stderr[-3000:]}")
-    data = json.loads(line[-1])
+    data: dict[str, Any] = json.loads(line[-1])
     data["medians_s"] = [statistics.median(t) for t in data["times"]]
     return data
 
@@ -387,7 +276,7 @@ def false_death(data: dict[str, Any]) -> dict[str, Any]:
     for test in data["tests"]:
         for death in test["deaths"]:
             if death["verdict"] == "SLOW":
-                return death
+                return dict(death)
     verdicts = [(t["nodeid"], t["verdict"]) for t in data["tests"]]
     raise RuntimeError(f"no false death in the report: {verdicts}")
 

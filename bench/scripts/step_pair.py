@@ -1,0 +1,92 @@
+"""Two engines side by side in one process, their decode steps timed in alternating rounds.
+
+    python bench/scripts/step_pair.py ROUNDS N TOKENS MODES
+
+MODES is the engines in start order, e.g. ``on,off``:
+
+- ``on``: step record + liveness sampler (``assert_no_false_death`` around each batch);
+- ``off``: the ``vllm.general_plugins`` entry inert (no run directory), no sampler;
+- ``guard``: step record + the guard (hang_s 60 s, reference policy), no sampler;
+- ``rec``: step record alone (the guard bench's "off"), no sampler.
+
+Prints one JSON line: the modes, each engine's per-token step times, the steps each
+recorded, what each engine core said at start, the guard's decisions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from pytest_enginedead import assert_no_false_death
+from pytest_enginedead.contract.guardfiles import core_ready_path
+from pytest_enginedead.contract.names import ENV_DIR
+from pytest_enginedead.face.handles import EngineHandle
+from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
+
+
+class Inert(Engine):
+    """The same engine with the ``vllm.general_plugins`` entry inert: without
+    ``ENGINEDEAD_WORKER_DIR`` neither the worker side nor the engine-core side acts."""
+
+    def environment(self, first: Instructions) -> dict[str, str]:
+        env = super().environment(first)
+        del env[ENV_DIR]
+        return env
+
+    def check_core_ready(self) -> None:
+        """An inert engine core writes nothing, and has no control file to read."""
+
+
+def core_says(engine: Engine) -> Any:
+    """What the engine core wrote once its side of the plugin was in place (None: inert)."""
+    path = core_ready_path(engine.run_dir)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def main(rounds: int, n: int, tokens: int, modes: list[str]) -> None:
+    os.environ.pop(ENV_DIR, None)  # only the engines that ask get one
+    engines: list[Engine] = []
+    handles: list[EngineHandle] = []
+    try:
+        for i, mode in enumerate(modes):
+            guard = GuardSpec(60.0, "reference") if mode == "guard" else None
+            instructions = Instructions(300.0, f"bench {i}")
+            engine = (Inert if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, guard=guard))
+            engines.append(engine)
+            engine.start(instructions)
+            handles.append(EngineHandle(engine, n, instructions))
+        core = [core_says(engine) for engine in engines]  # the plugin's core side, the guard
+        for handle in handles:
+            handle.generate(n, max_tokens=4)  # warm-up
+        times: list[list[float]] = [[] for _ in handles]
+        for r in range(rounds):
+            for i in (range(len(handles)) if r % 2 == 0 else reversed(range(len(handles)))):
+                handle = handles[i]
+                t0 = time.monotonic()
+                if modes[i] == "on":
+                    with assert_no_false_death(handle):  # the sampler runs meanwhile
+                        handle.generate(n, max_tokens=tokens)
+                else:
+                    handle.generate(n, max_tokens=tokens)
+                times[i].append((time.monotonic() - t0) / tokens)
+        recorded = [len(engine.evidence.steps()) for engine in engines]
+        guard_events = [len(engine.evidence.guard_events()) for engine in engines]
+    finally:
+        for engine in engines:
+            if not engine.stopped:
+                engine.stop()
+    print(json.dumps({"modes": modes, "times": times, "recorded": recorded, "core": core,
+                      "guard_events": guard_events}))
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4].split(","))
