@@ -50,11 +50,11 @@ test-fast: setup
 	$(PY) -m pytest -m "not engine" -n 2
 
 # The engine suite on a deliberately slowed machine: a busy loop holds the last core for
-# the whole run (tests/slowed.py starts it and stops it by pid), so one xdist worker's
+# the whole run (tests/support/slowed.py starts it and stops it by pid), so one xdist worker's
 # engines run at half speed; the tests size themselves from steps measured in the run.
 # PYTEST_ARGS as for test, e.g. PYTEST_ARGS=-rA to see every test's machine-derived sizes.
 test-slow: setup
-	$(PY) tests/slowed.py -- $(PY) -m pytest -n 2 --dist loadgroup -m engine $(PYTEST_ARGS)
+	$(PY) tests/support/slowed.py -- $(PY) -m pytest -n 2 --dist loadgroup -m engine $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) bench/run.py

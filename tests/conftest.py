@@ -1,6 +1,6 @@
 """Shared fixtures: a downstream repo (``downstream``) and a decoy ``VLLM::Worker``.
 
-The helpers behind them live in ``downstream.py``; ``examples/`` holds the downstream
+The helpers behind them live in ``support/downstream.py``; ``examples/`` holds the downstream
 suites (copied into ``pytester`` directories, never collected here).  Every engine the
 suite's runs start, inner runs and commands included, goes to one start ledger
 (``pytest_enginedead.harness.ledger``), totalled at the end of the run.
@@ -21,9 +21,12 @@ from typing import Any
 import psutil
 import pytest
 
-from downstream import Downstream
-from pytest_enginedead.contract.names import START_LEDGER_ENV, START_LEDGER_TAG_ENV
-from pytest_enginedead.harness import ledger
+# the support modules' asserts report like the tests' own (before any of them is imported)
+pytest.register_assert_rewrite("tests.support")
+
+from pytest_enginedead.contract.names import START_LEDGER_ENV, START_LEDGER_TAG_ENV  # noqa: E402
+from pytest_enginedead.harness import ledger  # noqa: E402
+from tests.support.downstream import Downstream  # noqa: E402
 
 collect_ignore = ["examples"]
 

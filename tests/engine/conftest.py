@@ -3,7 +3,7 @@
 ``step_cost(model, batch_sizes)`` measures a model's decode steps on this machine once per
 session and set of cores with ``enginedead calibrate`` (one engine; shared between xdist
 workers that run on the same cores through a file under the session's temporary root) for
-the tests that size a death from it (``machine.py``); ``step_cost.calibration(...)`` is that
+the tests that size a death from it (``tests/support/machine.py``); ``step_cost.calibration(...)`` is that
 command's JSON, which the calibrate test checks instead of starting the same engine again.
 Tests that measure the same model share an ``xdist_group``, so that one worker measures it.
 """
@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from machine import FlatSteps, StepCost
 from pytest_enginedead.compat import versions
+from tests.support.machine import FlatSteps, StepCost
 
 HERE = Path(__file__).resolve().parent
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from downstream import enginedead
-from machine import GEMMA_MEASURED_AT, Measures, death_sizes
 from pytest_enginedead.logic.policy import STOCK_DEADLINE_S
+from tests.support.downstream import enginedead
+from tests.support.machine import GEMMA_MEASURED_AT, Measures, death_sizes
 
 pytestmark = pytest.mark.engine
 

@@ -21,7 +21,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from downstream import Background, Downstream, assert_nothing_left, left_in_sessions, left_in_temp
+from tests.support.downstream import (
+    Background,
+    Downstream,
+    assert_nothing_left,
+    left_in_sessions,
+    left_in_temp,
+)
 
 pytestmark = pytest.mark.engine
 

@@ -19,8 +19,8 @@ from xml.etree import ElementTree
 import psutil
 import pytest
 
-from downstream import Downstream, Outcome, assert_nothing_left, engine_processes, enginedead
-from machine import Measures, death_sizes
+from tests.support.downstream import Downstream, Outcome, assert_nothing_left, engine_processes, enginedead
+from tests.support.machine import Measures, death_sizes
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 

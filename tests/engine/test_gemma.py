@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from downstream import Downstream, assert_nothing_left, engine_processes
-from machine import GEMMA_MEASURED_AT, Measures, death_sizes
+from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
+from tests.support.machine import GEMMA_MEASURED_AT, Measures, death_sizes
 
 pytestmark = pytest.mark.engine
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from downstream import Downstream, assert_nothing_left, engine_processes
 from pytest_enginedead.compat import llm_config
+from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 
 pytestmark = pytest.mark.engine
 

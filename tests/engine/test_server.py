@@ -7,7 +7,7 @@ import re
 import psutil
 import pytest
 
-from downstream import Downstream, assert_nothing_left, engine_processes
+from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 
 pytestmark = pytest.mark.engine
 

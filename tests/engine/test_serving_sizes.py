@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from downstream import enginedead
+from tests.support.downstream import enginedead
 
 pytestmark = pytest.mark.engine
 

@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
-from downstream import (
+from tests.support.downstream import (
     TWO_WORKERS,
     TWO_WORKERS_PLUGINS,
     Downstream,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from downstream import Downstream, assert_nothing_left, engine_processes
+from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 
 pytestmark = pytest.mark.engine
 

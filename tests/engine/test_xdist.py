@@ -9,7 +9,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from downstream import (
+from pytest_enginedead.harness.cleanup import wait_until
+from tests.support.downstream import (
     TWO_WORKERS,
     TWO_WORKERS_PLUGINS,
     Downstream,
@@ -17,7 +18,6 @@ from downstream import (
     engine_processes,
     left_in_temp,
 )
-from pytest_enginedead.harness.cleanup import wait_until
 
 pytestmark = pytest.mark.engine
 

@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-import procs
-from downstream import Downstream, Outcome
 from pytest_enginedead import Verdict, assert_no_false_death
 from pytest_enginedead.compat import versions
 from pytest_enginedead.contract.dumps import DeadlineStack
@@ -29,6 +27,8 @@ from pytest_enginedead.contract.steps import StepTime
 from pytest_enginedead.harness.stacks import innermost_frames, short_path, where
 from pytest_enginedead.harness.verdict import step_summary
 from pytest_enginedead.logic.verdicts import LivenessSettings
+from tests.support import procs
+from tests.support.downstream import Downstream, Outcome
 
 
 @dataclass

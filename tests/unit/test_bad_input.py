@@ -31,12 +31,12 @@ from pathlib import Path
 
 import pytest
 
-from downstream import Downstream, Outcome, enginedead
 from pytest_enginedead.compat import in_server, llm_api, registry, versions
 from pytest_enginedead.harness.pool import EnginePool
 from pytest_enginedead.harness.preflight import factory_engine_args
 from pytest_enginedead.logic.arguments import BadMarker
 from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from tests.support.downstream import Downstream, Outcome, enginedead
 
 PLAIN = "def test_plain():\n    pass\n"
 ENGINE = "def test_engine(vllm_engine):\n    raise AssertionError('ran')\n"

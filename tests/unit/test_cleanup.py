@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from downstream import assert_nothing_left
 from pytest_enginedead.harness.cleanup import SHM_DIR, ProcRef, Reaper, mapped_shm, terminate, unlink_shm
+from tests.support.downstream import assert_nothing_left
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason=f"no {SHM_DIR} on this system")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from downstream import enginedead
 from pytest_enginedead.logic.policy import STOCK_DEADLINE_S
 from pytest_enginedead.logic.sizing.decode import calibration, format_calibration
+from tests.support.downstream import enginedead
 
 
 @pytest.mark.parametrize(

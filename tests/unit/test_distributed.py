@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from downstream import Downstream
 from pytest_enginedead.face import distributed
 from pytest_enginedead.face.distributed import cpu_bind, dist_note, group_name, item_group, worker_index
 from pytest_enginedead.logic.planning import EngineSpec, GuardSpec
+from tests.support.downstream import Downstream
 
 
 class _Config:

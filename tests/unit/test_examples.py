@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from downstream import EXAMPLES, Downstream
 from pytest_enginedead.compat import registry
+from tests.support.downstream import EXAMPLES, Downstream
 
 SUITES = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
 

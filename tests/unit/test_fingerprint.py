@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from downstream import validated
 from pytest_enginedead.face.options import Settings
 from pytest_enginedead.face.summary import report_json
 from pytest_enginedead.logic import fingerprint
@@ -18,6 +17,7 @@ from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.policy import TimeoutPolicy
 from pytest_enginedead.logic.report import Results
 from pytest_enginedead.logic.verdicts import LivenessSettings
+from tests.support.downstream import validated
 
 
 def cpuinfo(model: str, flags: str) -> str:

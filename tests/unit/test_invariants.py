@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from downstream import Downstream
 from pytest_enginedead import Backend, TimeoutPolicy
 from pytest_enginedead.logic.invariants import NAMES, STANDARD_BATCH_SIZES, batch_grid
 from pytest_enginedead.logic.invariants import violations as check
+from tests.support.downstream import Downstream
 
 VALID = "cpu_gt_gpu, grows_with_batch, capped, headroom, not_below_stock"
 

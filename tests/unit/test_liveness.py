@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-import procs
 from pytest_enginedead import Verdict
 from pytest_enginedead.harness.liveness import ProcessEvidence, Sampler, Watched, classify, snapshot
 from pytest_enginedead.logic.verdicts import DEFAULT_BUSY_THRESHOLD, overall
+from tests.support import procs
 
 
 @pytest.fixture

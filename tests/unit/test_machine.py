@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from machine import DIE, LIVE, StepCost, death_sizes
+from tests.support.machine import DIE, LIVE, StepCost, death_sizes
 
 
 def cost(a: float, b: float) -> StepCost:
@@ -61,7 +61,7 @@ def test_a_machine_too_fast_for_the_model_skips_with_a_reason() -> None:
 def test_flat_steps_are_their_own_error_naming_the_points() -> None:
     """A fast box's steps drowned in a neighbour's noise: the engine fixture measures again
     and then skips on this error (tests/engine/conftest.py), so it must be told apart."""
-    from machine import FlatSteps
+    from tests.support.machine import FlatSteps
 
     rows = [{"batch_size": n, "p50_s": s} for n, s in ((2, 0.0787), (16, 0.0490), (32, 0.0646))]
     with pytest.raises(FlatSteps, match=r"does not grow with the batch on m \(p50 at batch 2: 0.0787 s"):

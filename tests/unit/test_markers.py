@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from downstream import Downstream
 from pytest_enginedead.face import markers
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.logic.arguments import BadMarker
 from pytest_enginedead.logic.optiontable import OPTIONS
+from tests.support.downstream import Downstream
 
 MARKERS = (
     "enginedead_batch_sizes",

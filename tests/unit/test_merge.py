@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from downstream import enginedead, validated
 from pytest_enginedead import command
 from pytest_enginedead.logic import merging
 from pytest_enginedead.logic.fingerprint import this_machine
+from tests.support.downstream import enginedead, validated
 
 Capture = pytest.CaptureFixture[str]
 

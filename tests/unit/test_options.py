@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from downstream import Downstream, Outcome
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL, validate_model
 from pytest_enginedead.logic.optiontable import OPTIONS
 from pytest_enginedead.logic.values import BadValue, parse_batch_sizes, parse_fraction, parse_seconds
+from tests.support.downstream import Downstream, Outcome
 
 
 def usage_error(result: Outcome) -> str:

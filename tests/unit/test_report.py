@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from downstream import Downstream, validated
 from pytest_enginedead.contract.control import Injection
 from pytest_enginedead.contract.steps import BEGIN_LINE, END_LINE, steps_path
 from pytest_enginedead.face import summary
@@ -39,6 +38,7 @@ from pytest_enginedead.logic.report import (
     verdict_word,
 )
 from pytest_enginedead.logic.verdicts import LivenessSettings
+from tests.support.downstream import Downstream, validated
 
 #: a process id for the record's file name; creation time 0 matches no real process
 WORKER = ProcRef(4242, 0.0)

@@ -13,10 +13,10 @@ import re
 
 import pytest
 
-from downstream import Downstream
 from pytest_enginedead.compat import registry, versions
 from pytest_enginedead.logic import sharding
 from pytest_enginedead.logic.sharding import Durations, Shard, ShardError, deal, parse_shard, split, units
+from tests.support.downstream import Downstream
 
 # --- the deal --------------------------------------------------------------------------------------
 

@@ -16,9 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from test_bad_input import assert_clean, wired  # noqa: F401  (a fixture)
 
-from downstream import enginedead
 from pytest_enginedead.compat import in_worker
 from pytest_enginedead.contract.steps import (
     BEGIN_LINE,
@@ -35,6 +33,8 @@ from pytest_enginedead.logic.sizing.fit import Fit, Step
 from pytest_enginedead.logic.sizing.plan import plan_sizing
 from pytest_enginedead.logic.sizing.result import Measured, format_sizing, sizing_result
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
+from tests.support.downstream import enginedead
+from tests.unit.test_bad_input import assert_clean, wired  # noqa: F401  (a fixture)
 
 ROOT = Path(__file__).resolve().parents[2]
 GEMMA_26B = ROOT / "fixtures" / "gemma4-26b-a4b"

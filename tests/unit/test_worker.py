@@ -22,7 +22,6 @@ from typing import Any
 import psutil
 import pytest
 
-import procs
 from pytest_enginedead.contract.control import CRASH_EXIT_CODE, Control, Injection, write_control
 from pytest_enginedead.contract.dumps import (
     MAIN_THREAD_PREFIX,
@@ -51,6 +50,7 @@ from pytest_enginedead.harness.stacks import innermost_frames
 from pytest_enginedead.invllm import worker
 from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning import EngineSpec
+from tests.support import procs
 
 ME = os.getpid()
 

@@ -1,6 +1,6 @@
 """A downstream repo for the tests: its suite, run as ``pytest -p enginedead``, and what it left.
 
-``Downstream`` is a ``pytester`` directory holding suites copied from ``examples/``.
+``Downstream`` is a ``pytester`` directory holding suites copied from ``tests/examples/``.
 ``Downstream.run`` is the one way the tests run a downstream pytest: in-process or in a
 subprocess, returning the outcomes and, when asked, the JSON report (validated against
 ``report.schema.json`` when jsonschema is installed).  ``Downstream.start`` runs it in a
@@ -31,8 +31,8 @@ from pytest_enginedead.harness.cleanup import ProcRef, mapped_shm
 from pytest_enginedead.logic.report import SCHEMA_PATH
 
 HERE = Path(__file__).resolve().parent
-#: the downstream suites (``pytester_example_dir``)
-EXAMPLES = HERE / "examples"
+#: the downstream suites (``pytester_example_dir``): ``tests/examples``
+EXAMPLES = HERE.parent / "examples"
 #: real worker processes for the no-vLLM tests; self-contained, copied beside a suite
 PROCS = HERE / "procs.py"
 REPORT_NAME = "enginedead-report.json"

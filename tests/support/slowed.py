@@ -1,4 +1,4 @@
-"""Run a command on a deliberately slowed machine: ``python tests/slowed.py -- CMD ...``.
+"""Run a command on a deliberately slowed machine: ``python tests/support/slowed.py -- CMD ...``.
 
 A busy loop pinned to the last allowed core keeps that core's share of time at about
 half for anything else scheduled there (under ``-n 2`` one xdist worker's engines run
@@ -20,7 +20,7 @@ HOG = "while True:\n    pass\n"
 
 def main(argv: list[str]) -> int:
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        print("usage: python tests/slowed.py -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python tests/support/slowed.py -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     command = argv[argv.index("--") + 1 :]
     core = max(os.sched_getaffinity(0))

@@ -1,0 +1,1 @@
+"""Tests that start real vLLM CPU engines and servers (marker ``engine``)."""
