@@ -1,15 +1,47 @@
 """A model directory and its ``config.json``: found, parsed, and held against what vLLM needs.
+
+Model presets ship with the package (``pytest_enginedead/models/<name>/``, config only: the
+engines run them with dummy weights): a ``--model`` that names one and is no directory here
+resolves to it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from .values import BadValue, expand_path, path_exists
 
-BUNDLED_MODEL = str(Path(__file__).parent.parent / "models" / "tiny-llama")
+#: the model presets shipped with the package, one directory each
+MODELS_DIR = Path(__file__).parent.parent / "models"
+BUNDLED_MODEL = str(MODELS_DIR / "tiny-llama")
+
+
+def presets() -> dict[str, str]:
+    """The model presets by name: directory (a config.json each; dummy weights)."""
+    if not MODELS_DIR.is_dir():
+        return {}
+    return {p.name: str(p) for p in sorted(MODELS_DIR.iterdir()) if (p / "config.json").is_file()}
+
+
+def preset_summary(config: dict[str, Any]) -> str:
+    """One line on a preset's config: architecture, depth, width, experts."""
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
+    parts = [", ".join(config.get("architectures") or ["?"])]
+    for key, label in (("num_hidden_layers", "layers"), ("hidden_size", "hidden")):
+        if text.get(key):
+            parts.append(f"{text[key]} {label}" if label == "layers" else f"{label} {text[key]}")
+    experts = text.get("num_experts") or text.get("num_local_experts")
+    if experts:
+        width = text.get("moe_intermediate_size") or text.get("expert_intermediate_size")
+        top = text.get("top_k_experts") or text.get("num_experts_per_tok") or "?"
+        parts.append(f"{experts} experts, top-{top}" + (f", expert width {width}" if width else ""))
+    if text.get("max_position_embeddings"):
+        parts.append(f"context {text['max_position_embeddings']}")
+    return "; ".join(parts)
 
 
 def validate_model(path: str) -> str:
@@ -22,7 +54,11 @@ def validate_model(path: str) -> str:
         raise BadValue("no model directory given; give a directory holding a config.json")
     p = expand_path(path)
     if not path_exists(p):
-        raise BadValue(f"model directory {str(p)!r} does not exist")
+        named = presets()
+        if path.strip() in named:
+            return named[path.strip()]
+        hint = f", and no preset is named so ({', '.join(named)})" if os.sep not in path and named else ""
+        raise BadValue(f"model directory {str(p)!r} does not exist{hint}")
     if not p.is_dir():
         raise BadValue(f"model path {str(p)!r} is not a directory")
     config = p / "config.json"
