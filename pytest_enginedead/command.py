@@ -10,17 +10,25 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from .commands import calibrate, check, merge, probe, probes
+from . import __version__
+from .commands import calibrate, check, doctor, merge, probe, probes
 from .commands.common import Parser, Refused, refused, verbose_in
+from .compat import versions
 
 DESCRIPTION = "Catch vLLM engines declared dead while their workers are still computing."
+EPILOG = ("Start with `enginedead doctor`; `enginedead COMMAND --help` says what each command prints, "
+          "its exit status and the variables it reads.")
 #: in the order ``enginedead --help`` lists them
-COMMANDS = {"check": check, "calibrate": calibrate, "probe": probe, "probes": probes, "merge": merge}
+COMMANDS = {"doctor": doctor, "check": check, "calibrate": calibrate, "probe": probe, "probes": probes,
+            "merge": merge}
 
 
 def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
-    parser = Parser(prog="enginedead", description=DESCRIPTION)
+    parser = Parser(prog="enginedead", description=DESCRIPTION, epilog=EPILOG)
     parser.verbose = verbose
+    vllm = versions.installed_version() or "not installed"
+    parser.add_argument("--version", action="version", version=f"enginedead (pytest-enginedead) {__version__}; "
+                        f"vLLM {vllm}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in COMMANDS.values():
         module.add_parser(sub, verbose)

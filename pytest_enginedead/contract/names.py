@@ -25,6 +25,10 @@ GUARD_ENV = "ENGINEDEAD_GUARD"
 GUARD_POLICY_ENV = "ENGINEDEAD_GUARD_POLICY"
 GUARD_HANG_ENV = "ENGINEDEAD_GUARD_HANG_S"
 
+#: The pytest option ``--enginedead-policy``'s variable (its option names it too): not the
+#: guard's, which a production guard says when it is set in its place.
+POLICY_OPTION_ENV = "ENGINEDEAD_POLICY"
+
 #: Extra directories (os.pathsep list) to import a ``module:attr`` guard policy from.
 GUARD_PATH_ENV = "ENGINEDEAD_GUARD_PATH"
 

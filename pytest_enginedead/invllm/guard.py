@@ -51,7 +51,7 @@ from ..contract.guardfiles import (
 )
 from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV
 from ..contract.steps import steps_path
-from ..logic.guardconfig import GuardConfig, config_from_env, guard_asked
+from ..logic.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
 from ..logic.policy import Backend
 
 #: The wait loop runs thousands of times a second; the worker is looked at this often.
@@ -409,6 +409,9 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
     guard, problem = config_from_env(environ)
     if problem:
         logger.error("enginedead guard: %s; the guard stays off", problem)
+    misplaced = misplaced_policy(environ)
+    if misplaced:
+        logger.warning("enginedead guard: %s", misplaced)
     if run_dir is None and guard is None:
         return None  # nothing asked for: nothing in vLLM is touched
     state_path = None

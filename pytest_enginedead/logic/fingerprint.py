@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import sys
 from collections.abc import Mapping
 from typing import TypedDict
 
@@ -30,7 +31,17 @@ TORCH_DISTS = ("torch",)
 VLLM_DISTS = DIST_NAMES
 
 #: the fields that change step time; memory and platform do not (while the model fits)
-STEP_TIME_FIELDS = ("cpu_model", "cores_used", "isa_flags", "omp_threads", "torch", "vllm")
+STEP_TIME_FIELDS = ("cpu_model", "cores_used", "isa_flags", "omp_threads", "torch", "vllm", "preloads")
+
+#: the libraries vLLM's CPU documentation preloads for serving (its workers warn without them),
+#: by the name ``preloads`` reports: the file names each goes by
+PRELOADS = {
+    "tcmalloc": ("libtcmalloc.so.4", "libtcmalloc_minimal.so.4", "libtcmalloc.so"),
+    "iomp": ("libiomp5.so",),
+}
+#: where they are looked for: the venv's lib (intel-openmp puts libiomp5 there), then the system's
+LIBRARY_DIRS = ("lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+                "/usr/local/lib", "/lib/x86_64-linux-gnu")
 
 
 class Machine(TypedDict):
@@ -50,6 +61,8 @@ class Machine(TypedDict):
     vllm: str | None
     platform: str
     python: str
+    #: which of ``PRELOADS`` the engines' processes start with (their LD_PRELOAD)
+    preloads: list[str]
 
 
 def read_cpuinfo(path: str = CPUINFO) -> str:
@@ -116,7 +129,25 @@ def this_machine(cpuinfo: str | None = None, env: Mapping[str, str] | None = Non
         vllm=installed(*VLLM_DISTS),
         platform=platform.platform(),
         python=platform.python_version(),
+        preloads=preloaded(environ.get("LD_PRELOAD", "")),
     )
+
+
+def preloaded(ld_preload: str) -> list[str]:
+    """Which of ``PRELOADS`` an ``LD_PRELOAD`` value holds, sorted."""
+    files = {os.path.basename(p) for p in ld_preload.replace(" ", ":").split(":") if p}
+    return sorted(name for name, names in PRELOADS.items() if files & set(names))
+
+
+def find_preloads(prefix: str | None = None) -> dict[str, str | None]:
+    """Where each of ``PRELOADS`` is on this machine (the first found), or None."""
+    base = sys.prefix if prefix is None else prefix
+    dirs = [d if d.startswith("/") else os.path.join(base, d) for d in LIBRARY_DIRS]
+    found: dict[str, str | None] = {}
+    for name, files in PRELOADS.items():
+        paths = (os.path.join(d, f) for d in dirs for f in files)
+        found[name] = next((p for p in paths if os.path.isfile(p)), None)
+    return found
 
 
 def differences(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:

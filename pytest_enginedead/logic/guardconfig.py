@@ -11,7 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..contract.names import GUARD_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV, GUARD_POLICY_ENV
+from ..contract.names import GUARD_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
+from .planning import PolicyFailure, policy_deadline
 from .policy import PolicyError, PolicyLike, PolicyNotFound, load_policy, policy_name
 
 DEFAULT_HANG_S = 60.0
@@ -62,4 +63,25 @@ def config_from_env(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str
         )
     except PolicyError as exc:
         return None, f"{GUARD_POLICY_ENV}={spec!r}: {exc}"
-    return GuardConfig(policy, policy_name(policy, spec), hang_s, spec), None
+    name = policy_name(policy, spec)
+    try:
+        for n in PROBED_BATCHES:
+            policy_deadline(policy, name, n)
+    except PolicyFailure as exc:  # a cap that is no number never caps: the guard stays off
+        return None, f"{GUARD_POLICY_ENV}={spec!r}: {exc}"
+    return GuardConfig(policy, name, hang_s, spec), None
+
+
+#: the batch sizes a guard's policy is asked about before the guard turns on: it must give
+#: a cap vLLM can hold at each (a real, finite number of seconds >= 1)
+PROBED_BATCHES = (1, 8, 64, 256)
+
+
+def misplaced_policy(environ: Mapping[str, str]) -> str | None:
+    """``ENGINEDEAD_POLICY`` (the pytest option's variable) set where the guard reads
+    ``ENGINEDEAD_GUARD_POLICY``: what a production guard says about it, or None."""
+    raw = environ.get(POLICY_OPTION_ENV)
+    if raw is None or environ.get(GUARD_POLICY_ENV) is not None or not guard_asked(environ):
+        return None
+    return (f"{POLICY_OPTION_ENV}={raw!r} is the pytest option's variable; the guard reads "
+            f"{GUARD_POLICY_ENV} (unset: the reference policy caps each step)")

@@ -1,0 +1,116 @@
+"""``enginedead doctor``: the install and the machine checked in seconds, no engine started.
+
+One line per check (ok / warn / fail, and the line that fixes it); exit 0 when nothing
+failed, 1 when a check failed.  The judgements are ``logic.diagnosis``'s; this module reads
+what they judge: package versions, /proc, the environment, and ``import transformers`` in a
+process of its own (it imports torch: seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..compat import versions
+from ..logic import diagnosis, fingerprint
+from ..logic.diagnosis import Finding
+from ..logic.modelconfig import read_config, validate_model
+from ..logic.sizing import shapes, slices
+from ..logic.values import BadValue
+from .common import Refused, arg
+
+#: the longest ``import transformers`` may take in its own process
+IMPORT_TIMEOUT_S = 120.0
+EPILOG = ("exit status: 0 nothing failed (warnings included), 1 a check failed, 2 bad usage.  "
+          "Reads LD_PRELOAD, OMP_NUM_THREADS, VLLM_CPU_OMP_THREADS_BIND, VLLM_PLUGINS, "
+          "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, VLLM_ENABLE_V1_MULTIPROCESSING and ENGINEDEAD_GUARD*.")
+
+
+def add_parser(sub: Any, verbose: bool) -> None:
+    doc = sub.add_parser("doctor", help="check the install and this machine in seconds (no engine starts)",
+                         description="Check vLLM's CPU build, torch, transformers, the CPU's vector units, "
+                         "memory for a model, the tcmalloc/iomp preloads, OpenMP binding, the guard's plugin "
+                         "and the deadline in force; one line each, with the fix.", epilog=EPILOG)
+    doc.verbose = verbose
+    doc.add_argument("--model", type=arg(validate_model), metavar="DIR|PRESET",
+                     help="also check the memory this model needs (a directory with a config.json, or a "
+                     "preset: enginedead calibrate --list-models)")
+    doc.add_argument("--json", action="store_true", help="print the findings as JSON")
+    doc.add_argument("-v", "--verbose", action="store_true", help="show long paths whole")
+
+
+def run(args: argparse.Namespace) -> int:
+    findings = diagnose(args.model)
+    if args.json:
+        print(json.dumps({"findings": [f.to_dict() for f in findings],
+                          "exit": diagnosis.exit_status(findings)}, indent=2))
+    else:
+        for finding in findings:
+            print(finding.line(), flush=True)
+    return diagnosis.exit_status(findings)
+
+
+def diagnose(model: str | None = None) -> list[Finding]:
+    """Every check, in the order a person fixes them: install first, then the machine."""
+    environ = os.environ
+    dist, version = _vllm()
+    found = [diagnosis.check_vllm(dist, version), diagnosis.check_torch(_dist_version("torch"))]
+    extras = {name: v for name in diagnosis.CUDA_EXTRAS if (v := _dist_version(name)) is not None}
+    imported, error = _imports("transformers")
+    found.append(diagnosis.check_transformers(imported, error, extras))
+    found.append(diagnosis.check_isa(fingerprint.isa_flags(fingerprint.read_cpuinfo())))
+    if model is not None:
+        found.append(_memory(model))
+    found.append(diagnosis.check_preloads(environ.get("LD_PRELOAD", ""), fingerprint.find_preloads()))
+    found.append(diagnosis.check_omp(environ, diagnosis.sched_cores()))
+    found.append(diagnosis.check_plugin(_plugin_registered(), environ))
+    found.extend(diagnosis.check_deadline(environ, version))
+    return found
+
+
+def _vllm() -> tuple[str | None, str | None]:
+    for dist in ("vllm-cpu", "vllm"):
+        version = _dist_version(dist)
+        if version is not None:
+            return dist, version
+    return None, versions.installed_version()
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _imports(module: str) -> tuple[bool, str]:
+    """Whether ``module`` imports in a fresh interpreter, and its error's last line if not."""
+    try:
+        done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True, text=True,
+                              timeout=IMPORT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return False, f"no answer in {IMPORT_TIMEOUT_S:.0f} s"
+    lines = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]
+    return done.returncode == 0, lines[-1] if lines else f"exit {done.returncode}"
+
+
+def _plugin_registered() -> bool:
+    eps = importlib.metadata.entry_points(group="vllm.general_plugins")
+    return any(ep.name == "enginedead" for ep in eps)
+
+
+def _memory(model: str) -> Finding:
+    """The model with dummy weights and one sequence's KV cache at its full context."""
+    try:
+        config = read_config(Path(model) / "config.json")
+    except BadValue as exc:
+        raise Refused(f"--model {model}: {exc}") from None
+    kv = slices.kv_cache_gib(config, [shapes.model_max_len(config) or 2048])
+    return diagnosis.check_memory(os.path.basename(model), slices.memory(config, kv),
+                                  fingerprint.meminfo("MemAvailable"))
