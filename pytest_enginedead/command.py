@@ -27,8 +27,8 @@ def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
     parser = Parser(prog="enginedead", description=DESCRIPTION, epilog=EPILOG)
     parser.verbose = verbose
     vllm = versions.installed_version() or "not installed"
-    parser.add_argument("--version", action="version", version=f"enginedead (pytest-enginedead) {__version__}; "
-                        f"vLLM {vllm}")
+    parser.add_argument("--version", action="version",
+                        version=f"enginedead (pytest-enginedead) {__version__}; vLLM {vllm}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in COMMANDS.values():
         module.add_parser(sub, verbose)
