@@ -34,19 +34,26 @@ SIZING_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_c
                 "forecast_layers", "no_validate")
 
 
+EPILOG = ("exit status: 0 measured (the advice printed), 2 bad usage, nothing started; 1 an engine failed "
+          "(see the log); 130 interrupted.  Reads: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (the deadline in "
+          "force, unless --deadline), VLLM_PLUGINS, LD_PRELOAD (the engines inherit it: say which you serve "
+          "with), OMP_NUM_THREADS, VLLM_CPU_OMP_THREADS_BIND, TMPDIR (the log).")
+
+
 def add_parser(sub: Any, verbose: bool) -> None:
     cal = sub.add_parser("calibrate",
                          help="size a serving configuration: step model, worst step, what to set",
                          description="Measure real steps on one engine per model (or depth slice), fit "
                          "the step model, bound the worst step vLLM's scheduler can form under the serving "
                          "limits, and print the deadline, the guard's policy and the limits to set.  With "
-                         "--batch-sizes and no serving flag: decode steps per batch size only.")
+                         "--batch-sizes and no serving flag: decode steps per batch size only.",
+                         epilog=EPILOG)
     cal.verbose = verbose
     add_engine_flags(cal, None, "decode batch sizes to measure (default 1,8,32 and --max-num-seqs); alone, "
                      "without a serving flag: the decode-only calibration at these sizes")
-    cal.add_argument("--headroom", type=headroom, default=3.0,
+    cal.add_argument("--headroom", type=headroom, default=3.0, metavar="X",
                      help="deadline = headroom x predicted step time (default 3)")
-    cal.add_argument("--steps", type=positive_int, default=None,
+    cal.add_argument("--steps", type=positive_int, default=None, metavar="N",
                      help="measured decode steps per batch size, after warm-up (default 4; 64 with "
                      "--batch-sizes alone)")
     cal.add_argument("--max-num-seqs", type=positive_int, metavar="N",

@@ -110,8 +110,14 @@ def add_engine_flags(p: argparse.ArgumentParser, sizes: tuple[int, ...] | None, 
                    help=what or f"comma list of batch sizes (default {','.join(map(str, sizes or ()))})")
     p.add_argument("--log", metavar="PATH",
                    help="where pytest's output and vLLM's logs go (default: a file in the temp dir)")
+    add_verbose(p)
+
+
+def add_verbose(p: argparse.ArgumentParser) -> None:
+    """``-v``: the same meaning in every command."""
     p.add_argument("-v", "--verbose", action="store_true",
-                   help="show pytest's output and vLLM's logs on the terminal too")
+                   help="show what the command hides: long paths in errors whole, and pytest's output and "
+                   "vLLM's logs on the terminal (commands that start engines)")
 
 
 #: the command's output flags, in the order they are claimed (``args`` attribute, flag)

@@ -23,7 +23,7 @@ from ..logic.diagnosis import Finding
 from ..logic.modelconfig import read_config, validate_model
 from ..logic.sizing import shapes, slices
 from ..logic.values import BadValue
-from .common import Refused, arg
+from .common import Refused, add_verbose, arg
 
 #: the longest ``import transformers`` may take in its own process
 IMPORT_TIMEOUT_S = 120.0
@@ -42,7 +42,7 @@ def add_parser(sub: Any, verbose: bool) -> None:
                      help="also check the memory this model needs (a directory with a config.json, or a "
                      "preset: enginedead calibrate --list-models)")
     doc.add_argument("--json", action="store_true", help="print the findings as JSON")
-    doc.add_argument("-v", "--verbose", action="store_true", help="show long paths whole")
+    add_verbose(doc)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..harness import outputs
 from ..logic import merging
-from .common import Refused, refused
+from .common import Refused, add_verbose, refused
 
 
 def add_parser(sub: Any, verbose: bool) -> None:
@@ -18,13 +18,16 @@ def add_parser(sub: Any, verbose: bool) -> None:
                          description="Merge the JSON reports of shards (--enginedead-shard), vLLM "
                          "releases and machines into one verdict table; step figures of different machines "
                          "stay apart.  Exit 1 when a false death happened under the policy or the guard, "
-                         "or a shard is missing.")
+                         "or a shard is missing.",
+                         epilog="exit status: 0 no false death under the policy or the guard and no shard "
+                         "missing; 1 a false death under the policy or the guard, or a missing shard; 2 a "
+                         "report it cannot read or a path it cannot write (nothing written).")
     mer.verbose = verbose
     mer.add_argument("reports", nargs="+", metavar="REPORT",
                      help="reports written by --enginedead-report or `enginedead check --report`")
     mer.add_argument("--junitxml", metavar="PATH", help="also write the merged table as JUnit XML here")
     mer.add_argument("--json", action="store_true", help="print the merge as JSON")
-    mer.add_argument("-v", "--verbose", action="store_true", help="show long paths whole in errors")
+    add_verbose(mer)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ from ..harness.preflight import model_problem, vllm_environment_problem
 from ..harness.server import has_tokenizer
 from ..logic import probes
 from ..logic.modelconfig import BUNDLED_MODEL, validate_model
-from .common import Refused, arg, number, refused
+from .common import Refused, add_verbose, arg, number, refused
 
 
 def add_parser(sub: Any, verbose: bool) -> None:
@@ -23,7 +23,9 @@ def add_parser(sub: Any, verbose: bool) -> None:
                          "deadline under 64 clients; HUNG: the worker idle inside a step under a 30 s "
                          "deadline) with the guard off and on, sample GET /health, GET /v1/models, a 1-token "
                          "completion and `enginedead probe` all along, and replay common probe settings over "
-                         "the samples: a restart during SLOW is a false kill; during HUNG, how soon it came.")
+                         "the samples: a restart during SLOW is a false kill; during HUNG, how soon it came.",
+                         epilog="exit status: 0 measured, 2 bad usage (nothing started), 130 interrupted.  "
+                         "Reads: VLLM_PLUGINS, LD_PRELOAD, TMPDIR.")
     prb.verbose = verbose
     prb.add_argument("--model", type=arg(validate_model), default=BUNDLED_MODEL,
                      metavar="DIR", help="model directory with a tokenizer (default: the bundled tiny Llama)")
@@ -38,7 +40,7 @@ def add_parser(sub: Any, verbose: bool) -> None:
                      help="also replay your own probe setting: period and timeout in seconds, failure "
                      "threshold (e.g. mine=5/2/3; repeatable)")
     prb.add_argument("--json", action="store_true", help="print the results as JSON")
-    prb.add_argument("-v", "--verbose", action="store_true", help="show long paths whole in errors")
+    add_verbose(prb)
 
 
 def _probe_setting(raw: str) -> probes.Setting:

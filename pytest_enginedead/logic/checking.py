@@ -158,6 +158,45 @@ def false_deaths_under_policy(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if r.mode in ("policy", "guard") and r.verdict == "false death"]
 
 
+def run_label(mode: str, plan: CheckPlan, policy: str) -> str:
+    """What each run is called in the verdict line."""
+    if mode == "stock":
+        return f"stock vLLM ({plan.stock_s} s deadline)"
+    if mode == "guard":
+        return f"guard ({plan.stock_s} s deadline, policy {policy} as its cap)"
+    return f"policy {policy}"
+
+
+def verdict_line(
+    rows: Sequence[Row], plan: CheckPlan, policy: str, batch_sizes: Sequence[int]
+) -> tuple[str, int]:
+    """The check's last line, naming each run, and its exit status.
+
+    The stock runs show vLLM's behaviour: their false deaths are the bug, expected, and do
+    not fail the check.  Exit 1 for a false death under the policy or the guard, or for a
+    planned run that failed or did not run (a table with a hole in it is no answer); else 0.
+    """
+    parts = []
+    code = 0
+    for mode in plan.modes:
+        mine = [r for r in rows if r.mode == mode]
+        dead = [r.batch_size for r in mine if r.verdict == "false death"]
+        failed = [r.batch_size for r in mine if r.verdict == "failed"]
+        missing = [n for n in batch_sizes if n not in {r.batch_size for r in mine}]
+        said = []
+        if dead:
+            said.append(f"FALSE DEATH at batch {', '.join(map(str, dead))}")
+            code = code or (1 if mode != "stock" else 0)
+        if failed:
+            said.append(f"FAILED at batch {', '.join(map(str, failed))} (see the log)")
+            code = 1
+        if missing:
+            said.append(f"did not run at batch {', '.join(map(str, missing))} (see the log)")
+            code = 1
+        parts.append(f"{run_label(mode, plan, policy)}: {'; '.join(said) or 'no false death'}")
+    return "; ".join(parts), code
+
+
 def progress_line(event: Mapping[str, Any]) -> str:
     """One run as the command reports it while it works."""
     steps = f"{event.get('steps', 0)} steps"
