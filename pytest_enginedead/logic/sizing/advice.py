@@ -9,7 +9,9 @@
 * for a deadline that cannot change (vLLM's stock 300 s unless ``--deadline``): the
   largest ``--max-num-seqs`` (at the given token budget) and the largest
   ``--max-num-batched-tokens`` (at the given sequences) whose worst step x headroom
-  stays under it, and the ``vllm serve`` flags that follow.
+  stays under it; and a table of limits from common serving values (sequences 1-256,
+  contexts from 2048, never under 2048 or the model's own context if that is smaller)
+  whose worst step x headroom stays under it, one row per context, or none.
 
 Pure maths over a ``Fit``.
 """
@@ -26,6 +28,66 @@ from .shapes import Limits, StepPlan, worst_step
 
 #: the guard policy's cap when the worst step does not need more (the reference policy's)
 POLICY_CAP_S = 7200.0
+
+#: the values people serve with, which the limits table picks from
+COMMON_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+COMMON_TOKENS = (256, 512, 1024, 2048, 4096, 8192, 16384)
+COMMON_CONTEXTS = (2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)
+#: no context under this is advised (or the model's own, where it is shorter)
+MIN_CONTEXT = 2048
+
+
+@dataclass(frozen=True)
+class LimitsRow:
+    """At one context, the largest common limits whose worst step x headroom stays under the
+    deadline (``max_num_seqs`` None: none do)."""
+
+    max_model_len: int
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    worst_s: float | None = None
+
+    def flags(self) -> str | None:
+        if self.max_num_seqs is None:
+            return None
+        return (f"--max-model-len {self.max_model_len} --max-num-seqs {self.max_num_seqs} "
+                f"--max-num-batched-tokens {self.max_num_batched_tokens}")
+
+    def as_dict(self) -> dict[str, object]:
+        return {"max_model_len": self.max_model_len, "max_num_seqs": self.max_num_seqs,
+                "max_num_batched_tokens": self.max_num_batched_tokens, "worst_s": self.worst_s,
+                "flags": self.flags()}
+
+
+def advised_contexts(limits: Limits, model_len: int | None) -> list[int]:
+    """The contexts the table answers for: common ones from 2048 (or the model's own, if shorter)
+    up to the model's own, and the one asked for."""
+    top = model_len or limits.max_model_len
+    floor = min(MIN_CONTEXT, top)
+    picked = {c for c in COMMON_CONTEXTS if floor <= c <= top}
+    if limits.max_model_len >= floor:
+        picked.add(limits.max_model_len)
+    if not picked:
+        picked.add(top)
+    return sorted(picked)
+
+
+def limits_table(fit: Fit, limits: Limits, window: int | None, headroom: float, deadline_s: float,
+                 model_len: int | None) -> list[LimitsRow]:
+    """Per advised context: the most sequences (then tokens) of the common values that fit."""
+    rows = []
+    for ctx in advised_contexts(limits, model_len):
+        best: LimitsRow | None = None
+        for seqs in COMMON_SEQS:
+            for tokens in COMMON_TOKENS:
+                if tokens < seqs:  # vLLM refuses fewer tokens per step than sequences
+                    continue
+                lim = replace(limits, max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=ctx)
+                seconds = worst_time(fit, lim, window)[1]
+                if seconds * headroom <= deadline_s:
+                    best = LimitsRow(ctx, seqs, tokens, seconds)
+        rows.append(best or LimitsRow(ctx))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -44,6 +106,10 @@ class Advice:
     max_model_len_under_deadline: int | None
     #: the ``vllm serve`` limits that keep the worst step under the deadline in force
     flags: str | None
+    #: common serving limits that stay under the deadline, per context
+    table: tuple[LimitsRow, ...] = ()
+    #: the reference policy's cap at the worst step's sequences and tokens (the guard's default)
+    reference_cap_s: float | None = None
 
     @property
     def fits(self) -> bool:
@@ -62,6 +128,10 @@ class Advice:
             "max_num_batched_tokens_under_deadline": self.max_num_batched_tokens_under_deadline,
             "max_model_len_under_deadline": self.max_model_len_under_deadline,
             "flags": self.flags,
+            "limits_table": [row.as_dict() for row in self.table],
+            "reference_cap_s": self.reference_cap_s,
+            "reference_cap_covers_worst": None if self.reference_cap_s is None
+            else self.reference_cap_s >= self.worst_s,
             "policy": {
                 "base_s": rule.base_s,
                 "per_seq_s": rule.per_seq_s,
@@ -123,7 +193,8 @@ def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
 MAX_SEQS_SEARCHED = 8192
 
 
-def advise(fit: Fit, limits: Limits, window: int | None, headroom: float, deadline_s: float) -> Advice:
+def advise(fit: Fit, limits: Limits, window: int | None, headroom: float, deadline_s: float,
+           model_len: int | None = None) -> Advice:
     plan, worst_s = worst_time(fit, limits, window)
     recommended = max(int(STOCK_DEADLINE_S), math.ceil(headroom * worst_s))
 
@@ -149,6 +220,11 @@ def advise(fit: Fit, limits: Limits, window: int | None, headroom: float, deadli
             lambda k: under(replace(limits, max_num_seqs=k, max_num_batched_tokens=k)),
         )
         flags = None if both is None else f"--max-num-seqs {both} --max-num-batched-tokens {both}"
-    longest = _largest(2, length, lambda k: under(replace(limits, max_model_len=k)))
+    floor = min(MIN_CONTEXT, model_len or length)
+    longest = _largest(floor, length, lambda k: under(replace(limits, max_model_len=k)))
     policy = guard_policy(fit, limits, window, headroom, recommended)
-    return Advice(headroom, deadline_s, plan, worst_s, recommended, policy, seqs, tokens, longest, flags)
+    table = tuple(limits_table(fit, limits, window, headroom, deadline_s, model_len))
+    step = plan.step(window)
+    reference = TimeoutPolicy().timeout_s(Backend.CPU, step.seqs, step.tokens)
+    return Advice(headroom, deadline_s, plan, worst_s, recommended, policy, seqs, tokens, longest, flags,
+                  table, reference)

@@ -75,7 +75,8 @@ def sizing_result(plan: SizingPlan, measured: Sequence[Measured], headroom: floa
     """The numbers the command prints and its JSON carries (pure, given what was measured)."""
     fc = fit_of(plan, measured)
     fitted = fc.fit
-    adv = advice.advise(fitted, plan.limits, plan.window, headroom, deadline_s)
+    adv = advice.advise(fitted, plan.limits, plan.window, headroom, deadline_s,
+                        shapes.model_max_len(plan.config))
     worst_step = adv.worst.step(plan.window)
     worst: dict[str, Any] = {
         **worst_step.as_dict(), "plan": adv.worst.as_dict(), "predicted_s": adv.worst_s, "measured_s": None,
@@ -204,12 +205,6 @@ def format_sizing(out: dict[str, Any]) -> str:
         fires = "FIRES" if r["stock_fires"] else "ok"
         lines.append(f"{r['batch_size']:>5}  {r['context_tokens']:>7}  {measured:>12}  "
                      f"{_s(r['predicted_s']):>9}  {fires:>12}")
-    if worst["predicted_s"] > stock:
-        verdict = f"the {stock:g} s deadline FIRES"
-    elif rec["worst_step_fits_deadline"]:
-        verdict = f"under {stock:g} s with headroom {rec['headroom']:g}"
-    else:
-        verdict = f"under {stock:g} s, but not with headroom {rec['headroom']:g}"
     lines.append(f"worst step the scheduler can form: {shapes.StepPlan.from_dict(worst['plan']).describe()} "
                  f"({worst['seqs']} seqs, {worst['tokens']} tokens, "
                  f"{worst['context_tokens']:,} context tokens)")
@@ -218,26 +213,59 @@ def format_sizing(out: dict[str, Any]) -> str:
                      f"{worst['formed']['context_tokens']:,} context tokens; "
                      f"the model says {_s(worst['formed']['predicted_s'])})"
                      if worst.get("formed") else worst.get("note", ""))
-    lines.append(f"  predicted {_s(worst['predicted_s'])}; {measured_text}; {verdict}")
-    lines.append("what to set:")
-    lines.append(f"  {rec['export']}    (headroom {rec['headroom']:g} x the worst step)")
-    if rec["worst_step_fits_deadline"]:
-        lines.append(f"  or keep {stock:g} s: these limits already stay under it")
-    elif rec["flags"]:
-        lines.append(f"  or keep {stock:g} s and serve with: {rec['flags']}")
-    else:
-        lines.append(f"  or keep {stock:g} s: no --max-num-seqs / --max-num-batched-tokens keep "
-                     f"--max-model-len {lim['max_model_len']} under it")
-    largest = []
-    if rec["max_num_seqs_under_deadline"] is not None:
-        largest.append(f"--max-num-seqs {rec['max_num_seqs_under_deadline']} "
-                       f"(at {lim['max_num_batched_tokens']} tokens)")
-    if rec["max_num_batched_tokens_under_deadline"] is not None:
-        largest.append(f"--max-num-batched-tokens {rec['max_num_batched_tokens_under_deadline']} "
-                       f"(at {lim['max_num_seqs']} seqs)")
-    if rec.get("max_model_len_under_deadline") is not None:
-        largest.append(f"--max-model-len {rec['max_model_len_under_deadline']} (at both)")
-    lines.append(f"  the largest whose worst step x {rec['headroom']:g} stays under {stock:g} s: "
-                 + (", ".join(largest) or "none"))
-    lines.append(f"  guard cap (ENGINEDEAD_GUARD_POLICY=module:POLICY): {rec['policy']['python']}")
+    lines.append(f"  predicted {_s(worst['predicted_s'])}; {measured_text}")
+    lines.extend(advice_lines(out))
     return "\n".join(lines)
+
+
+def advice_lines(out: dict[str, Any]) -> list[str]:
+    """The answer first (does the deadline in force fire, with what headroom), then what to set:
+    each option a complete line to paste."""
+    lim, worst, rec = out["limits"], out["worst_step"], out["recommend"]
+    stock, room = rec["deadline_in_force_s"], rec["headroom"]
+    worst_s = worst["measured_s"] if worst.get("measured_s") is not None else worst["predicted_s"]
+    how = "measured" if worst.get("measured_s") is not None else (
+        "forecast" if worst.get("forecast") else "predicted")
+    needed = worst_s * room
+    if worst_s > stock:
+        verdict = f"it FIRES: a step that long is declared dead at {stock:g} s"
+    elif needed > stock:
+        verdict = f"it holds, but without headroom {room:g} ({_s(needed)} wanted)"
+    else:
+        verdict = f"it holds with headroom {room:g} ({_s(needed)} of {stock:g} s)"
+    lines = [f"answer: at --max-num-seqs {lim['max_num_seqs']} --max-num-batched-tokens "
+             f"{lim['max_num_batched_tokens']} --max-model-len {lim['max_model_len']} the worst step takes "
+             f"{_s(worst_s)} ({how}); the deadline in force is {stock:g} s: {verdict}."]
+    if needed <= stock:
+        lines.append("what to set: nothing; these limits stay under the deadline in force.")
+        return lines
+    lines.append("what to set (any one):")
+    hours = rec["deadline_s"] / 3600
+    lines.append(f"  1. keep the limits, raise the deadline:  {rec['export']}"
+                 + (f"  ({hours:.1f} h: a hung engine holds its requests that long; 2. ends a hang in 60 s)"
+                    if hours >= 1 else ""))
+    lines.append("  2. keep the deadline, run the guard with a cap that covers the worst step x "
+                 f"{room:g}:")
+    lines.append("       ENGINEDEAD_GUARD=1 ENGINEDEAD_GUARD_POLICY=enginedead_policy:POLICY "
+                 "python -m vllm.entrypoints.openai.api_server ...")
+    lines.append("     with enginedead_policy.py on the server's PYTHONPATH:")
+    lines.append("       from pytest_enginedead import TimeoutPolicy")
+    lines.append(f"       {rec['policy']['python']}")
+    cap = rec.get("reference_cap_s")
+    if cap is not None and not rec.get("reference_cap_covers_worst"):
+        lines.append(f"     (the guard's default, the reference policy, caps this step at {_s(cap)}: below "
+                     f"the worst step's {_s(worst_s)}, it would end that step as vLLM does)")
+    table = rec.get("limits_table") or []
+    fits = [row for row in table if row.get("flags")]
+    none = [row["max_model_len"] for row in table if not row.get("flags")]
+    if fits:
+        lines.append("  3. keep the deadline, serve smaller limits (common values whose worst step x "
+                     f"{room:g} stays under {stock:g} s):")
+        lines.extend(f"       {row['flags']}    (worst step {_s(row['worst_s'])})" for row in fits)
+        if none:
+            lines.append(f"     (none at --max-model-len {', '.join(map(str, none))})")
+    elif none:
+        span = f"{none[0]}" if len(none) == 1 else f"{none[0]} to {none[-1]}"
+        lines.append(f"  3. smaller limits: no such limits at --max-model-len {span} (1-256 sequences): "
+                     "raise the deadline (1) or run the guard (2)")
+    return lines
