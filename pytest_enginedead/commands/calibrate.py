@@ -12,12 +12,14 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from ..compat import versions
 from ..harness import outputs
 from ..harness.measure import measure, size
 from ..harness.outputs import Output
+from ..logic.modelconfig import preset_summary, presets, read_config
 from ..logic.sizing import shapes
 from ..logic.sizing.decode import calibration, format_calibration
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
@@ -79,11 +81,31 @@ def add_parser(sub: Any, verbose: bool) -> None:
                      help="draw step time against sequences per context, with the deadlines "
                      "(needs matplotlib)")
     cal.add_argument("--json", action="store_true", help="print the results as JSON")
+    cal.add_argument("--list-models", action="store_true",
+                     help="list the model presets --model takes by name (configs shipped with the package; "
+                     "dummy weights) and exit")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list_models:
+        return list_models(args.json)
     claimed = preflight(args, after_model=_plan_if_sizing)
     return run_claimed(args, claimed, run_calibrate)
+
+
+def list_models(as_json: bool) -> int:
+    """The presets: name, what the config is, where it lies."""
+    found = {}
+    for name, directory in presets().items():
+        config = read_config(Path(directory) / "config.json")
+        found[name] = {"directory": directory, "summary": preset_summary(config)}
+    if as_json:
+        print(json.dumps(found, indent=2))
+        return 0
+    for name, info in found.items():
+        print(f"{name:<18} {info['summary']}")
+    print("use: enginedead calibrate --model NAME (a directory path works too)")
+    return 0
 
 
 def parse_depths(raw: str) -> tuple[int, ...]:
