@@ -1,0 +1,400 @@
+"""mkdocs hook: the reference tables, built from the code at every build.
+
+A line ``<!-- generated: NAME -->`` in a page is replaced, before the page is rendered,
+by what the code says today:
+
+- ``options``: every plugin option (``pytest_enginedead.logic.optiontable.OPTIONS``):
+  flag, ini key, environment variable (``opt.env``), default, help.
+- ``markers``: the markers (``pytest_enginedead.face.markers.DOCS``).
+- ``fixtures``: the fixtures the plugin provides (``pytest_enginedead.plugin.__all__``) and
+  their docstrings.
+- ``handles``: the documented public members of ``EngineHandle`` and ``ServerHandle``.
+- ``environment``: every ``ENGINEDEAD_*`` constant in ``pytest_enginedead/contract/names.py``
+  with its ``#:`` comment (read with ``ast``; a constant without one shares the comment of
+  the constant right above it, as the source groups them).
+- ``commands``: ``enginedead --help`` and each command's ``--help``, from
+  ``pytest_enginedead.command.build_parser()`` (argparse's subparsers).
+- ``exit-codes``: the exit statuses: each command's, from the "exit status:" epilog of its
+  ``--help`` (``FALLBACK_EXITS`` below for a command without one), pytest's (its ``ExitCode``),
+  the serving process's (``contract.names.EXIT_DEAD`` / ``EXIT_HUNG``).
+- ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, and the file.
+- ``rooms``: the package's folders and modules with the first line of their docstrings.
+- ``import-rules``: the ``[tool.importlinter]`` contracts of ``pyproject.toml``.
+
+An unknown NAME fails the build.  The hook imports the package from this checkout (the
+repository root goes first on ``sys.path``); it needs pytest and psutil, never vLLM.
+
+Python examples.  Every ```` ```python ```` fence in the docs is one complete file, named by
+its ``title`` attribute, and may be run by a test:
+
+- ```` ```python title="test_x.py" ```` -- a file of its own; runs without vLLM.
+- ```` ```python title="test_x.py (needs an engine)" ```` -- starts a real vLLM engine or
+  server: run it only where vLLM is installed (and engines may start).
+- Fences on one page are files of one directory (a ``conftest.py`` beside a test file);
+  ``test_*.py`` files are run with ``pytest -p enginedead``, any other ``.py`` file that
+  has an ``if __name__ == "__main__":`` block with ``python FILE``.
+- A test that is expected to fail says so itself (``@pytest.mark.xfail(strict=True)``),
+  so every example's run passes.
+
+A ``python`` fence without a ``title`` fails the build.  Shell lines (``bash``, ``console``)
+and output (``text``) are not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from mkdocs.exceptions import PluginError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PACKAGE = ROOT / "pytest_enginedead"
+MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->[ \t]*$", re.MULTILINE)
+PYTHON_FENCE = re.compile(r"^(\s*)```python\b(.*)$", re.MULTILINE)
+#: the width argparse formats help to (it reads COLUMNS), so the pages do not depend on a terminal
+HELP_COLUMNS = "96"
+
+
+def cell(text: str) -> str:
+    """Text fit for one cell of a Markdown table: one line, ``|`` escaped, rST literals as code."""
+    text = re.sub(r"``([^`]+)``", r"`\1`", " ".join(str(text).split()))
+    return text.replace("|", "\\|")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def first_paragraph(doc: str | None) -> str:
+    return (doc or "").strip().split("\n\n")[0]
+
+
+# --- options, markers, fixtures, handles -------------------------------------------------
+
+
+def options() -> str:
+    from pytest_enginedead.logic.optiontable import OPTIONS
+
+    rows = []
+    for opt in OPTIONS:
+        flag = opt.flag if opt.switch else f"{opt.flag}={opt.metavar}"
+        if opt.switch:
+            default = "off"
+        elif opt.default is None:
+            default = "—"
+        else:
+            default = f"`{opt.default}`"
+        rows.append((f"`{flag}`", f"`{opt.name}`", f"`{opt.env}`", default, cell(opt.help)))
+    return table(("flag", "ini key", "environment", "default", "what"), rows)
+
+
+def markers() -> str:
+    from pytest_enginedead.face.markers import DOCS
+
+    rows = []
+    for doc in DOCS:
+        signature, _, text = doc.partition("): ")
+        rows.append((f"`@pytest.mark.{signature})`", cell(text)))
+    return table(("marker", "what"), rows)
+
+
+def fixtures() -> str:
+    import pytest_enginedead.plugin as plugin
+
+    rows = []
+    for name in plugin.__all__:
+        doc = inspect.getdoc(getattr(plugin, name)) or ""
+        rows.append((f"`{name}`", cell(doc)))
+    return table(("fixture", "what"), rows)
+
+
+#: public members a test has no use for (what assert_no_false_death reads from a handle)
+HANDLE_INTERNALS = {"death_facts", "note_death", "is_engine_death", "prompt", "client_timeout_s",
+                    "evidence"}
+
+
+def _signature(func: Callable[..., Any]) -> str:
+    parts = []
+    for p in list(inspect.signature(func).parameters.values())[1:]:
+        parts.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}")
+    return "(" + ", ".join(parts) + ")"
+
+
+def _members(cls: type) -> Iterator[tuple[str, str]]:
+    seen: set[str] = set()
+    for klass in reversed(cls.__mro__[:-1]):
+        for name, value in vars(klass).items():
+            if name.startswith("_") or name in HANDLE_INTERNALS or name in seen:
+                continue
+            if isinstance(value, property):
+                doc = value.__doc__
+                shown = f"`{name}`"
+            elif inspect.isfunction(value):
+                doc = value.__doc__
+                shown = f"`{name}{_signature(value)}`"
+            else:
+                continue
+            if not doc:
+                continue
+            seen.add(name)
+            yield shown, cell(first_paragraph(inspect.cleandoc(doc)))
+
+
+def handles() -> str:
+    from pytest_enginedead.face.handles import EngineHandle, ServerHandle
+
+    out = []
+    for cls in (EngineHandle, ServerHandle):
+        out.append(f"### `{cls.__name__}`\n\n{cell(inspect.getdoc(cls) or '')}\n")
+        out.append(table(("member", "what"), list(_members(cls))) + "\n")
+    return "\n".join(out)
+
+
+# --- environment ------------------------------------------------------------------------
+
+
+def environment() -> str:
+    path = PACKAGE / "contract" / "names.py"
+    source = path.read_text()
+    lines = source.splitlines()
+    rows = []
+    last_comment, last_line = "", -2
+    for node in ast.parse(source).body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            continue
+        name = node.targets[0].id
+        comment: list[str] = []
+        i = node.lineno - 2
+        while i >= 0 and lines[i].lstrip().startswith("#:"):
+            comment.insert(0, lines[i].lstrip()[2:].strip())
+            i -= 1
+        text = " ".join(comment)
+        if not text and last_line == node.lineno - 1:
+            text = last_comment  # one comment over a group of constants
+        last_comment, last_line = text, node.end_lineno or node.lineno
+        value = node.value
+        is_env = name.endswith("_ENV") or name.startswith("ENV_")
+        if is_env and isinstance(value, ast.Constant) and isinstance(value.value, str) \
+                and value.value.startswith("ENGINEDEAD_"):
+            rows.append((f"`{value.value}`", f"`{name}`", cell(text)))
+    if not rows:
+        raise PluginError(f"no ENGINEDEAD_* constants found in {path}")
+    return table(("variable", "constant (`contract.names`)", "what"), rows)
+
+
+# --- commands and exit codes ------------------------------------------------------------
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def _parser() -> argparse.ArgumentParser:
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    from pytest_enginedead.command import build_parser
+
+    return build_parser()
+
+
+def commands() -> str:
+    parser = _parser()
+    out = ["### `enginedead`", "", "```text", parser.format_help().rstrip(), "```", ""]
+    for name, sub in _subparsers(parser).items():
+        out += [f"### `enginedead {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+#: an environment variable named in a command's epilog (shown as code)
+VARIABLE = re.compile(r"\b(?:ENGINEDEAD|VLLM|OMP|LD|TMPDIR)[A-Z0-9_]*\*?")
+
+#: a command whose help has no "exit status:" epilog: what its statuses mean
+FALLBACK_EXITS = {
+    "probe": "exit status: 0 the engine is alive: computing (even past vLLM's deadline) or idle; "
+             "1 a worker sat idle inside a step for the guard's hang_s, the guard ended a wait, "
+             "or an engine process is gone (or nothing listens on the port); 2 bad usage.",
+}
+
+
+def _epilog(name: str, sub: argparse.ArgumentParser) -> tuple[str, str]:
+    """(exit status, what else the help's epilog says: the variables it reads) for one command."""
+    text = " ".join((sub.epilog or FALLBACK_EXITS.get(name, "")).split("\n"))
+    status, rest = "", []
+    for sentence in re.split(r"(?<=\.)\s{2,}", text.strip()):
+        if sentence.startswith("exit status:"):
+            status = sentence.removeprefix("exit status:").strip()
+        elif sentence:
+            rest.append(sentence)
+    if not status:
+        raise PluginError(f"enginedead {name} --help says no exit status (and docs/hooks.py has none for it)")
+    return status, " ".join(rest)
+
+
+def exit_codes() -> str:
+    import pytest
+
+    from pytest_enginedead.contract import names
+
+    commands = []
+    for name, sub in _subparsers(_parser()).items():
+        status, rest = _epilog(name, sub)
+        rest = VARIABLE.sub(lambda m: f"`{m.group(0)}`", cell(rest))
+        commands.append((f"`enginedead {name}`", cell(status), rest))
+    pytest_exit = pytest.ExitCode
+    rows = [
+        ("`pytest -p enginedead`", f"{pytest_exit.OK.value}", "every test passed"),
+        ("`pytest -p enginedead`", f"{pytest_exit.TESTS_FAILED.value}",
+         "a test failed: a false death fails its test (`assert_no_false_death`), with the evidence"),
+        ("`pytest -p enginedead`", f"{pytest_exit.INTERRUPTED.value}",
+         "interrupted (Ctrl-C): the engines were stopped, nothing left behind"),
+        ("`pytest -p enginedead`", f"{pytest_exit.USAGE_ERROR.value}",
+         "a bad option, ini key, environment variable, model or policy: one `ERROR: enginedead:` line"),
+        ("API server, `ENGINEDEAD_EXIT_ON_DEATH=1`", f"{names.EXIT_DEAD}",
+         "its engine died of anything but a hang (vLLM's deadline, a worker gone, a step past the "
+         "guard's cap)"),
+        ("API server, `ENGINEDEAD_EXIT_ON_DEATH=1`", f"{names.EXIT_HUNG}",
+         "the guard ended a hung step, and the engine died"),
+        ("API server, stock", "0", "vLLM's own status after its engine died: a supervisor sees a clean exit"),
+    ]
+    return (table(("command", "exit status (from its `--help`)", "also says"), commands) + "\n\n"
+            + table(("who", "status", "when"), rows))
+
+
+# --- the report's schema ----------------------------------------------------------------
+
+
+def _type(spec: dict[str, Any]) -> str:
+    if "const" in spec:
+        return f"`{json.dumps(spec['const'])}`"
+    if "enum" in spec:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in spec["enum"])
+    kind = spec.get("type", "")
+    kinds = kind if isinstance(kind, list) else [kind]
+    return " or ".join(k for k in kinds if k) or "any"
+
+
+def _fields(spec: dict[str, Any], prefix: str, required: set[str]) -> Iterator[tuple[str, ...]]:
+    for name, sub in spec.get("properties", {}).items():
+        path = f"{prefix}{name}"
+        yield (f"`{path}`", _type(sub), "yes" if name in required else "", cell(sub.get("description", "")))
+        if "properties" in sub:
+            yield from _fields(sub, path + ".", set(sub.get("required", [])))
+        items = sub.get("items")
+        if isinstance(items, dict) and "properties" in items:
+            yield from _fields(items, path + "[].", set(items.get("required", [])))
+        extra = sub.get("additionalProperties")
+        if isinstance(extra, dict) and "properties" in extra:
+            yield from _fields(extra, path + ".*.", set(extra.get("required", [])))
+
+
+def report_schema() -> str:
+    schema = json.loads((PACKAGE / "report.schema.json").read_text())
+    rows = list(_fields(schema, "", set(schema.get("required", []))))
+    whole = json.dumps(schema, indent=2)
+    body = "\n".join("    " + line for line in ["```json", *whole.splitlines(), "```"])
+    return (table(("field", "type", "required", "what"), rows)
+            + '\n\n??? note "The whole schema (`pytest_enginedead/report.schema.json`)"\n\n' + body + "\n")
+
+
+# --- the package's rooms ----------------------------------------------------------------
+
+
+def _docline(path: Path) -> str:
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return cell(first_paragraph(doc))
+
+
+def rooms() -> str:
+    out = []
+    top = sorted(p for p in PACKAGE.glob("*.py") if p.name != "__init__.py")
+    out.append("### `pytest_enginedead/` (the entry points and the names kept for downstream code)\n")
+    out.append(table(("module", "what"), [(f"`{p.name}`", _docline(p)) for p in top]) + "\n")
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        out.append(f"### `{folder.name}/`\n\n{_docline(folder / '__init__.py')}\n")
+        modules = sorted(p for p in folder.rglob("*.py") if p.name != "__init__.py")
+        modules += sorted(p / "__init__.py" for p in folder.iterdir() if (p / "__init__.py").exists())
+        if modules:
+            rows = [(f"`{p.relative_to(folder).as_posix()}`", _docline(p)) for p in sorted(modules)]
+            out.append(table(("module", "what"), rows) + "\n")
+    return "\n".join(out)
+
+
+def import_rules() -> str:
+    import tomllib  # Python 3.11: tox's docs and lint envs run python3
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    short = config["root_package"] + "."
+
+    def names(mods: list[str]) -> str:
+        return ", ".join(f"`{m.removeprefix(short)}`" for m in mods)
+
+    rows = []
+    for contract in config["contracts"]:
+        if contract["type"] == "layers":
+            floors = [" and ".join(f"`{room.strip()}`" for room in layer.split("|"))
+                      for layer in contract["layers"]]
+            rule = "from the top down (a floor imports only the floors below it): " + " → ".join(floors)
+        elif contract["type"] == "forbidden":
+            sources, forbidden = contract["source_modules"], contract["forbidden_modules"]
+            rule = f"{names(sources)} may not import {names(forbidden)}"
+        else:
+            rule = contract["type"]
+        rows.append((cell(contract["name"]), rule))
+    return table(("rule", "what it holds"), rows)
+
+
+GENERATORS: dict[str, Callable[[], str]] = {
+    "options": options,
+    "markers": markers,
+    "fixtures": fixtures,
+    "handles": handles,
+    "environment": environment,
+    "commands": commands,
+    "exit-codes": exit_codes,
+    "report-schema": report_schema,
+    "rooms": rooms,
+    "import-rules": import_rules,
+}
+
+
+def check_python_fences(markdown: str, where: str) -> None:
+    for match in PYTHON_FENCE.finditer(markdown):
+        if 'title="' not in match.group(2):
+            line = markdown.count("\n", 0, match.start()) + 1
+            raise PluginError(f'{where}:{line}: a ```python fence needs title="FILE.py" (see docs/hooks.py)')
+
+
+def on_config(config: Any) -> Any:
+    """The package from this checkout, first on ``sys.path`` (mkdocs restores the path after
+    loading a hook module, so it is set here, for the whole build)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    return config
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    where = page.file.src_uri
+    check_python_fences(markdown, where)
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        generate = GENERATORS.get(name)
+        if generate is None:
+            raise PluginError(f"{where}: unknown <!-- generated: {name} -->; known: {', '.join(GENERATORS)}")
+        return generate()
+
+    return MARKER.sub(replace, markdown)
