@@ -13,7 +13,8 @@ by what the code says today:
   with its ``#:`` comment (read with ``ast``; a constant without one shares the comment of
   the constant right above it, as the source groups them).
 - ``commands``: ``enginedead --help`` and each command's ``--help``, from
-  ``pytest_enginedead.command.build_parser()`` (argparse's subparsers).
+  ``pytest_enginedead.command.build_parser()`` (argparse's subparsers; a command that parses
+  its own arguments, ``enginedead probe``, from its ``main(["--help"])``).
 - ``exit-codes``: the exit statuses: each command's, from the "exit status:" epilog of its
   ``--help`` (``FALLBACK_EXITS`` below for a command without one), pytest's (its ``ExitCode``),
   the serving process's (``contract.names.EXIT_DEAD`` / ``EXIT_HUNG``).
@@ -44,7 +45,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import inspect
+import io
 import json
 import os
 import re
@@ -211,11 +214,32 @@ def _parser() -> argparse.ArgumentParser:
     return build_parser()
 
 
+def _own_help(name: str) -> str | None:
+    """The help of a command that parses its own arguments (``enginedead probe``): its
+    ``main(["--help"])``, which prints the help and exits before doing anything."""
+    import pytest_enginedead.command as command
+
+    module = getattr(command, "COMMANDS", {}).get(name)
+    main = getattr(module, "main", None)
+    if main is None:
+        return None
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(["--help"])
+    return out.getvalue() or None
+
+
+def _help(name: str, sub: argparse.ArgumentParser) -> str:
+    if sub.add_help or sub._actions:  # a parser of its own in the shared one
+        return sub.format_help()
+    return _own_help(name) or sub.format_help()
+
+
 def commands() -> str:
     parser = _parser()
     out = ["### `enginedead`", "", "```text", parser.format_help().rstrip(), "```", ""]
     for name, sub in _subparsers(parser).items():
-        out += [f"### `enginedead {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+        out += [f"### `enginedead {name}`", "", "```text", _help(name, sub).rstrip(), "```", ""]
     return "\n".join(out)
 
 
