@@ -19,6 +19,7 @@ from ..compat import versions
 from ..harness import outputs
 from ..harness.measure import measure, size
 from ..harness.outputs import Output
+from ..logic.fingerprint import this_machine
 from ..logic.modelconfig import preset_summary, presets, read_config
 from ..logic.sizing import shapes
 from ..logic.sizing.decode import calibration, format_calibration
@@ -189,7 +190,7 @@ def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
         results = measure(args.model, args.batch_sizes, args.steps or 64, progress)
     out, policy = calibration(
         results, args.headroom, versions.stock_deadline_s(),
-        vllm=versions.installed_version(), model=args.model,
+        vllm=versions.installed_version(), model=args.model, machine=this_machine(),
     )
     if "plot" in claimed:
         try:

@@ -26,6 +26,7 @@ from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
 from ..harness.outputs import Output
 from ..logic import checking, planning
+from ..logic.fingerprint import preload_note, this_machine
 from ..logic.guardconfig import DEFAULT_HANG_S
 from ..logic.optiontable import OPTIONS
 from ..logic.policy import PolicyError, load_policy, policy_name
@@ -145,7 +146,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
             f"{'API server, ' if plan.server else ''}stock deadline {plan.stock_s} s, policy {args.policy}"
             + (", guard on" if plan.guard else "")
             + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
-            + f"; {runs} runs"
+            + f"; {runs} runs; {preload_note(this_machine()['preloads'])}"
         )
         if cleared:
             say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "

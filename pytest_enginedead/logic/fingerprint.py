@@ -158,3 +158,14 @@ def differences(a: Mapping[str, object], b: Mapping[str, object]) -> list[str]:
 def same_machine(a: Mapping[str, object], b: Mapping[str, object]) -> bool:
     """Whether step times measured on ``a`` hold on ``b``."""
     return not differences(a, b)
+
+
+def preload_note(preloads: list[str] | None) -> str:
+    """How a measurement says which preloads it ran with (``Machine.preloads``)."""
+    have = sorted(preloads or [])
+    if have == sorted(PRELOADS):
+        return "measured with tcmalloc and iomp preloaded, as vLLM's CPU docs serve"
+    missing = " or ".join(n for n in PRELOADS if n not in have)
+    kept = f" ({', '.join(have)} preloaded)" if have else ""
+    return (f"measured without {missing} in LD_PRELOAD{kept}: a server that preloads them may step "
+            "faster; `enginedead doctor` gives the line")

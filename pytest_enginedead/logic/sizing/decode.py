@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from ...compat import versions
+from ..fingerprint import preload_note
 from ..policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
 
 
@@ -42,6 +43,7 @@ def format_calibration(out: dict[str, Any], policy: TimeoutPolicy) -> str:
         f"step time on this machine (vLLM {out.get('vllm')}, "
         f"{os.path.basename(str(out.get('model', '')).rstrip('/'))}), "
         f"fitted: {fit['a_s']:.4f} s + {fit['b_s_per_seq']:.5f} s x batch",
+        preload_note((out.get("machine") or {}).get("preloads")),
         f"{'batch':>5}  {'p50':>9}  {'p99':>9}  {f'stock {stock:g} s':>12}  recommended deadline",
     ]
     for r in out["results"]:

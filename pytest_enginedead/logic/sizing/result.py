@@ -12,7 +12,7 @@ from typing import Any
 
 from ...compat import versions
 from ...contract.steps import StepTime
-from ..fingerprint import this_machine
+from ..fingerprint import preload_note, this_machine
 from ..policy import STOCK_DEADLINE_S
 from . import advice, shapes, slices
 from . import fit as fit_
@@ -178,6 +178,7 @@ def format_sizing(out: dict[str, Any]) -> str:
         f"--max-num-seqs {lim['max_num_seqs']} --max-num-batched-tokens {lim['max_num_batched_tokens']} "
         f"--max-model-len {lim['max_model_len']}"
         + (f" --kv-cache-tokens {lim['kv_cache_tokens']}" if lim.get("kv_cache_tokens") else ""),
+        preload_note(m.get("preloads")),
     ]
     if "forecast" in out:
         f = out["forecast"]
