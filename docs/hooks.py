@@ -5,6 +5,7 @@ by what the code says today:
 
 - ``options``: every plugin option (``pytest_enginedead.logic.optiontable.OPTIONS``):
   flag, ini key, environment variable (``opt.env``), default, help.
+- ``option-variables``: the options' environment variables alone (``opt.env``).
 - ``markers``: the markers (``pytest_enginedead.face.markers.DOCS``).
 - ``fixtures``: the fixtures the plugin provides (``pytest_enginedead.plugin.__all__``) and
   their docstrings.
@@ -100,6 +101,13 @@ def options() -> str:
             default = f"`{opt.default}`"
         rows.append((f"`{flag}`", f"`{opt.name}`", f"`{opt.env}`", default, cell(opt.help)))
     return table(("flag", "ini key", "environment", "default", "what"), rows)
+
+
+def option_variables() -> str:
+    from pytest_enginedead.logic.optiontable import OPTIONS
+
+    return table(("variable", "flag", "ini key"),
+                 [(f"`{opt.env}`", f"`{opt.flag}`", f"`{opt.name}`") for opt in OPTIONS])
 
 
 def markers() -> str:
@@ -383,6 +391,7 @@ def import_rules() -> str:
 
 GENERATORS: dict[str, Callable[[], str]] = {
     "options": options,
+    "option-variables": option_variables,
     "markers": markers,
     "fixtures": fixtures,
     "handles": handles,
