@@ -7,10 +7,10 @@ every few seconds with a timeout of about one.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from . import __version__
 from .commands import calibrate, check, doctor, merge, probe, probes
 from .commands.common import Parser, Refused, refused, verbose_in
 from .compat import versions
@@ -28,11 +28,19 @@ def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
     parser.verbose = verbose
     vllm = versions.installed_version() or "not installed"
     parser.add_argument("--version", action="version",
-                        version=f"enginedead (pytest-enginedead) {__version__}; vLLM {vllm}")
+                        version=f"enginedead (pytest-enginedead) {_version()}; vLLM {vllm}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in COMMANDS.values():
         module.add_parser(sub, verbose)
     return parser
+
+
+def _version() -> str:
+    """This distribution's version, from its metadata (the package's root would load the face)."""
+    try:
+        return importlib.metadata.version("pytest-enginedead")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
