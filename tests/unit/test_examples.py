@@ -1,7 +1,8 @@
 """Every downstream suite under ``examples/`` collects as a downstream repo would see it.
 
 Most of them run only in the engine tests; collecting them here (no engine starts at
-collection) catches a broken example, and pins the test ids the engine tests expect.
+collection) catches a broken example, and pins the test ids the engine tests expect.  The test
+modules around them import under names that cannot clash.
 """
 
 from __future__ import annotations
@@ -53,12 +54,24 @@ def test_suite_collects(downstream: Downstream, suite: str, monkeypatch: pytest.
         assert sorted(ids) == sorted(IDS[suite])
 
 
-def test_test_modules_have_unique_basenames() -> None:
-    """pytest's default import mode imports ``tests/*/test_x.py`` as the top-level module
-    ``test_x``: two folders with the same file name fail collection of the whole run."""
+def test_test_modules_have_unique_import_names() -> None:
+    """pytest's default import mode imports a test module under the name its packages give it
+    (``tests/unit/harness/test_probe.py`` is ``tests.unit.harness.test_probe``), and one outside
+    any package as the top-level module ``test_x``: two modules of one name fail collection of
+    the whole run.  So every folder of tests is a package, and the rooms' folders may mirror
+    modules of one name (``harness/probe.py`` and ``commands/probe.py``)."""
     tests = EXAMPLES.parent
     seen: dict[str, list[str]] = {}
+    outside: list[str] = []
     for path in tests.rglob("test_*.py"):
-        if EXAMPLES not in path.parents:
-            seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+        if EXAMPLES in path.parents:
+            continue
+        parts, folder = [path.stem], path.parent
+        while (folder / "__init__.py").exists():
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        seen.setdefault(".".join(parts), []).append(str(path.relative_to(tests)))
+        if not (path.parent / "__init__.py").exists():
+            outside.append(str(path.relative_to(tests)))
     assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert outside == []

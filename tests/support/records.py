@@ -1,0 +1,20 @@
+"""A worker's step record written by hand, in the worker's format: rows are then computed
+exactly as after a real run."""
+
+from __future__ import annotations
+
+from pytest_enginedead.contract.steps import BEGIN_LINE, END_LINE, steps_path
+from pytest_enginedead.harness.cleanup import ProcRef
+from pytest_enginedead.harness.offline import Engine
+
+#: a process id for the record's file name; creation time 0 matches no real process
+WORKER = ProcRef(4242, 0.0)
+
+
+def write_steps(engine: Engine, *steps: tuple[int, int, float, float | None]) -> None:
+    """Append (step, batch, start, seconds or None) to the worker's record, as it writes them."""
+    with open(steps_path(engine.run_dir, WORKER.pid), "ab") as f:
+        for step, batch, start, seconds in steps:
+            f.write(BEGIN_LINE % (step, batch, start))
+            if seconds is not None:
+                f.write(END_LINE % (step, start + seconds))

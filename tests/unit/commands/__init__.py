@@ -1,0 +1,1 @@
+"""The ``enginedead`` commands (``pytest_enginedead/commands/``), without engines."""

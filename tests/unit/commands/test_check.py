@@ -1,0 +1,165 @@
+"""``enginedead check`` without engines: bad input, one line and exit 2; what pytest refuses; an
+inherited guard cleared (conventions: ``tests/support/doors.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_enginedead.compat import registry, versions
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from tests.support.doors import (
+    KNOWN,
+    LONG,
+    LONG_MODEL,
+    NESTED,
+    NOBODY,
+    Command,
+    assert_clean,
+    assert_command_is_one_line_exit_2,
+    config,
+    leftovers,
+    model,
+    policy_module,
+    returning,
+)
+
+# --- bad input at this door: one line each (conventions: tests/support/doors.py) -------------------------
+
+COMMAND_CASES = [
+    Command("vllm-env-check-vllm-stock", ("check", "--policy", "vllm-stock"),
+            ("enginedead check: error: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS='1.5' (from environment)",),
+            env={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1.5"}),
+    Command("vllm-env-zero", ("check",), ("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS='0'", "must be at least 1"),
+            env={"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "0"}),
+    Command("env-threshold", ("check",), ("ENGINEDEAD_BUSY_THRESHOLD='100' (from environment)", "at most 64"),
+            env={"ENGINEDEAD_BUSY_THRESHOLD": "100"}),
+    Command("report-under-a-file", ("check", "--report", "afile/r.json"),
+            ("enginedead check: error: --report 'afile/r.json': cannot be created: ", "is not a directory"),
+            files={"afile": "x"}),
+    Command("report-unknown-user", ("check", "--report", f"{NOBODY}/r.json"),
+            (f"--report '{NOBODY}/r.json': ", "cannot be expanded"),),
+    Command("report-name-too-long", ("check", "--report", LONG),
+            ("--report 'aaa", "too long a file name")),
+    Command("model-bad-vocab", ("check", "--model", "m"),
+            ("enginedead check: error: --model", '"vocab_size": 0 must be at least 1'),
+            files=model(config(vocab_size=0))),
+    Command("model-nested-json", ("check", "--model", "m"), ("argument --model:", "nests too deeply"),
+            files=model(NESTED)),
+    Command("model-unknown-user", ("check", "--model", f"{NOBODY}/m"),
+            ("argument --model:", "cannot be expanded")),
+    Command("model-name-too-long", ("check", "--model", LONG), ("argument --model:", "File name too long")),
+    Command("policy-nan", ("check", "--policy", "cli_nan:p", "--batch-sizes", "8"),
+            ("enginedead check: error: --policy 'cli_nan:p': policy cli_nan: timeout_s(CPU, 8) "
+             "returned nan",),
+            files=returning("cli_nan", "float('nan')")),
+    Command("policy-zero", ("check", "--policy", "cli_zero:p"),
+            ("--policy 'cli_zero:p': policy cli_zero: timeout_s(CPU, 8) returned 0",),
+            files=returning("cli_zero", "0")),
+    Command("policy-exits", ("check", "--policy", "cli_exit:p"),
+            ("--policy 'cli_exit:p': importing 'cli_exit' failed: SystemExit: 1",),
+            files=policy_module("cli_exit", "import sys\nsys.exit(1)\n")),
+    Command("policy-empty", ("check", "--policy", ""), ("argument --policy: no policy given",)),
+    Command("stock-deadline-fraction", ("check", "--stock-deadline", "1.5"),
+            ("argument --stock-deadline: '1.5' is not a whole number of seconds",)),
+    Command("batch-sizes-empty", ("check", "--batch-sizes", ""),
+            ("argument --batch-sizes: no batch sizes given",)),
+    Command("max-tokens-zero", ("check", "--max-tokens", "0"),
+            ("argument --max-tokens: '0' must be at least 1",)),
+    # --- output paths: proven at the start, by the one writer (issue 22, 20.5) ------------------
+    Command("report-in-proc", ("check", "--report", "/proc/x.json"),
+            ("enginedead check: error: --report '/proc/x.json': cannot be created: making a file in '/proc' "
+             "failed", "(/proc is the kernel's; it takes no new files)")),
+    Command("report-and-log-one-file", ("check", "--report", "same.json", "--log", "./same.json"),
+            ("enginedead check: error: --report 'same.json': names the same file as --log './same.json'; "
+             "each output needs a file of its own",)),
+    Command("report-fifo", ("check", "--report", "fifo"),
+            ("enginedead check: error: --report 'fifo': ", "is a FIFO that nothing reads; writing to it "
+             "would wait forever"), nodes={"fifo": "fifo"}),
+    Command("log-fifo-check", ("check", "--log", "fifo"), ("--log 'fifo': ", "is a FIFO that nothing reads"),
+            nodes={"fifo": "fifo"}),
+    Command("log-dangling-dir", ("check", "--log", "gone/check.log"),
+            ("--log 'gone/check.log': ", "gone' is a symbolic link to '/nonexistent-enginedead-dir', which "
+             "does not exist"), nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    Command("report-dangling-dir", ("check", "--report", "gone/sub/r.json"),
+            ("--report 'gone/sub/r.json': ", "is a symbolic link to"),
+            nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    # --- deadlines vLLM cannot hold, and what is not a number (20.5) ------------------------------
+    Command("policy-beyond-the-bound", ("check", "--policy", "cli_big:p"),
+            ("--policy 'cli_big:p': policy cli_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline "
+             f"must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
+            files=returning("cli_big", "1e12")),
+    Command("policy-returns-text", ("check", "--policy", "cli_600:p"),
+            ("--policy 'cli_600:p': policy cli_600: timeout_s(CPU, 8) returned '600', not a number of "
+             "seconds (str; give an int or a float)",),
+            files=returning("cli_600", "'600'")),
+    Command("stock-deadline-beyond-the-bound", ("check", "--stock-deadline", "10000000000000"),
+            (f"argument --stock-deadline: '10000000000000' must be at most {versions.MAX_DEADLINE_S} s, the "
+             "longest wait vLLM can make",)),
+    # --- a long model path: its head and tail in the line (20.5) ----------------------------------
+    Command("model-long-path", ("check", "--model", LONG_MODEL),
+            ("enginedead check: error: --model ", '"vocab_size": -1 must be at least 1',
+             "[long paths shortened; -v shows them whole]"),
+            files=model(config(vocab_size=-1), LONG_MODEL)),
+]
+
+
+@pytest.mark.parametrize("case", COMMAND_CASES, ids=[c.id for c in COMMAND_CASES])
+def test_bad_command_line_is_one_line_exit_2(
+    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, case: Command
+) -> None:
+    """Each bad ``enginedead check`` command line: one line, exit 2, at once, nothing left."""
+    assert_command_is_one_line_exit_2(tmp_path, private_tmp, monkeypatch, case)
+
+
+def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
+    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``enginedead check -- --no-such-flag``: the regression run's pytest refuses its arguments
+    before any engine; the command says so in one line, exits 2, and its scratch directory
+    is gone.  (In-process, with vLLM's presence and registry stubbed: the run is real.)"""
+    from pytest_enginedead import command
+
+    monkeypatch.setattr(versions, "installed_version", lambda: "0.32.0")
+    monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
+    log = tmp_path / "check.log"
+    code = command.main(["check", "--log", str(log), "--", "--no-such-flag"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "pytest refused the run:" in lines[0], lines
+    assert "--no-such-flag" in lines[0]
+    assert_clean(out + err)
+    assert leftovers(private_tmp) == []
+
+
+def test_check_clears_an_inherited_guard_and_says_so(
+    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An operator's production ``ENGINEDEAD_GUARD*`` (even a value the guard would refuse) does
+    not reach the check's regression run, whose stock runs must stay unguarded: the command
+    clears it, the header says which it cleared, and nothing is refused for it."""
+    from pytest_enginedead import command
+    from pytest_enginedead.commands import check
+    from pytest_enginedead.logic import checking
+
+    shell = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_BUSY_THRESHOLD": "0.1"}
+    env, cleared = check.regression_environment({**shell, "PATH": "/usr/bin"},
+                                              checking.plan_for(BUNDLED_MODEL, [8, 64]))
+    assert not [k for k in env if k.startswith("ENGINEDEAD_GUARD")]
+    assert env["PATH"] == "/usr/bin" and env["ENGINEDEAD_BUSY_THRESHOLD"] == "0.1"  # the others still count
+    assert cleared == ["ENGINEDEAD_GUARD='1'", "ENGINEDEAD_GUARD_HANG_S='soon'"]
+    for name, value in shell.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(versions, "installed_version", lambda: "0.32.0")
+    monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
+    code = command.main(["check", "--log", str(tmp_path / "check.log"), "--", "--no-such-flag"])
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)  # pytest refused the extra argument: no engine, and not the guard
+    said = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited from "
+            "the environment: the stock and policy runs are unguarded (--guard adds a guarded run)")
+    assert said in out, out
+    assert_clean(out + err)

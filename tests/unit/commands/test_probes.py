@@ -1,0 +1,46 @@
+"""``enginedead probes``: bad input refused before any server starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_enginedead import command
+from pytest_enginedead.harness import probing
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--window", "0"], "argument --window: '0' must be above 0"),
+    (["--hang-s", "soon"], "argument --hang-s: 'soon' is not a number of seconds"),
+    (["--setting", "mine=5/2"], "argument --setting: 'mine=5/2' is not NAME=PERIOD/TIMEOUT/THRESHOLD"),
+    (["--setting", "mine=5/60/3"], "argument --setting: 'mine=5/60/3': needs 0 < PERIOD <= 3600"),
+    (["--setting", "mine=a/1/3"], "argument --setting: 'mine=a/1/3': PERIOD and TIMEOUT are seconds"),
+    (["--model", "/no/such/model"], "argument --model: model directory '/no/such/model' does not exist"),
+])
+def test_probes_bad_input_is_one_line_and_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before any server starts: a start would need vLLM, which this must not reach."""
+    monkeypatch.setattr(probing, "measure_all", lambda *a, **k: pytest.fail("a server was started"))
+    with pytest.raises(SystemExit) as info:
+        command.main(["probes", *argv])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("enginedead probes: error: ") and says in err[0], err
+
+
+def test_probes_refuses_a_model_without_a_tokenizer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copy(Path(BUNDLED_MODEL) / "config.json", model / "config.json")
+    monkeypatch.setattr(probing, "measure_all", lambda *a, **k: pytest.fail("a server was started"))
+    assert command.main(["probes", "--model", str(model)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no tokenizer.json: the probes send text" in err[0], err

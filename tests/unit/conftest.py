@@ -1,0 +1,96 @@
+"""Fixtures the unit tests share: no engine may start (``tripwire`` in this process,
+``wired`` in the processes it starts), a private temporary directory, a stubbed registry, an
+offline engine that was never started.
+
+The conventions they serve are ``tests/support/doors.py``'s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_enginedead.compat import registry, versions
+from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.harness.pool import EnginePool
+from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning import EngineSpec
+from tests.support.doors import KNOWN, REGISTRY_STUB, TRIPWIRE
+from tests.support.records import WORKER
+
+
+@pytest.fixture
+def tripwire(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """In-process runs: the engine paths are reachable (vLLM counts as present), but an
+    engine start is recorded and refused; the list of attempts must stay empty."""
+    started: list[str] = []
+
+    def refuse(self: EnginePool, spec: object, *args: object, **kwargs: object) -> None:
+        started.append(repr(spec))
+        raise AssertionError("ENGINE STARTED: bad input must be refused before any engine starts")
+
+    monkeypatch.setattr(EnginePool, "start_dedicated", refuse)
+    monkeypatch.setattr(versions, "vllm_missing_reason", lambda: None)
+    # vLLM's registry, asked of every model before an engine starts: not imported here
+    monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
+    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    yield started
+    assert started == [], "an engine start was attempted"
+
+
+@pytest.fixture
+def wired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Subprocesses started from this test carry the import tripwire; yields its record file."""
+    site = tmp_path / "tripwire-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(TRIPWIRE)
+    record = tmp_path / "tripwire.log"
+    path = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
+    monkeypatch.setenv("ENGINEDEAD_TEST_TRIPWIRE", str(record))
+    for name in list(os.environ):
+        if name.startswith("ENGINEDEAD_") and name != "ENGINEDEAD_TEST_TRIPWIRE":
+            monkeypatch.delenv(name)
+    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    yield record
+    assert not record.exists(), f"an engine was about to start: {record.read_text()}"
+
+
+@pytest.fixture
+def stub_registry(wired: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The registry stub, in this process and (through the tripwire's sitecustomize) in its children;
+    yields the file where the children record who asked it."""
+    with open(tmp_path / "tripwire-site" / "sitecustomize.py", "a") as f:
+        f.write(REGISTRY_STUB)
+    calls = tmp_path / "registry-calls"
+    monkeypatch.setenv("ENGINEDEAD_TEST_REGISTRY_CALLS", str(calls))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # ours, when this suite runs under xdist
+    monkeypatch.setattr(registry, "known_architectures", lambda: {"LlamaForCausalLM"})
+    return calls
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temporary directory of our own, for this process and the ones it starts."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr("tempfile.tempdir", str(tmp))
+    return tmp
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    """An offline ``Engine`` never started, its worker the hand-written record's (``records.WORKER``):
+    its rows are computed as after a real run (``records.write_steps``)."""
+    made = Engine(EngineSpec(BUNDLED_MODEL, 64))
+    made.procs = [WORKER]
+    made.shm = {"/dev/shm/psm_b", "/dev/shm/psm_a"}
+    try:
+        yield made
+    finally:
+        made.stop()  # ends nothing (no process of ours) and removes the run directory
+        assert not os.path.exists(made.run_dir)

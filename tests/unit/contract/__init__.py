@@ -1,0 +1,1 @@
+"""The contract between vLLM's processes and the harness (``pytest_enginedead/contract/``)."""

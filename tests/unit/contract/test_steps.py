@@ -1,0 +1,142 @@
+"""The step record: the format the worker writes and the harness reads.
+
+``contract/`` is shared by both sides; these tests check the reader on hand-written
+lines, and (``unit/invllm/test_worker.py``) that what the real writer writes reads back exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_enginedead.contract.dumps import stack_path
+from pytest_enginedead.contract.steps import (
+    StepStats,
+    StepTime,
+    attended_keys,
+    parse_steps,
+    read_steps,
+    steps_path,
+    summarize,
+    worst_by_batch,
+)
+
+PID = 4242
+
+
+def lines(*records: dict[str, object]) -> list[str]:
+    return [json.dumps(r) + "\n" for r in records]
+
+
+def begin(step: int, batch: int, t: float) -> dict[str, object]:
+    return {"e": "b", "i": step, "n": batch, "t": t}
+
+
+def phase(event: str, step: int, t: float) -> dict[str, object]:
+    return {"e": event, "i": step, "t": t}
+
+
+# --- parse_steps ---------------------------------------------------------------------------
+
+
+def test_a_step_is_execute_plus_sample() -> None:
+    steps = parse_steps(
+        lines(begin(1, 8, 10.0), phase("e", 1, 10.5), phase("sb", 1, 10.75), phase("se", 1, 11.0)), PID
+    )
+    assert steps == [StepTime(1, 8, 10.0, 0.75, PID)]
+    assert not steps[0].running
+
+
+def test_a_step_without_sampling_is_its_execute_phase() -> None:
+    [step] = parse_steps(lines(begin(3, 64, 5.0), phase("e", 3, 7.25)), PID)
+    assert step.seconds == pytest.approx(2.25) and step.batch_size == 64 and step.step == 3
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [begin(1, 8, 1.0)],  # execute_model still running
+        [begin(1, 8, 1.0), phase("e", 1, 2.0), phase("sb", 1, 2.1)],  # sampling still running
+    ],
+)
+def test_a_step_is_running_while_either_phase_is(records: list[dict[str, object]]) -> None:
+    [step] = parse_steps(lines(*records), PID)
+    assert step.running and step.seconds is None and step.started == 1.0
+
+
+def test_steps_come_sorted_by_index_with_their_own_batch() -> None:
+    steps = parse_steps(
+        lines(begin(2, 4, 3.0), phase("e", 2, 3.5), begin(1, 8, 1.0), phase("e", 1, 2.0), begin(3, 2, 4.0)),
+        PID,
+    )
+    assert [(s.step, s.batch_size, s.seconds) for s in steps] == [(1, 8, 1.0), (2, 4, 0.5), (3, 2, None)]
+    assert {s.pid for s in steps} == {PID}
+
+
+def test_torn_and_foreign_lines_are_skipped() -> None:
+    text = [
+        *lines(begin(1, 8, 1.0), phase("e", 1, 1.5)),
+        "not json\n",
+        '{"e": "b", "i": 2}\n',  # no time
+        '{"e": "b", "i": "x", "t": 1}\n',  # no step number
+        *lines(phase("e", 7, 9.0)),  # the end of a step whose begin was never seen
+        '{"e":"b","i":3,"n":8,"t":2.0',  # the last line, half written
+    ]
+    assert parse_steps(text, PID) == [StepTime(1, 8, 1.0, 0.5, PID)]
+
+
+def test_read_steps_from_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "steps-1.jsonl"
+    assert read_steps(str(path), 1) == []  # no record yet
+    path.write_text("".join(lines(begin(1, 2, 0.0), phase("e", 1, 0.25))))
+    assert read_steps(str(path), 1) == [StepTime(1, 2, 0.0, 0.25, 1)]
+
+
+def test_paths_are_per_process(tmp_path: Path) -> None:
+    assert steps_path(str(tmp_path), 12) == str(tmp_path / "steps-12.jsonl")
+    assert stack_path(str(tmp_path), 12) == str(tmp_path / "stack-12.txt")
+
+
+# --- summarize and worst_by_batch ------------------------------------------------------------
+
+
+def done(step: int, batch: int, seconds: float, started: float = 0.0) -> StepTime:
+    return StepTime(step, batch, started, seconds, PID)
+
+
+def test_summarize_finished_steps() -> None:
+    stats = summarize([done(1, 8, 0.5), done(2, 8, 0.25), done(3, 64, 2.0), done(4, 8, 1.0)])
+    assert stats == StepStats(steps=4, p50_s=0.75, max_s=2.0, max_running=False, max_batch=64)
+
+
+def test_summarize_nothing() -> None:
+    assert summarize([]) == StepStats(0, None, None, False, 0)
+
+
+def test_a_running_step_counts_only_with_now_and_only_when_longest() -> None:
+    steps = [done(1, 8, 0.5), StepTime(2, 64, 100.0, None, PID)]
+    plain = summarize(steps)
+    assert plain == StepStats(steps=1, p50_s=0.5, max_s=0.5, max_running=False, max_batch=64)
+    cut = summarize(steps, now=103.0)  # the running step has run 3 s, longer than any
+    assert cut.max_s == pytest.approx(3.0) and cut.max_running and cut.steps == 1 and cut.p50_s == 0.5
+    early = summarize(steps, now=100.25)  # shorter than the longest finished step
+    assert early.max_s == 0.5 and not early.max_running
+    only = summarize([StepTime(1, 4, 10.0, None, PID)], now=12.5)
+    assert only == StepStats(steps=0, p50_s=None, max_s=2.5, max_running=True, max_batch=4)
+
+
+def test_worst_by_batch_takes_the_longest_finished_step_per_batch() -> None:
+    steps = [
+        done(1, 8, 0.5), done(2, 8, 0.75), done(3, 64, 2.0), done(4, 8, 0.25), StepTime(5, 128, 0, None, PID),
+    ]
+    assert worst_by_batch(steps) == {8: 0.75, 64: 2.0}
+    assert worst_by_batch([]) == {}
+
+
+def test_attended_keys_is_the_sum_it_says() -> None:
+    for first, last, window in itertools.product(range(1, 9), range(0, 12), (None, 1, 3, 5, 20)):
+        want = sum(k if window is None else min(k, window) for k in range(first, last + 1))
+        assert attended_keys(first, last, window) == want, (first, last, window)

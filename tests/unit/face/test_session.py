@@ -1,0 +1,115 @@
+"""A run's life: its inputs checked and outputs claimed before the first engine, the report
+written at the end (through a FIFO, a symlink, a directory gone meanwhile)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_enginedead.compat import versions
+from tests.support import examples
+from tests.support.doors import (
+    ENGINE,
+    assert_clean,
+    assert_untouched,
+    config,
+    leftovers,
+    make_nodes,
+    marked,
+    model,
+    returning,
+)
+from tests.support.downstream import Downstream
+
+# --- before the first engine: a run with vLLM present, watched by the tripwire -------------------
+
+needs_vllm = pytest.mark.skipif(versions.installed_version() is None, reason="needs vLLM installed")
+
+
+@needs_vllm
+@pytest.mark.parametrize(
+    ("args", "files", "code", "needle"),
+    [
+        (("--enginedead-report=afile/r.json",), {"afile": "x"}, 4, "is not a directory"),
+        (("--enginedead-model=m",), model(config(vocab_size=-1)), 4, '"vocab_size": -1 must be at least 1'),
+        (("--enginedead-policy=pre_nan:p",), returning("pre_nan", "float('nan')"), 1, "returned nan"),
+        ((), {"test_engine.py": marked("enginedead_timeout(0.5)", "vllm_engine")}, 1,
+         "seconds=0.5 is not a whole number of seconds"),
+    ],
+    ids=["report-path", "model-config", "policy-value", "marker"],
+)
+def test_checked_before_the_first_engine_starts(
+    downstream: Downstream, wired: Path, args: tuple[str, ...], files: dict[str, str], code: int, needle: str
+) -> None:
+    """With vLLM installed and engine tests planned, each bad input ends the run (or its tests)
+    before any engine starts: the import tripwire stays untouched (it does trip on a good one)."""
+    (downstream.path / "test_engine.py").write_text(ENGINE)
+    for name, content in files.items():
+        (downstream.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (downstream.path / name).write_text(content)
+    result = downstream.run(*args, in_subprocess=True, timeout=120)
+    assert result.ret == code, result.text[-3000:]
+    assert needle in result.text
+    assert_clean(result.text)
+    assert "engine failed to start" not in result.text and "tripwire" not in result.text
+
+
+# --- the report, written at the end -------------------------------------------------------------
+
+
+def test_a_fifo_with_a_reader_gets_the_report(downstream: Downstream, private_tmp: Path) -> None:
+    """A FIFO somebody reads is written through, in place: the reader gets the whole report, and
+    the FIFO is still a FIFO."""
+    downstream.copy(examples.PLAIN)
+    nodes = make_nodes(downstream.path, {"fifo": "fifo"})
+    reader = os.open(downstream.path / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # a reader, before the run
+    try:
+        result = downstream.run(f"--enginedead-report={downstream.path / 'fifo'}")
+        assert result.ret == pytest.ExitCode.OK, result.text[-3000:]
+        data = b""
+        while chunk := os.read(reader, 65536):
+            data += chunk
+    finally:
+        os.close(reader)
+    report = json.loads(data)
+    assert report["schema_version"] == 1 and report["tests"] == []
+    assert_untouched(nodes)
+    assert leftovers(private_tmp) == []
+
+
+def test_a_report_path_that_stops_taking_output_is_one_line_at_the_end(downstream: Downstream) -> None:
+    """Proven at the start, the report's directory is replaced by a file during the run: the end
+    says so in one line and the exit status is not 0 (it was a traceback), the tests' outcome
+    stays in the summary."""
+    downstream.pytester.makepyfile(test_spoil="""
+        import os, shutil
+
+        def test_spoils_the_report_directory():
+            shutil.rmtree("out", ignore_errors=True)
+            with open("out", "w") as f:
+                f.write("not a directory")
+    """)
+    (downstream.path / "out").mkdir()
+    result = downstream.run(f"--enginedead-report={downstream.path / 'out' / 'r.json'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.text[-3000:]
+    assert_clean(result.text)
+    lines = [ln for ln in result.stderr.lines if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ERROR: enginedead: the report was not written: "), lines
+    assert "out/r.json' (from command line): cannot be written" in lines[0]
+    result.assert_outcomes(passed=1)
+
+
+def test_a_report_through_a_symlink_replaces_the_file_not_the_link(downstream: Downstream) -> None:
+    """``latest.json -> runs/1.json``: the file the link names gets the report; the link stays."""
+    downstream.copy(examples.PLAIN)
+    (downstream.path / "runs").mkdir()
+    (downstream.path / "runs" / "1.json").write_text("old")
+    (downstream.path / "latest.json").symlink_to("runs/1.json")
+    result = downstream.run(f"--enginedead-report={downstream.path / 'latest.json'}")
+    assert result.ret == pytest.ExitCode.OK, result.text[-3000:]
+    assert (downstream.path / "latest.json").is_symlink()
+    assert json.loads((downstream.path / "runs" / "1.json").read_text())["schema_version"] == 1
+    assert sorted(os.listdir(downstream.path / "runs")) == ["1.json"]  # no temporary sibling left

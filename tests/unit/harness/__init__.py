@@ -1,0 +1,1 @@
+"""The harness (``pytest_enginedead/harness/``), on real processes without vLLM."""

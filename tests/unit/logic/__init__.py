@@ -1,0 +1,1 @@
+"""Pure logic (``pytest_enginedead/logic/``): milliseconds each."""

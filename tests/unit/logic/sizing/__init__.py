@@ -1,0 +1,1 @@
+"""Sizing (``pytest_enginedead/logic/sizing/``): pure maths over measured steps."""
