@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support import examples
 from tests.support.downstream import (
     Background,
     Downstream,
@@ -78,7 +79,8 @@ def test_ctrl_c_stops_the_run_at_every_phase(
     # xdist, pytest's own tmp_path is already close to that, so the scratch TMPDIR is short.
     scratch = Path(tempfile.mkdtemp(prefix="ed-"))
     request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
-    run = downstream.copy("ctrl_c").start("-k", test, plugins=["timeout"], env={"TMPDIR": str(scratch)})
+    run = downstream.copy(examples.CTRL_C).start("-k", test, plugins=["timeout"],
+                                                 env={"TMPDIR": str(scratch)})
     wait(run)
     os.killpg(run.proc.pid, signal.SIGINT)
     pressed = time.monotonic()
@@ -96,13 +98,13 @@ def test_ctrl_c_stops_the_run_at_every_phase(
 
 def test_pytest_timeout_in_mid_step(downstream: Downstream, decoy: psutil.Process) -> None:
     """pytest-timeout cuts a test whose worker hangs: the run goes on, the engine goes."""
-    run = downstream.copy("hang").start("-o", "timeout_func_only=true", plugins=["timeout"])
+    run = downstream.copy(examples.HANG).start("-o", "timeout_func_only=true", plugins=["timeout"])
     _assert_cut_by_pytest_timeout(run, decoy)
 
 
 def test_harness_killed_in_mid_step(downstream: Downstream, decoy: psutil.Process) -> None:
     """SIGKILL of pytest itself: no teardown runs, the reaper ends the engine."""
-    run = downstream.copy("long_step").start(plugins=["timeout"])
+    run = downstream.copy(examples.LONG_STEP).start(plugins=["timeout"])
     run.watch(extra_s=2)
     run.proc.kill()
     run.wait()
@@ -111,7 +113,7 @@ def test_harness_killed_in_mid_step(downstream: Downstream, decoy: psutil.Proces
 
 def test_server_hang_cut_by_pytest_timeout(downstream: Downstream, decoy: psutil.Process) -> None:
     """A hung worker behind the server, cut by pytest-timeout: the whole tree goes."""
-    run = downstream.copy("server_cut").start(
+    run = downstream.copy(examples.SERVER_CUT).start(
         "-k", "hangs", "-o", "timeout_func_only=true", plugins=["timeout"]
     )
     _assert_cut_by_pytest_timeout(run, decoy)

@@ -19,6 +19,7 @@ from xml.etree import ElementTree
 import psutil
 import pytest
 
+from tests.support import examples
 from tests.support.downstream import Downstream, Outcome, assert_nothing_left, engine_processes, enginedead
 from tests.support.machine import Measures, death_sizes
 
@@ -48,7 +49,7 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
     """Stock 2 s deadline, busy 0.05 s/seq: batch 2 passes, batch 64 is a false death;
     the reference policy survives batch 64 with a non-empty step record."""
     junit = downstream.path / "junit.xml"
-    result, data = run_engines(downstream.copy("stock_vs_policy"), f"--junitxml={junit}")
+    result, data = run_engines(downstream.copy(examples.STOCK_VS_POLICY), f"--junitxml={junit}")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
         [
@@ -115,7 +116,7 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
 def test_genuine_deaths_propagate(downstream: Downstream, decoy: psutil.Process) -> None:
     """A crashed worker (DEAD) and a hung one (HUNG) are not false deaths: the original
     EngineDeadError reaches the test unchanged."""
-    result, data = run_engines(downstream.copy("genuine_deaths"))
+    result, data = run_engines(downstream.copy(examples.GENUINE_DEATHS))
     result.assert_outcomes(passed=2)
     # one configuration; the crash ends the engine, the hang gets a restarted one
     assert data["configurations"] == 1 and data["engines_started"] == 2 and data["restarts"] == 1
@@ -138,7 +139,7 @@ def test_real_compute_outlives_short_deadline(
     monkeypatch.setenv("ENGINEDEAD_EXAMPLE_SIZES", json.dumps(
         {"deadline": sizes.deadline_s, "living": sizes.living, "dying": sizes.dying}))
     result, data = run_engines(
-        downstream.copy("real_compute"), f"--enginedead-model={FIXTURES / 'heavy-llama'}"
+        downstream.copy(examples.REAL_COMPUTE), f"--enginedead-model={FIXTURES / 'heavy-llama'}"
     )
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
@@ -157,7 +158,7 @@ def test_real_compute_outlives_short_deadline(
 
 def test_factory_engine_with_explicit_arguments(downstream: Downstream, decoy: psutil.Process) -> None:
     """vllm_engine_factory: explicit deadline, faults and engine args; stopped afterwards."""
-    result, data = run_engines(downstream.copy("factory"), dynamic=1)
+    result, data = run_engines(downstream.copy(examples.FACTORY), dynamic=1)
     result.assert_outcomes(passed=1)
     (engine,) = data["engines"]
     assert engine["deadline_s"] == 30 and engine["batch_size"] == 4
@@ -171,7 +172,7 @@ def test_tests_with_different_deadlines_and_faults_share_one_engine(
 ) -> None:
     """One engine serves three tests; each runs under its own deadline and faults, as the
     step record (step times) and the verdict (the death after 1 s) prove."""
-    result, data = run_engines(downstream.copy("shared_engine"))
+    result, data = run_engines(downstream.copy(examples.SHARED_ENGINE))
     result.assert_outcomes(passed=2, failed=1)
     assert data["engines_started"] == 1 and data["configurations"] == 1
     (engine,) = data["engines"]
@@ -198,7 +199,7 @@ def test_malformed_and_unknown_model_are_usage_errors(downstream: Downstream) ->
     checks before any test is scheduled (it was xdist's INTERNALERROR); the ``enginedead``
     command says the same of its --model (exit 2).  (The factories' model= says it too:
     tests/engine/test_guard.py.)"""
-    downstream.copy("needs_engine")
+    downstream.copy(examples.NEEDS_ENGINE)
     for model, needle in (
         ("bad-json", "bad-json/config.json is not valid JSON"),
         ("unknown-arch", "unknown-arch/config.json names architecture NoSuchModelForCausalLM, which vLLM"),

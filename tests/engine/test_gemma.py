@@ -9,6 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 from tests.support.machine import GEMMA_MEASURED_AT, Measures, death_sizes
 
@@ -42,7 +43,7 @@ def test_gemma4_moe_decode_batch_outlives_its_deadline(
     print(sizes.describe())
     monkeypatch.setenv("ENGINEDEAD_EXAMPLE_SIZES", json.dumps(
         {"deadline": sizes.deadline_s, "living": sizes.living, "dying": sizes.dying}))
-    result = downstream.copy("gemma").run(
+    result = downstream.copy(examples.GEMMA).run(
         "-rA", f"--enginedead-model={GEMMA}", plugins=["timeout"], in_subprocess=True, report=True,
     )
     result.assert_outcomes(failed=1)

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from pytest_enginedead.compat import llm_config
+from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 
 pytestmark = pytest.mark.engine
@@ -55,8 +56,8 @@ def test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones(
     """The guard on real engines (test_guard_suite.py), and the same engine asked wrongly
     (test_guard_asked.py): each bad argument fails its test in one line while the shared
     engine serves on; a guard policy the engine core cannot import fails its test."""
-    result = downstream.copy("guard").run("-rA", "--durations=0", "--durations-min=0", plugins=["timeout"],
-                                          in_subprocess=True, report=True)
+    result = downstream.copy(examples.GUARD).run("-rA", "--durations=0", "--durations-min=0",
+                                                 plugins=["timeout"], in_subprocess=True, report=True)
     result.assert_outcomes(passed=3, failed=1 + len(BAD_ARGUMENTS), errors=1)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(["FAILED test_guard_suite.py::test_the_guard_never_waits_past_its_cap*"])

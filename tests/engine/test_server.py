@@ -7,6 +7,7 @@ import re
 import psutil
 import pytest
 
+from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 
 pytestmark = pytest.mark.engine
@@ -31,8 +32,8 @@ def test_server_false_death(downstream: Downstream, decoy: psutil.Process) -> No
     """The short server case every vLLM release runs: 64 concurrent requests under the
     stock 2 s deadline and a busy 0.05 s/seq step end in a false death, with the clients'
     side in the evidence, and the server's whole process tree is gone afterwards."""
-    result = downstream.copy("server_false_death").run("-rA", plugins=["timeout"], in_subprocess=True,
-                                                        report=True)
+    result = downstream.copy(examples.SERVER_FALSE_DEATH).run("-rA", plugins=["timeout"], in_subprocess=True,
+                                                              report=True)
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert_clients_saw_http_500(out)
@@ -50,7 +51,7 @@ def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psuti
     the worker evidence; the reference policy survives 64; a crash is genuine; the guard
     lets 64 clients finish.  (64 plain requests and what those clients saw are
     test_server_false_death's: the same death here would cost one more server start.)"""
-    result = downstream.copy("server").run("-rA", plugins=["timeout"], in_subprocess=True, report=True)
+    result = downstream.copy(examples.SERVER).run("-rA", plugins=["timeout"], in_subprocess=True, report=True)
     result.assert_outcomes(passed=6, failed=2)
     result.stdout.fnmatch_lines(
         [

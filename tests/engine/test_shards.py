@@ -11,6 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.support import examples
 from tests.support.downstream import (
     TWO_WORKERS,
     TWO_WORKERS_PLUGINS,
@@ -35,7 +36,7 @@ def test_two_shards_start_each_configuration_once_and_merge_to_the_whole(
     (the engines of both shards = the unsharded run's); the same verdicts; ``enginedead
     merge`` of the two shard reports gives the unsharded run's table, exit 0 (the false
     death is under the stock deadline, the crash genuine), and nothing is left behind."""
-    whole_run = downstream.copy("xdist_suite").shared_run(*TWO_WORKERS, plugins=TWO_WORKERS_PLUGINS)
+    whole_run = downstream.copy(examples.XDIST_SUITE).shared_run(*TWO_WORKERS, plugins=TWO_WORKERS_PLUGINS)
     reports: dict[str, dict[str, Any]] = {}
     walls: dict[str, float] = {"whole": whole_run.result.duration}
     for name, args in (("whole", None), ("1", ("--enginedead-shard=1/2",)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import psutil
 import pytest
 
+from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 
 pytestmark = pytest.mark.engine
@@ -14,8 +15,8 @@ def test_probe_and_exit_status_on_real_servers(downstream: Downstream, decoy: ps
     """Two guarded servers at once: the probe stays alive through slow steps (>= 3 x the 2 s
     deadline) and turns in a probe begun within hang_s + a round of probing of a hang; the
     hung server exits with EXIT_HUNG; an unguarded false death with the opt-in exits with EXIT_DEAD."""
-    result = downstream.copy("operators").run("-rA", "-s", plugins=["timeout"], in_subprocess=True,
-                                               report=True)
+    result = downstream.copy(examples.OPERATORS).run("-rA", "-s", plugins=["timeout"], in_subprocess=True,
+                                                     report=True)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["probe: * probes, wall max *; hang found * after it began (hang_s 3)*"])
     data = result.report

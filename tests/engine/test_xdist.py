@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from pytest_enginedead.harness.cleanup import wait_until
+from tests.support import examples
 from tests.support.downstream import (
     TWO_WORKERS,
     TWO_WORKERS_PLUGINS,
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.engine
 def test_two_workers_one_report(downstream: Downstream, decoy: psutil.Process) -> None:
     """-n 2 --dist loadgroup: outcomes as without xdist, engines = configurations,
     both workers used, one merged table and JSON report, nothing left behind."""
-    result = downstream.copy("xdist_suite").shared_run(*TWO_WORKERS, plugins=TWO_WORKERS_PLUGINS)
+    result = downstream.copy(examples.XDIST_SUITE).shared_run(*TWO_WORKERS, plugins=TWO_WORKERS_PLUGINS)
     result.assert_outcomes(passed=3, failed=1)
     out = result.stdout.str()
     assert out.count("engines started: 2;") == 1, out[-3000:]
@@ -49,7 +50,7 @@ def test_killed_worker_leaves_no_engine(
     the temp dir."""
     scratch = Path(tempfile.mkdtemp(prefix="ed-"))  # short: vLLM's sockets go under it
     request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
-    run = downstream.copy("long_step_under_xdist").start(
+    run = downstream.copy(examples.LONG_STEP_UNDER_XDIST).start(
         "-n", "2", "--dist", "loadgroup", plugins=["xdist"], env={"TMPDIR": str(scratch)}
     )
     marker = run.path / "generating"

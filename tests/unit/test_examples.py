@@ -1,8 +1,9 @@
 """Every downstream suite under ``examples/`` collects as a downstream repo would see it.
 
 Most of them run only in the engine tests; collecting them here (no engine starts at
-collection) catches a broken example, and pins the test ids the engine tests expect.  The test
-modules around them import under names that cannot clash.
+collection) catches a broken example, and pins the test ids the engine tests expect.  Each
+has its constant in ``tests/support/examples.py``; the test modules around them import
+under names that cannot clash.
 """
 
 from __future__ import annotations
@@ -10,23 +11,27 @@ from __future__ import annotations
 import pytest
 
 from pytest_enginedead.compat import registry
+from tests.support import examples
 from tests.support.downstream import EXAMPLES, Downstream
 
 SUITES = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
 
 #: the ids the engine tests match their outcomes against
 IDS = {
-    "stock_vs_policy": [
+    examples.STOCK_VS_POLICY: [
         "test_stock_vs_policy.py::test_stock_deadline[bs2]",
         "test_stock_vs_policy.py::test_stock_deadline[bs64]",
         "test_stock_vs_policy.py::test_reference_policy[bs64]",
     ],
-    "genuine_deaths": ["test_genuine_deaths.py::test_crash[bs4]", "test_genuine_deaths.py::test_hang[bs4]"],
-    "real_compute": [
+    examples.GENUINE_DEATHS: [
+        "test_genuine_deaths.py::test_crash[bs4]",
+        "test_genuine_deaths.py::test_hang[bs4]",
+    ],
+    examples.REAL_COMPUTE: [
         "test_real_compute.py::test_real_compute[bs2]",
         "test_real_compute.py::test_real_compute[bs64]",
     ],
-    "xdist_suite": [
+    examples.XDIST_SUITE: [
         "test_xdist_suite.py::test_stock_deadline[bs2]",
         "test_xdist_suite.py::test_stock_deadline[bs64]",
         "test_xdist_suite.py::test_policy[bs8]",
@@ -44,7 +49,7 @@ def test_suite_collects(downstream: Downstream, suite: str, monkeypatch: pytest.
     # the model's architecture is asked of vLLM's registry at collection: not here
     known = frozenset({"LlamaForCausalLM", "Gemma4ForCausalLM"})
     monkeypatch.setattr(registry, "known_architectures", lambda: known)
-    if suite == "repro":
+    if suite == examples.REPRO:
         downstream.copy_procs()
     result = downstream.copy(suite).run("--collect-only", "-q")
     assert result.ret == pytest.ExitCode.OK, result.text
@@ -75,3 +80,12 @@ def test_test_modules_have_unique_import_names() -> None:
             outside.append(str(path.relative_to(tests)))
     assert not {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert outside == []
+
+
+def test_every_example_has_its_constant() -> None:
+    """``tests/support/examples.py`` names every directory under ``examples/`` once, and
+    nothing else: a test names a suite by its constant, never by a string."""
+    constants = {name: value for name, value in vars(examples).items() if name.isupper()}
+    directories = sorted(p.name for p in EXAMPLES.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert sorted(constants.values()) == directories
+    assert all(name == value.upper() for name, value in constants.items()), constants
