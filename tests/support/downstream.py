@@ -38,14 +38,14 @@ PROCS = HERE / "procs.py"
 REPORT_NAME = "enginedead-report.json"
 #: the title vLLM gives its worker processes
 WORKER_TITLE = "VLLM::Worker"
-#: A run to be cut short starts with Ctrl-C's default action whatever this process
-#: inherited, then becomes ``python ARGS`` (same pid): a shell that starts a command in
-#: the background without job control makes it ignore SIGINT (POSIX), and an ignored
-#: SIGINT stays ignored across every exec below it.
-DEFAULT_SIGINT = (
-    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
-)
+
+
+def default_sigint() -> None:
+    """Ctrl-C's default action for a run to be cut short, whatever this process inherited
+    (``Background``'s ``preexec_fn``: in the child, before it execs): a shell that starts a
+    command in the background without job control makes it ignore SIGINT (POSIX), an ignored
+    SIGINT stays ignored across every exec below it, and Python keeps it so."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @dataclass
@@ -170,7 +170,7 @@ class Downstream:
 
         ``env``: variables to set for the run on top of this process's environment.
         """
-        argv = [sys.executable, "-c", DEFAULT_SIGINT, "-m", "pytest", *pytest_args(plugins, args)]
+        argv = [sys.executable, "-m", "pytest", *pytest_args(plugins, args)]
         run = Background(self.path, argv, {**os.environ, **(env or {})})
         self._started.append(run)
         return run
@@ -182,7 +182,8 @@ class Downstream:
 
 
 class Background:
-    """A downstream pytest in its own session; records its process tree while it runs."""
+    """A downstream pytest in its own session, Ctrl-C's default action restored (a suite run as
+    ``cmd &`` from a script still delivers the Ctrl-C it sends); records its process tree."""
 
     def __init__(self, path: Path, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.path = path
@@ -190,7 +191,7 @@ class Background:
         self._log = open(self.log_path, "w")  # noqa: SIM115 - the run's output, for its whole life
         self.proc = subprocess.Popen(
             argv, cwd=path, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True, env=env,
+            start_new_session=True, env=env, preexec_fn=default_sigint,
         )
         #: every process seen below the run (or below ``under``), pinned by creation time
         self.seen: set[ProcRef] = set()
