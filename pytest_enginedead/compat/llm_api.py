@@ -25,6 +25,19 @@ def shutdown_llm(llm: Any) -> None:
             return
 
 
+def expect_exit(llm: Any) -> None:
+    """Tell an ``LLM``'s client that its engine core is about to be stopped on purpose.
+
+    The client's monitor thread (``MPClient.start_engine_core_monitor``, 0.27.1-0.32.0)
+    logs "[shutdown] MPClient: engine core exited unexpectedly" when the process it
+    watches ends, unless ``resources.engine_dead`` is already set; a harness that ends
+    the engine by pid would see that warning after its summary.
+    """
+    resources = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "resources", None)
+    if resources is not None and hasattr(resources, "engine_dead"):
+        resources.engine_dead = True
+
+
 def quiet_repr(llm: Any) -> None:
     """Make ``repr(llm)`` local.
 

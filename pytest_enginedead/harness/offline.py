@@ -90,6 +90,11 @@ class Engine(EngineBase):
     def alive(self) -> bool:
         return self.llm is not None and not self.broken
 
+    def stop(self) -> None:
+        if self.llm is not None:
+            llm_api.expect_exit(self.llm)  # its client must not take this stop for a death
+        super().stop()
+
     def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
         llm, self.llm = self.llm, None
         if llm is None:
