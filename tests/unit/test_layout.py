@@ -1,0 +1,62 @@
+"""The package's layout: rooms by the process a line runs in, small modules, the light doors.
+
+The import rules themselves are ``lint-imports``'s (pyproject.toml, run by ``make lint``);
+these check what it cannot: what a process really loads, and the sizes.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pytest_enginedead
+
+PACKAGE = Path(pytest_enginedead.__file__).parent
+HEAVY = ("pytest", "_pytest", "vllm", "torch")
+
+
+def loaded_by(code: str) -> list[str]:
+    """The heavy top-level packages a fresh interpreter has loaded after running ``code``."""
+    probe = f"{code}\nimport sys\nprint(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return list(eval(done.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize("command", [["merge", "--help"], ["probe", "--help"], ["--help"]],
+                         ids=["merge", "probe", "top"])
+def test_the_light_commands_load_no_pytest_vllm_or_torch(command: list[str]) -> None:
+    """``enginedead merge`` and ``enginedead probe`` (an exec probe has about a second) and the
+    command's help start without pytest, vLLM or torch."""
+    code = ("import sys\nfrom pytest_enginedead.command import main\n"
+            f"sys.argv = ['enginedead', *{command!r}]\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass")
+    assert loaded_by(code) == []
+
+
+def test_the_contract_and_the_code_inside_vllm_load_no_pytest() -> None:
+    """What every vLLM process imports (the plugin entry, the contract) loads neither pytest nor
+    vLLM of its own accord."""
+    code = ("import pytest_enginedead.inside\n"
+            "from pytest_enginedead.contract import control, dumps, guardfiles, names, steps")
+    assert loaded_by(code) == []
+
+
+def test_no_module_over_500_lines_and_no_class_over_150() -> None:
+    """A bigger one is two ideas."""
+    big = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines > 500:
+            big.append(f"{path.relative_to(PACKAGE)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+                size = node.end_lineno - node.lineno + 1
+                if size > 150:
+                    big.append(f"{path.relative_to(PACKAGE)}: class {node.name} {size} lines")
+    assert big == []
