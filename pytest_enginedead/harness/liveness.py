@@ -63,6 +63,8 @@ def classify(evidence: ProcessEvidence, threshold: float = DEFAULT_BUSY_THRESHOL
 
 
 _GONE = ("gone", psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+#: a process this old has exec'd its program: its title is its own
+TITLE_SETTLES_S = 0.5
 
 
 class Watched:
@@ -72,11 +74,18 @@ class Watched:
         self.pid = pid
         self.title = f"pid {pid}"
         self.samples: deque[Sample] = deque(maxlen=history)
+        #: a title read in a process's first moments may be its parent's, or empty (before its exec)
+        self._title_settled = False
         try:
             self.proc: psutil.Process | None = psutil.Process(pid)
-            self.title = title_of(self.proc)
+            self._read_title()
         except psutil.Error:
             self.proc = None
+
+    def _read_title(self) -> None:
+        assert self.proc is not None
+        self._title_settled = time.time() - self.proc.create_time() > TITLE_SETTLES_S
+        self.title = title_of(self.proc)
 
     def sample(self) -> Sample:
         """Sample the process now; once it is gone, its history stays as it was."""
@@ -95,6 +104,8 @@ class Watched:
                 # reaped children count: a worker's compiler runs in short-lived helpers
                 cpu = times.user + times.system + times.children_user + times.children_system
                 s = Sample(now, status not in _GONE, status, cpu, rss)
+                if not self._title_settled:
+                    self._read_title()
             except psutil.Error:
                 s = Sample(now, False, "gone", self._last_cpu(), 0)
         self.samples.append(s)

@@ -62,7 +62,7 @@ COMMAND_CASES = [
             files=policy_module("cli_exit", "import sys\nsys.exit(1)\n")),
     Command("policy-empty", ("check", "--policy", ""), ("argument --policy: no policy given",)),
     Command("stock-deadline-fraction", ("check", "--stock-deadline", "1.5"),
-            ("argument --stock-deadline: '1.5' is not a whole number of seconds",)),
+            ("argument --deadline/--stock-deadline: '1.5' is not a whole number of seconds",)),
     Command("batch-sizes-empty", ("check", "--batch-sizes", ""),
             ("argument --batch-sizes: no batch sizes given",)),
     Command("max-tokens-zero", ("check", "--max-tokens", "0"),
@@ -95,7 +95,8 @@ COMMAND_CASES = [
              "seconds (str; give an int or a float)",),
             files=returning("cli_600", "'600'")),
     Command("stock-deadline-beyond-the-bound", ("check", "--stock-deadline", "10000000000000"),
-            (f"argument --stock-deadline: '10000000000000' must be at most {versions.MAX_DEADLINE_S} s, the "
+            ("argument --deadline/--stock-deadline: '10000000000000' must be at most "
+             f"{versions.MAX_DEADLINE_S} s, the "
              "longest wait vLLM can make",)),
     # --- a long model path: its head and tail in the line (20.5) ----------------------------------
     Command("model-long-path", ("check", "--model", LONG_MODEL),

@@ -23,7 +23,7 @@ from tests.support.downstream import enginedead
             ["check", "--policy", "nosuch_mod:attr"],
             "enginedead check: error: --policy 'nosuch_mod:attr': no module named 'nosuch_mod'",
         ),
-        (["check", "--stock-deadline", "0.5"], "argument --stock-deadline: '0.5'"),
+        (["check", "--stock-deadline", "0.5"], "argument --deadline/--stock-deadline: '0.5'"),
         (["calibrate", "--headroom", "0"], "argument --headroom: '0' must be above 0"),
         (["calibrate", "--headroom", "-1"], "argument --headroom: '-1' must be above 0"),
         (["calibrate", "--headroom", "x"], "argument --headroom: 'x' is not a number"),
