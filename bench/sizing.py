@@ -5,14 +5,14 @@
 Each part is one command line of its own (each well under 15 minutes on a 2-core box);
 results are merged into bench/sizing-results.json, keyed by part.
 
-defaults  calibrate on fixtures/gemma4-moe with vLLM's defaults (128 seqs, 2048 tokens,
+defaults  calibrate on gemma-4-moe-mini with vLLM's defaults (128 seqs, 2048 tokens,
           the model's 512 context): wall time                                     <= 10 min
-worst     on fixtures/gemma4-moe, a serving config whose worst step holds a prefill
+worst     on gemma-4-moe-mini, a serving config whose worst step holds a prefill
           chunk beside >= 32 decodes, formed on the engine: measured vs predicted  within 25 %
-forecast  two depth slices of fixtures/gemma4-moe forecast the full depth; the full
+forecast  two depth slices of gemma-4-moe-mini forecast the full depth; the full
           model's decode steps at batch 8 and 32 measured on it (calibration.measure):
           forecast vs measured                                                    within 25 %
-26b       the report's model, config only: fixtures/gemma4-26b-a4b from slices 1 and 2,
+26b       the report's model, config only: gemma-4-26b-a4b from slices 1 and 2,
           wall time                                                               <= 15 min
 terms     (from the runs above) per-token > 0; per-context-token > 0 on a model with
           full attention, where attention is a share of a step the measurement resolves
@@ -28,11 +28,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_enginedead.logic.modelconfig import presets
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "sizing-results.json"
-MOE = str(ROOT / "fixtures" / "gemma4-moe")
-G26B = str(ROOT / "fixtures" / "gemma4-26b-a4b")
+#: the model presets (shipped with the package): the report's family shrunk, and the report's model
+MOE = presets()["gemma-4-moe-mini"]
+G26B = presets()["gemma-4-26b-a4b"]
 
 #: the serving config of ``worst``: 35 decodes at 47 tokens of context beside a prefill chunk,
 #: cheap enough to form on a 2-core box (every decode's context is prefilled first)
@@ -120,7 +123,7 @@ def part_26b() -> dict[str, Any]:
 
 def part_terms(results: dict[str, Any]) -> dict[str, Any]:
     """Per-token > 0 everywhere; per-context-token > 0 where attention is a share of a step the
-    measurement can see: the 26B slices at 2K keys (~10-30 % of a step). On gemma4-moe at <= 512
+    measurement can see: the 26B slices at 2K keys (~10-30 % of a step). On gemma-4-moe-mini at <= 512
     keys attention is ~1-3 % of a step, under this box's step-to-step noise: its context terms are
     reported, not required."""
     found = {}

@@ -19,6 +19,8 @@ by what the code says today:
 - ``exit-codes``: the exit statuses: each command's, from the "exit status:" epilog of its
   ``--help`` (``FALLBACK_EXITS`` below for a command without one), pytest's (its ``ExitCode``),
   the serving process's (``contract.names.EXIT_DEAD`` / ``EXIT_HUNG``).
+- ``presets``: the model presets shipped with the package (``pytest_enginedead/models/``, as
+  ``logic.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
 - ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, and the file.
 - ``rooms``: the package's folders and modules with the first line of their docstrings.
 - ``import-rules``: the ``[tool.importlinter]`` contracts of ``pyproject.toml``.
@@ -306,6 +308,23 @@ def exit_codes() -> str:
             + table(("who", "status", "when"), rows))
 
 
+# --- model presets ----------------------------------------------------------------------
+
+
+def presets() -> str:
+    from pytest_enginedead.logic.modelconfig import preset_summary, read_config
+    from pytest_enginedead.logic.modelconfig import presets as found
+
+    rows = []
+    for name, directory in found().items():
+        config = read_config(Path(directory) / "config.json")
+        files = ", ".join(f"`{p.name}`" for p in sorted(Path(directory).iterdir()))
+        rows.append((f"`{name}`", cell(preset_summary(config)), files))
+    if not rows:
+        raise PluginError("no model presets found in pytest_enginedead/models/")
+    return table(("name (`--model NAME`)", "config", "files"), rows)
+
+
 # --- the report's schema ----------------------------------------------------------------
 
 
@@ -398,6 +417,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "environment": environment,
     "commands": commands,
     "exit-codes": exit_codes,
+    "presets": presets,
     "report-schema": report_schema,
     "rooms": rooms,
     "import-rules": import_rules,

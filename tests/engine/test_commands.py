@@ -12,6 +12,7 @@ import pytest
 from pytest_enginedead.logic.policy import STOCK_DEADLINE_S
 from tests.support.downstream import enginedead
 from tests.support.machine import GEMMA_MEASURED_AT, Measures, death_sizes
+from tests.support.sizing import GEMMA_MOE
 
 pytestmark = pytest.mark.engine
 
@@ -68,9 +69,6 @@ def test_check_exit_code_follows_false_deaths_under_the_policy(
         assert data["engines_started"] == 1, data["engines"]
 
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
-
-
 @pytest.mark.xdist_group("gemma")  # one worker measures Gemma-4 once for the three
 def test_check_on_the_reports_model_family(tmp_path: Path, step_cost: Measures) -> None:
     """The shrunk Gemma-4 MoE, nothing injected, sized from its decode steps on this
@@ -78,7 +76,7 @@ def test_check_on_the_reports_model_family(tmp_path: Path, step_cost: Measures) 
     8, 4, 2 or 1 lives in (with half to spare), the dying batch (2.5 deadlines) dies falsely,
     and lives under the policy and under the guard.  (The smallest deadline keeps the dying
     batch, and so the test, affordable on a slow box.)"""
-    gemma = FIXTURES / "gemma4-moe"
+    gemma = GEMMA_MOE
     # the check's prompts are 4 tokens: a living batch's first step carries 4 per sequence
     sizes = death_sizes(step_cost(gemma, GEMMA_MEASURED_AT), most=512, living=(8, 4, 2, 1), tokens_per_seq=4)
     if isinstance(sizes, str):
@@ -100,7 +98,7 @@ def test_calibrate_on_the_reports_model_family(step_cost: Measures) -> None:
     """Calibrate on the shrunk Gemma-4 MoE measures steps that grow with the batch and
     recommends deadlines that let every batch live: relations, not one box's seconds.  It is
     the same ``enginedead calibrate`` run the Gemma tests size their deaths from (one engine)."""
-    cal = step_cost.calibration(FIXTURES / "gemma4-moe", GEMMA_MEASURED_AT)
+    cal = step_cost.calibration(GEMMA_MOE, GEMMA_MEASURED_AT)
     results = cal["results"]
     assert [r["batch_size"] for r in results] == list(GEMMA_MEASURED_AT)
     p50 = [r["p50_s"] for r in results]

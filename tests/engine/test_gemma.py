@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import psutil
 import pytest
@@ -12,10 +11,11 @@ import pytest
 from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 from tests.support.machine import GEMMA_MEASURED_AT, Measures, death_sizes
+from tests.support.sizing import GEMMA_MOE
 
 pytestmark = pytest.mark.engine
 
-GEMMA = Path(__file__).resolve().parents[2] / "fixtures" / "gemma4-moe"
+GEMMA = GEMMA_MOE
 #: the batch sizes the step cost is measured at, and the most sequences the test may ask for
 MEASURED_AT = GEMMA_MEASURED_AT
 MOST = 512
@@ -43,8 +43,9 @@ def test_gemma4_moe_decode_batch_outlives_its_deadline(
     print(sizes.describe())
     monkeypatch.setenv("ENGINEDEAD_EXAMPLE_SIZES", json.dumps(
         {"deadline": sizes.deadline_s, "living": sizes.living, "dying": sizes.dying}))
+    # the preset by name, as a repository without this checkout names it
     result = downstream.copy(examples.GEMMA).run(
-        "-rA", f"--enginedead-model={GEMMA}", plugins=["timeout"], in_subprocess=True, report=True,
+        "-rA", f"--enginedead-model={GEMMA.name}", plugins=["timeout"], in_subprocess=True, report=True,
     )
     result.assert_outcomes(failed=1)
     out = result.stdout.str()

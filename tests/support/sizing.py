@@ -7,16 +7,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pytest_enginedead.logic.modelconfig import MODELS_DIR
 from pytest_enginedead.logic.sizing import forecast, slices
 from pytest_enginedead.logic.sizing.fit import Step
 
-ROOT = Path(__file__).resolve().parents[2]
-GEMMA_26B = ROOT / "fixtures" / "gemma4-26b-a4b"
-GEMMA_MOE = ROOT / "fixtures" / "gemma4-moe"
+#: the report's model, config only (the preset ``gemma-4-26b-a4b``, shipped with the package)
+GEMMA_26B = Path(MODELS_DIR) / "gemma-4-26b-a4b"
+#: the report's family shrunk (the preset ``gemma-4-moe-mini``): runs here with dummy weights
+GEMMA_MOE = Path(MODELS_DIR) / "gemma-4-moe-mini"
 
 
 def config_26b() -> dict[str, Any]:
-    """Gemma-4 26B-A4B's config.json (fixtures/), the model sizing is proven on."""
+    """Gemma-4 26B-A4B's config.json (its preset), the model sizing is proven on."""
     return json.loads((GEMMA_26B / "config.json").read_text())
 
 

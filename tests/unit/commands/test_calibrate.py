@@ -189,3 +189,26 @@ def test_bad_command_line_is_one_line_exit_2(
 ) -> None:
     """Each bad ``enginedead calibrate`` command line: one line, exit 2, at once, nothing left."""
     assert_command_is_one_line_exit_2(tmp_path, private_tmp, monkeypatch, case)
+
+
+# --- the presets by name ----------------------------------------------------------------------
+
+
+def test_list_models_names_every_preset_and_what_it_is() -> None:
+    done = enginedead("calibrate", "--list-models")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines[:-1]] == ["gemma-4-26b-a4b", "gemma-4-moe-mini", "tiny-llama"]
+    assert "Gemma4ForCausalLM; 30 layers; hidden 2816; 128 experts" in lines[0]
+    assert lines[-1] == "use: enginedead calibrate --model NAME (a directory path works too)"
+    assert done.stderr == ""
+
+
+def test_list_models_as_json_gives_each_directory() -> None:
+    done = enginedead("calibrate", "--list-models", "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert set(found) == {"gemma-4-26b-a4b", "gemma-4-moe-mini", "tiny-llama"}
+    for name, info in found.items():
+        assert Path(info["directory"], "config.json").is_file() and Path(info["directory"]).name == name
+        assert info["summary"]
