@@ -29,9 +29,16 @@ READ_TIMEOUT = (
 
 def executor_worker_pids(executor: Any) -> list[int]:
     """The worker processes of a ``MultiprocExecutor`` (``workers[i].proc``, 0.27.1-0.32.0)."""
-    pids = []
-    for handle in getattr(executor, "workers", None) or ():
+    return [pid for _, pid in executor_workers(executor)]
+
+
+def executor_workers(executor: Any) -> list[tuple[int, int]]:
+    """(global rank, pid) of each worker of a ``MultiprocExecutor``: ``workers[i]`` is local rank
+    i, a ``WorkerProcHandle`` with ``rank`` and ``proc`` (0.27.1-0.32.0)."""
+    found = []
+    for i, handle in enumerate(getattr(executor, "workers", None) or ()):
         pid = getattr(getattr(handle, "proc", None), "pid", None)
+        rank = getattr(handle, "rank", i)
         if isinstance(pid, int):
-            pids.append(pid)
-    return pids
+            found.append((rank if isinstance(rank, int) else i, pid))
+    return found

@@ -93,3 +93,13 @@ def step_batch_size(scheduler_output: Any) -> int:
     # V0 passes an ExecuteModelRequest
     groups = getattr(scheduler_output, "seq_group_metadata_list", None)
     return len(groups) if groups is not None else 0
+
+
+def worker_rank(wrapper: Any) -> int:
+    """A worker's global rank (``WorkerWrapperBase.global_rank``, else ``rpc_rank``; 0.27.1-0.32.0
+    build it as ``WorkerWrapperBase(rpc_rank=local_rank, global_rank=rank)``)."""
+    for name in ("global_rank", "rpc_rank"):
+        rank = getattr(wrapper, name, None)
+        if isinstance(rank, int):
+            return rank
+    return 0

@@ -20,14 +20,21 @@ class Injection:
     slow_s_per_seq: float = 0.0
     hang_at_step: int | None = None
     crash_at_step: int | None = None
+    #: the ranks (vLLM's global worker ranks) the faults apply to; None: every rank
+    ranks: tuple[int, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Injection:
-        return cls(**data)
+        ranks = data.get("ranks")
+        return cls(**{**data, "ranks": None if ranks is None else tuple(ranks)})
 
     @property
     def active(self) -> bool:
         return bool(self.slow_s_per_seq or self.hang_at_step or self.crash_at_step)
+
+    def applies_to(self, rank: int) -> bool:
+        """Whether a worker of this rank runs these faults."""
+        return self.ranks is None or rank in self.ranks
 
     def describe(self) -> str:
         parts = []
@@ -37,6 +44,8 @@ class Injection:
             parts.append(f"hang at step {self.hang_at_step}")
         if self.crash_at_step:
             parts.append(f"crash at step {self.crash_at_step}")
+        if parts and self.ranks is not None:
+            parts.append(f"on rank{'s' if len(self.ranks) != 1 else ''} {', '.join(map(str, self.ranks))}")
         return ", ".join(parts) or "none"
 
 

@@ -30,8 +30,12 @@ class GuardEvent:
     cap_s: float  # the guard's hard cap
     verdict: str  # SLOW / HUNG / DEAD
     outcome: str  # "waiting up to 1240 s", "ending the wait", "past the cap", ...
-    pid: int  # the worker judged
+    pid: int  # the worker judged (with several ranks: the busiest)
     t: float  # time.monotonic() of the decision
+    #: that worker's rank (vLLM's global rank), None where the record predates ranks
+    rank: int | None = None
+    #: how many ranks the engine has
+    ranks: int = 1
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), sort_keys=True) + "\n"

@@ -32,7 +32,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import IO, Any
 
 import pytest
@@ -74,6 +74,27 @@ def worker_index(config: pytest.Config) -> tuple[int, int] | None:
         return 0, count
 
 
+def _allowed() -> list[int]:
+    return (sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else list(range(os.cpu_count() or 1)))
+
+
+def core_budget(config: pytest.Config) -> tuple[list[int], str]:
+    """(the cores an engine of this run may use, who owns them, for messages).
+
+    On an xdist worker, its share (``cpu_bind``); on xdist's controller, the smallest share
+    a worker will get; outside xdist, every core this process may use.
+    """
+    if is_worker(config):
+        bound = cpu_bind(config) or ""
+        return [int(c) for c in bound.split(",") if c.isdigit()], "this xdist worker"
+    workers = len(config.getoption("tx", None) or []) if config.pluginmanager.hasplugin("xdist") else 0
+    cpus = _allowed()
+    if workers > 1:
+        return cpus[: max(1, len(cpus) // workers)], f"each of the {workers} xdist workers"
+    return cpus, "this run"
+
+
 def cpu_bind(config: pytest.Config, cpus: list[int] | None = None) -> str | None:
     """The cores this worker's engines may use: the allowed CPUs split between workers.
 
@@ -85,8 +106,7 @@ def cpu_bind(config: pytest.Config, cpus: list[int] | None = None) -> str | None
         return None
     index, count = where
     if cpus is None:
-        cpus = (sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                else list(range(os.cpu_count() or 1)))
+        cpus = _allowed()
     if count >= len(cpus):
         return str(cpus[index % len(cpus)])
     per = len(cpus) // count
@@ -116,11 +136,12 @@ def _shared_dir(config: pytest.Config) -> str | None:
 
 
 def publish_groups(
-    config: pytest.Config, groups: Iterable[tuple[str, str | None]], engine_tests: int = 0
+    config: pytest.Config, groups: Iterable[tuple[str, str | None]], engine_tests: int = 0,
+    uses: Mapping[str, bool] | None = None,
 ) -> bool:
-    """On a worker: write ``{nodeid: group}`` and the number of engine tests planned where
-    the controller reads them; return whether the controller checks the model (it then does,
-    once, when this worker's collection reaches it)."""
+    """On a worker: write ``{nodeid: group}``, the number of engine tests planned and what they
+    use (``uses``: the fixtures' engines, servers) where the controller reads them; return whether
+    the controller checks the model (it then does, once, when this worker's collection reaches it)."""
     info = getattr(config, "workerinput", None) or {}
     directory = _shared_dir(config)
     if directory is None:
@@ -129,7 +150,7 @@ def publish_groups(
     path = os.path.join(directory, f"{info.get('workerid', 'gw')}.json")
     try:
         with open(path + ".tmp", "w") as f:
-            json.dump({"groups": mapping, "engine_tests": engine_tests}, f)
+            json.dump({"groups": mapping, "engine_tests": engine_tests, "uses": dict(uses or {})}, f)
         os.replace(path + ".tmp", path)  # one file per worker: no two writers
     except OSError:
         return False  # the worker checks for itself
@@ -291,7 +312,7 @@ class ControllerHooks:
     controller makes them once, as soon as a worker says it planned engine tests.
     """
 
-    def __init__(self, results: Results, check: Callable[[], None] | None = None) -> None:
+    def __init__(self, results: Results, check: Callable[..., None] | None = None) -> None:
         self.results = results  # the controller's: workers' results merge into it
         self.groups_dir: str | None = None
         self.check = check
@@ -309,9 +330,11 @@ class ControllerHooks:
         if self.checked or self.check is None or self.groups_dir is None:
             return
         worker = str(getattr(getattr(node, "gateway", None), "id", "?"))
-        if _published(self.groups_dir, worker).get("engine_tests"):
+        published = _published(self.groups_dir, worker)
+        if published.get("engine_tests"):
             self.checked = True
-            self.check()  # a UsageError here ends the run as it would without -n
+            uses = published.get("uses")
+            self.check(**(uses if isinstance(uses, dict) else {}))  # a UsageError ends the run as without -n
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:

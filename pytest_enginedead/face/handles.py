@@ -131,8 +131,9 @@ class Handle:
                 last = events[-1]
                 if last.outcome.startswith("past the cap"):
                     facts["guard_cap_s"] = last.cap_s
+                judged = f" (judged on rank {last.rank} of {last.ranks})" if last.ranks > 1 else ""
                 facts["guard"] = (
-                    f"{last.verdict}, {last.outcome}: {last.method} had run {last.waited_s:.1f} s "
+                    f"{last.verdict}{judged}, {last.outcome}: {last.method} had run {last.waited_s:.1f} s "
                     f"(vLLM's deadline {last.deadline_s:g} s, the guard's cap {last.cap_s:g} s; "
                     f"{self.spec.guard.describe()})"
                 )

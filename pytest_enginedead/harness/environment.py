@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from ..compat import llm_config, versions
 from ..contract.names import (
@@ -24,6 +25,7 @@ from ..contract.names import (
     GUARD_VARIABLES,
 )
 from ..logic.planning import EngineSpec, Instructions
+from ..logic.ranks import BIND_ENV, binding, parse_cpu_list
 from ..logic.sizing import slices
 
 
@@ -42,8 +44,13 @@ def engine_environment(spec: EngineSpec, run_dir: str, first: Instructions) -> d
         GUARD_ENV: "0",
     }
     env.update(llm_config.scratch_environment(run_dir, os.environ))  # removed with the run dir
-    if spec.cpu_bind is not None:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_bind
+    if spec.ranks > 1:
+        if BIND_ENV not in os.environ:  # the user's own binding wins
+            env[BIND_ENV] = binding(owned_cores(spec), spec.ranks)
+    elif spec.cpu_bind is not None:
+        env[BIND_ENV] = spec.cpu_bind
+    if spec.pipeline_parallel > 1:
+        env["VLLM_CPU_CI_ENV"] = "0"  # the warm-up allocates what a pipeline stage's first step needs
     env.update(kv_cache(spec)[0])
     if spec.guard is not None:
         env[GUARD_ENV] = "1"
@@ -51,6 +58,24 @@ def engine_environment(spec: EngineSpec, run_dir: str, first: Instructions) -> d
         env[GUARD_POLICY_ENV] = spec.guard.policy
         env[GUARD_PATH_ENV] = os.pathsep.join([*sys.path[:1], os.getcwd()])
     return env
+
+
+def owned_cores(spec: EngineSpec) -> list[int]:
+    """The cores this engine may use: its xdist budget (``cpu_bind``), else this process's affinity."""
+    if spec.cpu_bind is not None:
+        return parse_cpu_list(spec.cpu_bind)
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def engine_arguments(spec: EngineSpec) -> dict[str, Any]:
+    """What the engine is started with beyond the harness's defaults: the spec's own arguments,
+    its ranks, and the KV cache's size."""
+    args: dict[str, Any] = {**dict(spec.extra_args), **spec.rank_args(), **kv_cache(spec)[1]}
+    if spec.pipeline_parallel > 1:  # vLLM's CPU pipeline stages need their warm-up (compiled)
+        args["enforce_eager"] = False
+    return args
 
 
 def kv_cache(spec: EngineSpec) -> tuple[dict[str, str], dict[str, int]]:

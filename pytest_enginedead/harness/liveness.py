@@ -9,10 +9,11 @@ zombie → ``DEAD``.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import psutil
@@ -87,8 +88,13 @@ class Watched:
         self._title_settled = time.time() - self.proc.create_time() > TITLE_SETTLES_S
         self.title = title_of(self.proc)
 
-    def sample(self) -> Sample:
-        """Sample the process now; once it is gone, its history stays as it was."""
+    def sample(self, apart: Collection[int] = ()) -> Sample:
+        """Sample the process now; once it is gone, its history stays as it was.
+
+        Its CPU counts its living descendants' (a worker compiles in a child process: at
+        TP >= 2 a first step's C++ build runs ~20 s in one while the rank itself waits),
+        except those in ``apart``, which are judged on their own.
+        """
         if self.samples and not self.samples[-1].alive:
             return self.samples[-1]  # gone stays gone (pinned by creation time)
         now = time.monotonic()
@@ -103,6 +109,7 @@ class Watched:
                     rss = proc.memory_info().rss
                 # reaped children count: a worker's compiler runs in short-lived helpers
                 cpu = times.user + times.system + times.children_user + times.children_system
+                cpu += _descendants_cpu(proc, apart)
                 s = Sample(now, status not in _GONE, status, cpu, rss)
                 if not self._title_settled:
                     self._read_title()
@@ -152,6 +159,19 @@ def title_of(proc: psutil.Process) -> str:
         return f"pid {proc.pid}"
 
 
+def _descendants_cpu(proc: psutil.Process, apart: Collection[int]) -> float:
+    """CPU seconds of ``proc``'s living descendants, but those in ``apart`` and theirs."""
+    total = 0.0
+    with contextlib.suppress(psutil.Error):
+        for kid in proc.children():
+            if kid.pid in apart:
+                continue
+            with contextlib.suppress(psutil.Error):
+                t = kid.cpu_times()
+                total += t.user + t.system + _descendants_cpu(kid, apart)
+    return total
+
+
 class Sampler:
     """Samples a set of processes every ``interval_s`` on a daemon thread."""
 
@@ -175,7 +195,7 @@ class Sampler:
     def sample_now(self) -> None:
         with self._lock:
             for w in self.watched.values():
-                w.sample()
+                w.sample(self.watched.keys())
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):

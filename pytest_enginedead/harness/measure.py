@@ -29,7 +29,8 @@ from .threads import Progress
 
 
 def measure(
-    model: str, batch_sizes: Sequence[int], steps: int, progress: Progress | None = None, rounds: int = 4
+    model: str, batch_sizes: Sequence[int], steps: int, progress: Progress | None = None, rounds: int = 4,
+    tensor_parallel: int = 1,
 ) -> list[dict[str, Any]]:
     """Time ``steps`` decode steps per batch size, on one engine sized for the largest.
 
@@ -41,7 +42,7 @@ def measure(
     sizes = list(batch_sizes)
     largest = max(sizes)
     deadline = TimeoutPolicy.reference().timeout_s(Backend.CPU, largest)
-    engine = Engine(EngineSpec(model, largest), reaper=(reaper := Reaper()))
+    engine = Engine(EngineSpec(model, largest, tensor_parallel=tensor_parallel), reaper=(reaper := Reaper()))
     measured: dict[int, list[float]] = {n: [] for n in sizes}
     per_round = max(1, math.ceil(steps / rounds))
     try:
@@ -107,7 +108,7 @@ def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: 
     lim = ep.limits
     spec = EngineSpec(model_dir, lim.max_num_seqs, extra_args=(
         ("max_model_len", lim.max_model_len), ("max_num_batched_tokens", lim.max_num_batched_tokens)),
-        kv_cache_gib=ep.kv_cache_gib)
+        kv_cache_gib=ep.kv_cache_gib, tensor_parallel=plan.tensor_parallel)
     deadline = TimeoutPolicy.reference().timeout_s(Backend.CPU, lim.max_num_seqs, lim.max_num_batched_tokens)
     engine = Engine(spec, reaper=reaper)
     out = Measured(ep, {})

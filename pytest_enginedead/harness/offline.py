@@ -24,7 +24,7 @@ from ..logic.planning import EngineSpec, Instructions
 from . import cleanup
 from .base import EngineBase, EngineStartError, GuardRefused, guard_problem
 from .cleanup import Reaper
-from .environment import cleared_variables, kv_cache
+from .environment import cleared_variables, engine_arguments
 from .threads import bounded, interruptible
 
 
@@ -49,8 +49,7 @@ class Engine(EngineBase):
     def launch(self, first: Instructions) -> None:
         env = self.environment(first)
         self._before = {p.pid for p in self._me.children(recursive=True)}
-        kwargs = llm_config.llm_kwargs(self.spec.model, self.spec.max_num_seqs,
-                                    {**dict(self.spec.extra_args), **kv_cache(self.spec)[1]})
+        kwargs = llm_config.llm_kwargs(self.spec.model, self.spec.max_num_seqs, engine_arguments(self.spec))
         watch = _RefusalWatch(self, self._me, self._before)
         try:
             # vLLM configures its logging when first imported: import it inside the

@@ -16,8 +16,9 @@ from typing import Any, Protocol, runtime_checkable
 from ..compat import versions
 from ..contract.dumps import DeadlineStack
 from ..contract.steps import StepTime
+from ..logic.ranks import rank_label
 from ..logic.verdicts import LivenessSettings, Verdict, overall
-from . import stacks
+from . import slowpaths, stacks
 from .liveness import ProcessEvidence, Sampler, classify
 from .stacks import Where, innermost_frames
 
@@ -98,6 +99,10 @@ class Finding:
     #: workers judged as of their own dump at the deadline (by the verdict, their step had
     #: ended or vLLM had stopped them): pid -> what they were doing at the verdict
     at_deadline: dict[int, str] = field(default_factory=dict)
+    #: with several ranks: pid -> (its rank, e.g. "TP1", what it was doing), in words
+    ranks: dict[int, tuple[str, str]] = field(default_factory=dict)
+    #: slow paths the configuration sent the step down (``slowpaths``), one line each with the fix
+    slow_paths: list[str] = field(default_factory=list)
 
     @property
     def false_death(self) -> bool:
@@ -119,11 +124,14 @@ class Finding:
                     "window_s": round(e.window_s, 3),
                     "step": _step_dict(self.steps.get(e.pid)),
                     "judged_at_deadline": e.pid in self.at_deadline,
+                    **({"rank": self.ranks[e.pid][0], "rank_state": self.ranks[e.pid][1]}
+                       if e.pid in self.ranks else {}),
                 }
                 for e in self.judged.values()
             ],
             "stack": self.stack,
             "where": self.where.to_dict() if self.where else None,
+            **({"slow_paths": self.slow_paths} if self.slow_paths else {}),
             **self.facts,
         }
 
@@ -135,6 +143,8 @@ class Finding:
         ]
         for pid, ev in self.judged.items():
             lines.append(f"  process:    {ev.describe()}")
+            if pid in self.ranks:
+                lines.append(f"  rank:       {self.ranks[pid][0]}: {self.ranks[pid][1]}")
             step = self.steps.get(pid)
             if step is not None:
                 ran = ev.at - step.started
@@ -163,7 +173,10 @@ class Finding:
                 f"{allowed:.0f} s at batch {f.get('batch_size')} on CPU"
             )
         if self.where:
-            lines.append(f"  where:      {self.where.describe()}")
+            computing = [rank for rank, state in self.ranks.values() if state == COMPUTING]
+            rank = f"rank {computing[0]}: " if computing else ""
+            lines.append(f"  where:      {rank}{self.where.describe()}")
+        lines.extend(f"  slow path:  {path}" for path in self.slow_paths)
         if self.stack:
             lines.append("  worker stack (innermost first):")
             lines.extend("    " + ln for ln in innermost_frames(self.stack))
@@ -215,14 +228,18 @@ def judge(
     judged = {pid: evidence[pid] for pid in (workers or evidence)}
     steps: dict[int, StepTime] = {}
     at_deadline: dict[int, str] = {}
+    in_step: set[int] = set()
     verdicts = []
     for pid, ev in list(judged.items()):
         v = classify(ev, settings.threshold)
         if inspectable is not None and inspectable.evidence.has_record(pid):
             running = inspectable.evidence.running_step(pid)
+            if running is not None:
+                in_step.add(pid)
             step = running if v is Verdict.SLOW else None
             then = None if step is not None else as_of_the_deadline(inspectable, sampler, pid)
             if then is not None:
+                in_step.add(pid)
                 judged[pid], step = then
                 v = classify(then[0], settings.threshold)
                 at_deadline[pid] = (
@@ -237,15 +254,47 @@ def judge(
         verdicts.append(v)
     finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps,
                       at_deadline=at_deadline)
+    if inspectable is not None and len(workers) > 1:  # several ranks: say what each was doing
+        finding.ranks = rank_states(judged, dict(zip(judged, verdicts, strict=True)), in_step)
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
         if finding.false_death:  # a genuine death propagates without waiting for a stack
             pid, step = next(iter(steps.items()), (next(iter(judged)), None))
-            finding.stack, finding.where = where_it_was(inspectable, pid, step)
+            finding.stack, finding.where, paths = where_it_was(inspectable, pid, step)
+            finding.slow_paths = paths + slowpaths.oversubscribed(judged)
         summary = step_summary(inspectable.step_times_since_start())
         facts = {**inspectable.death_facts(), "step_summary": summary}
         finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
     return finding
+
+
+#: what a rank was doing, as the verdict says it
+COMPUTING = "computing"
+WAITING = "waiting for a peer rank inside its step (a collective waits for the rank that computes)"
+
+
+def rank_states(
+    judged: dict[int, ProcessEvidence], verdicts: dict[int, Verdict], in_step: set[int]
+) -> dict[int, tuple[str, str]]:
+    """Per worker of a multi-rank engine: its rank (from its title) and what it was doing.
+
+    A rank idle inside its step while a peer computes is waiting for it in a collective
+    (tensor parallel ranks meet at every all-reduce): not hung.
+    """
+    someone_computes = any(v is Verdict.SLOW for v in verdicts.values())
+    out = {}
+    for pid, ev in judged.items():
+        rank = rank_label(ev.title) or f"pid {pid}"
+        if not ev.alive:
+            state = "gone"
+        elif verdicts[pid] is Verdict.SLOW:
+            state = COMPUTING
+        elif pid in in_step:
+            state = WAITING if someone_computes else "idle inside its step"
+        else:
+            state = "idle between steps"
+        out[pid] = (rank, state)
+    return out
 
 
 def as_of_the_deadline(
@@ -270,8 +319,11 @@ def as_of_the_deadline(
     return then, step
 
 
-def where_it_was(engine: Inspectable, pid: int, step: StepTime | None) -> tuple[str | None, Where | None]:
-    """The worker's stack and where it was: its own dump at the deadline of ``step``, else now.
+def where_it_was(
+    engine: Inspectable, pid: int, step: StepTime | None
+) -> tuple[str | None, Where | None, list[str]]:
+    """The worker's stack, where it was, and the slow paths it ran in: from its own dump at the
+    deadline of ``step``, else a stack taken now.
 
     The worker dumps its stack itself when a step reaches the deadline in force, so the
     evidence is where the step was when vLLM gave up, even if it ended a moment later.
@@ -281,8 +333,10 @@ def where_it_was(engine: Inspectable, pid: int, step: StepTime | None) -> tuple[
         how = f"the worker's own stack at the deadline (step {dump.step} {dump.phase}, {dump.ran_s:.2f} s in)"
         if dump.samples:
             how += f", and {len(dump.samples)} samples of the step until then"
-        return dump.text, stacks.where(dump.text, how, dump.samples)
+        found = stacks.where(dump.text, how, dump.samples)
+        return dump.text, found, slowpaths.in_stacks(dump.text, dump.samples)
     text = engine.evidence.capture_stack(pid)
     if text is None:
-        return None, None
-    return text, stacks.where(text, "a stack taken after the death (the worker wrote none at the deadline)")
+        return None, None, []
+    return (text, stacks.where(text, "a stack taken after the death (the worker wrote none at the deadline)"),
+            slowpaths.in_stacks(text))

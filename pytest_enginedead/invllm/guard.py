@@ -80,9 +80,10 @@ class Watch:
         self.cap_s = cap_s
         self.sent = time.monotonic()
         self._next_probe = self.sent + FIRST_PROBE_S
-        self._last: tuple[float, float, tuple[int, ...]] | None = None  # t, cpu, record sizes
-        self._busy_at = self.sent  # the last time the worker showed progress
-        self._cores = 0.0
+        self._last: tuple[float, tuple[float, ...], tuple[int, ...]] | None = None  # t, cpu, sizes
+        self._busy_at = self.sent  # the last time a worker showed progress
+        self._cores = 0.0  # the busiest rank's CPU use at the last look
+        self._busiest = 0  # its index among the workers
         self._said_deadline = False
         self._said_dead = False
         self._wrote_state = False
@@ -138,37 +139,52 @@ class Watch:
             in_step=ended is None, method=self.method, step=self.step, batch=self.batch,
             deadline_s=self.deadline_s, cap_s=round(self.cap_s, 3), sent=self.sent,
             busy_at=self._busy_at, verdict=verdict, cores=round(self._cores, 3),
-            worker=procs[0].pid if procs else 0, ended=ended, updated=now,
+            worker=self._judged()[0] if procs else 0, ended=ended, updated=now,
         ))
 
     def _probe(self, now: float) -> str:
+        """SLOW while any rank computes or records progress; HUNG when none does; DEAD if one is gone.
+
+        Each rank is judged on its own CPU (its compiler children counted): ranks of one step
+        meet in collectives, so one that computes keeps the others waiting, idle.
+        """
         procs = self.core.worker_procs()
         if not procs or any(not _alive(p) for p in procs):
             return "DEAD"
-        cpu = sum(_cpu_s(p) for p in procs)
+        cpu = tuple(_cpu_s(p) for p in procs)
         sizes = self.core.record_sizes(procs)
         last, self._last = self._last, (now, cpu, sizes)
-        if last is None:
+        if last is None or len(last[1]) != len(cpu):
             return "SLOW"  # the first look: no rate yet
         span = now - last[0]
-        self._cores = (cpu - last[1]) / span if span > 0 else 0.0
+        rates = [(c - before) / span if span > 0 else 0.0 for c, before in zip(cpu, last[1], strict=True)]
+        self._busiest = max(range(len(rates)), key=rates.__getitem__)
+        self._cores = rates[self._busiest]
         if self._cores >= BUSY_CORES or sizes != last[2]:
             self._busy_at = now
             return "SLOW"
         return "HUNG"
 
+    def _judged(self) -> tuple[int, int | None, str]:
+        """(pid, rank, name) of the worker the last look judged: the busiest rank."""
+        workers = self.core.workers()
+        if not workers:
+            return 0, None, "VLLM::Worker"
+        rank, pid = workers[min(self._busiest, len(workers) - 1)]
+        name = f"VLLM::Worker rank {rank} of {len(workers)}" if len(workers) > 1 else "VLLM::Worker"
+        return pid, rank, name
+
     def _decide(self, now: float, verdict: str, outcome: str, state: str) -> None:
-        procs = self.core.worker_procs()
-        pid = procs[0].pid if procs else 0
+        pid, rank, name = self._judged()
         ran = now - self.sent
         logger.warning(
-            "enginedead guard: %s has run %.1f s (deadline %g s); VLLM::Worker pid %d %s, "
+            "enginedead guard: %s has run %.1f s (deadline %g s); %s pid %d %s, "
             "step %d batch %d; %s",
-            self.method, ran, self.deadline_s, pid, state, self.step, self.batch, outcome,
+            self.method, ran, self.deadline_s, name, pid, state, self.step, self.batch, outcome,
         )
         self.core.note(GuardEvent(
             self.method, self.step, self.batch, round(ran, 3), self.deadline_s,
-            round(self.cap_s, 3), verdict, outcome, pid, now,
+            round(self.cap_s, 3), verdict, outcome, pid, now, rank, len(self.core.workers()) or 1,
         ))
 
 
@@ -208,6 +224,7 @@ class Core:
         self._batch: int = 0
         self._tokens: int | None = None
         self._procs: list[psutil.Process] | None = None
+        self._workers: list[tuple[int, int]] = []
         self._executor: Any = None
         self._warned_policy = False
 
@@ -243,13 +260,19 @@ class Core:
                 )
             return 0.0
 
+    def workers(self) -> list[tuple[int, int]]:
+        """(rank, pid) of each worker, in the order of ``worker_procs``."""
+        self.worker_procs()
+        return self._workers
+
     def worker_procs(self) -> list[psutil.Process]:
         if self._procs is None and self._executor is not None:
-            procs = []
-            for pid in in_core.executor_worker_pids(self._executor):
+            procs, workers = [], []
+            for rank, pid in in_core.executor_workers(self._executor):
                 with contextlib.suppress(psutil.Error):
                     procs.append(psutil.Process(pid))
-            self._procs = procs
+                    workers.append((rank, pid))
+            self._procs, self._workers = procs, workers
         return self._procs or []
 
     def record_sizes(self, procs: list[psutil.Process]) -> tuple[int, ...]:

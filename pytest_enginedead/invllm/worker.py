@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from ..compat import in_worker, versions
-from ..contract.control import CRASH_EXIT_CODE, ControlReader
+from ..contract.control import CRASH_EXIT_CODE, ControlReader, Injection
 from ..contract.dumps import (
     MAIN_THREAD_PREFIX,
     STACK_SIGNAL,
@@ -212,8 +212,10 @@ class StepRecorder:
         tokens: int = -1,
         context: int = -1,
         window_context: int = -1,
+        rank: int = 0,
     ) -> Any:
-        """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended."""
+        """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended;
+        the faults run only on the ranks they name (``rank``: this worker's)."""
         control = self.control.get()  # once per step: the faults of the test running now
         if control.epoch != self.epoch:
             self.epoch, self.fault_step = control.epoch, 0
@@ -224,7 +226,7 @@ class StepRecorder:
         os.write(self._fd, BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
         self._deadline_s = control.deadline_s or self._stock_deadline_s
         self._arm(step, "execute_model", began)
-        inj = control.injection
+        inj = control.injection if control.injection.applies_to(rank) else Injection()
         if inj.crash_at_step == self.fault_step:
             os._exit(CRASH_EXIT_CODE)
         if inj.hang_at_step == self.fault_step:
@@ -275,7 +277,7 @@ def wrap_execute_model(method: Callable[..., Any]) -> Callable[..., Any]:
             return method(self, scheduler_output, *args, **kwargs)
         return _get_recorder().run_step(
             batch, lambda: method(self, scheduler_output, *args, **kwargs),
-            *in_worker.step_shape(scheduler_output, _window(self)),
+            *in_worker.step_shape(scheduler_output, _window(self)), rank=in_worker.worker_rank(self),
         )
 
     execute_model.__enginedead__ = True  # type: ignore[attr-defined]

@@ -52,6 +52,22 @@ class EngineSpec:
     #: GiB of KV cache (VLLM_CPU_KVCACHE_SPACE), None = the user's, else what the engine's
     #: sequences can fill, at most 1 GiB (``EngineBase.kv_cache``)
     kv_cache_gib: int | None = None
+    #: vLLM's ``tensor_parallel_size`` and ``pipeline_parallel_size``: one worker process per rank
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+
+    @property
+    def ranks(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    def rank_args(self) -> dict[str, int]:
+        """The ranks as vLLM's engine arguments (none for a single rank)."""
+        args = {}
+        if self.tensor_parallel > 1:
+            args["tensor_parallel_size"] = self.tensor_parallel
+        if self.pipeline_parallel > 1:
+            args["pipeline_parallel_size"] = self.pipeline_parallel
+        return args
 
     @property
     def max_model_len(self) -> int | None:
@@ -66,6 +82,10 @@ class EngineSpec:
         parts = [f"bs{self.max_num_seqs}", f"model {os.path.basename(self.model.rstrip('/'))}"]
         if self.server:
             parts.insert(0, "server")
+        if self.tensor_parallel > 1:
+            parts.insert(1 if self.server else 0, f"tp{self.tensor_parallel}")
+        if self.pipeline_parallel > 1:
+            parts.insert(1 if self.server else 0, f"pp{self.pipeline_parallel}")
         if self.guard is not None:
             parts.append(self.guard.describe())
         if self.extra_args:
@@ -111,6 +131,7 @@ class Need:
     instructions: Instructions
     guard: GuardSpec | None = None
     server: bool = False
+    tensor_parallel: int = 1
 
 
 class PolicyFailure(Exception):
@@ -155,7 +176,7 @@ def spec_for(need: Need, model: str, cpu_bind: str | None = None) -> EngineSpec:
     """The engine one need asks for, before sharing."""
     return EngineSpec(
         model=model, max_num_seqs=need.batch_size, cpu_bind=cpu_bind, guard=need.guard,
-        server=need.server,
+        server=need.server, tensor_parallel=need.tensor_parallel,
     )
 
 

@@ -17,6 +17,9 @@ CTRL_C = "ctrl_c"
 ENGINE_AND_PLAIN = "engine_and_plain"
 #: vllm_engine_factory: an engine with an explicit deadline, faults and engine args
 FACTORY = "factory"
+#: two tensor-parallel ranks: warm-up, a stock false death on one rank, a killed rank, the
+#: guard with a slow rank and a hung one, and a server with two ranks
+TENSOR_PARALLEL = "tensor_parallel"
 #: the false death, cold: batch 64 outlives a 2 s deadline while its worker computes
 FALSE_DEATH = "false_death"
 #: the original report's model family, shrunk: a Gemma-4 mixture-of-experts with dummy weights

@@ -110,3 +110,16 @@ def test_control_reader_keeps_the_last_good_control(tmp_path: Path) -> None:
     assert reader.get() == good
     Path(control_path(run_dir)).write_text('{"epoch": 2, "deadline_s": ')  # torn
     assert reader.get() == good
+
+
+def test_faults_name_their_ranks_and_travel_through_the_control_file(tmp_path: Path) -> None:
+    """``ranks`` survives the control file's JSON (a list there, a tuple here); None is every rank."""
+    from pytest_enginedead.contract.control import ControlReader
+
+    run_dir = str(tmp_path)
+    faults = Injection(hang_at_step=2, ranks=(1,))
+    write_control(run_dir, Control(1, 2.0, faults))
+    read = ControlReader(run_dir).get().injection
+    assert read == faults and read.applies_to(1) and not read.applies_to(0)
+    assert Injection(hang_at_step=2).applies_to(7)
+    assert faults.describe() == "hang at step 2, on rank 1"

@@ -6,21 +6,26 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from pytest_enginedead.contract.guardfiles import (
     CoreReady,
+    guard_events_path,
     guard_state_path,
     read_core_ready,
+    read_guard_events,
     read_guard_state,
     write_guard_state,
 )
 from pytest_enginedead.contract.names import ENV_DIR
 from pytest_enginedead.invllm import guard
 from pytest_enginedead.logic.guardconfig import GuardConfig
+from tests.support import procs
 from tests.support.guards import NOT_IMPORTABLE, state
 
 
@@ -75,3 +80,37 @@ def test_the_guard_core_writes_its_state_and_keeps_an_ended_wait(tmp_path: Path)
     core.write_state(None)  # the step's end after the guard ended its wait: the ending stays
     last = read_guard_state(path)
     assert last is not None and last.ended == "HUNG" and last.step == 3
+
+
+def executor(*pids: int) -> SimpleNamespace:
+    """A ``MultiprocExecutor``'s ``workers``: rank i's ``WorkerProcHandle`` with its process."""
+    return SimpleNamespace(workers=[SimpleNamespace(rank=i, proc=SimpleNamespace(pid=pid))
+                                    for i, pid in enumerate(pids)])
+
+
+def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) -> None:
+    """Two ranks, one busy, one idle (waiting for it in a collective): SLOW, judged on the busy
+    rank, whose rank the decision names; both idle: HUNG, however little each one's CPU adds up to."""
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=60.0)  # type: ignore[arg-type]
+    with procs.worker("idle", 30.0) as idle, procs.worker("busy", 30.0) as busy:
+        core = guard.Core(str(tmp_path), cfg)
+        core._executor = executor(idle.pid, busy.pid)
+        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
+        time.sleep(1.0)  # past their interpreters' start
+        assert watch._probe(time.monotonic()) == "SLOW"  # the first look: no rate yet
+        time.sleep(0.5)
+        watch.sent -= 1.0  # the step has run past its deadline: the next look decides
+        watch._next_probe = 0.0
+        watch.observe()
+        (event,) = read_guard_events(guard_events_path(str(tmp_path)))
+        assert (event.verdict, event.rank, event.ranks, event.pid) == ("SLOW", 1, 2, busy.pid)
+        assert watch._judged()[2] == "VLLM::Worker rank 1 of 2"
+
+    with procs.worker("idle", 30.0) as first, procs.worker("idle", 30.0) as second:
+        core = guard.Core(None, cfg)
+        core._executor = executor(first.pid, second.pid)
+        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+        time.sleep(1.0)  # past their interpreters' start
+        assert watch._probe(time.monotonic()) == "SLOW"  # the first look
+        time.sleep(0.5)
+        assert watch._probe(time.monotonic()) == "HUNG"

@@ -339,3 +339,26 @@ def test_the_step_record_carries_what_was_scheduled(tmp_path: Path) -> None:
     ]
     old = BEGIN_LINE % (3, 4, 1.0)  # the old writer's line still reads
     assert parse_steps([old.decode()], 1)[0].tokens is None
+
+
+def test_faults_run_only_on_the_ranks_they_name(run_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``inject(ranks=[1])``: rank 1 burns before its step, rank 0 runs its step at once."""
+    write_control(run_dir, Control(1, 2.0, Injection(slow_s_per_seq=0.01, ranks=(1,))))
+    burned: list[tuple[int, float]] = []
+    monkeypatch.setattr(worker, "burn", lambda seconds: burned.append((rank, seconds)))
+    rec = worker.StepRecorder(run_dir)
+    try:
+        for rank in (0, 1):
+            rec.run_step(5, lambda: None, rank=rank)
+    finally:
+        rec.close()
+    assert burned == [(1, pytest.approx(0.05))]
+
+
+def test_a_workers_rank_is_vllms_global_rank() -> None:
+    """``WorkerWrapperBase(rpc_rank=local_rank, global_rank=rank)`` (0.27.1-0.32.0)."""
+    from pytest_enginedead.compat.in_worker import worker_rank
+
+    assert worker_rank(SimpleNamespace(rpc_rank=0, global_rank=3)) == 3
+    assert worker_rank(SimpleNamespace(rpc_rank=2)) == 2
+    assert worker_rank(object()) == 0
