@@ -16,6 +16,7 @@ from typing import Any
 
 from ..compat import versions
 from ..contract.names import GUARD_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
+from .fingerprint import PRELOADS, preloaded
 from .guardconfig import config_from_env, misplaced_policy
 from .policy import Backend
 
@@ -117,9 +118,8 @@ def check_memory(model: str, need: Any, available: int) -> Finding:
 
 def check_preloads(ld_preload: str, found: Mapping[str, str | None]) -> Finding:
     """tcmalloc and Intel's OpenMP preloaded, as vLLM's CPU documentation serves with them."""
-    names = {"tcmalloc": "libtcmalloc", "iomp": "libiomp5"}
-    loaded = {k for k, lib in names.items() if lib in ld_preload}
-    missing = [k for k in names if k not in loaded]
+    loaded = set(preloaded(ld_preload))
+    missing = [k for k in PRELOADS if k not in loaded]
     if not missing:
         return Finding(OK, "preloads", "tcmalloc and iomp are in LD_PRELOAD, as vLLM's CPU docs serve")
     paths = [p for k in missing if (p := found.get(k))]

@@ -133,10 +133,16 @@ def this_machine(cpuinfo: str | None = None, env: Mapping[str, str] | None = Non
     )
 
 
+#: how vLLM's CPU worker tells each preload in ``LD_PRELOAD`` (by name, any build or version:
+#: ``libtcmalloc_minimal.so.4``, ``libtcmalloc.so.4.5.10``): the file name begins so
+PRELOAD_PREFIXES = {"tcmalloc": "libtcmalloc", "iomp": "libiomp"}
+
+
 def preloaded(ld_preload: str) -> list[str]:
-    """Which of ``PRELOADS`` an ``LD_PRELOAD`` value holds, sorted."""
-    files = {os.path.basename(p) for p in ld_preload.replace(" ", ":").split(":") if p}
-    return sorted(name for name, names in PRELOADS.items() if files & set(names))
+    """Which of ``PRELOADS`` an ``LD_PRELOAD`` value holds (as vLLM's worker judges it), sorted."""
+    files = [os.path.basename(p) for p in ld_preload.replace(" ", ":").split(":") if p]
+    return sorted(name for name, prefix in PRELOAD_PREFIXES.items()
+                  if any(f.startswith(prefix) for f in files))
 
 
 def find_preloads(prefix: str | None = None) -> dict[str, str | None]:

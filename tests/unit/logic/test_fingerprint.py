@@ -99,3 +99,68 @@ def test_a_fingerprint_read_back_from_json_is_the_same_machine() -> None:
     assert same_machine(a, json.loads(json.dumps(a)))
     old = {k: v for k, v in a.items() if k in ("cores", "cpu_model", "memory_bytes", "platform", "python")}
     assert "isa_flags" in differences(a, old)  # a 0.2.0 report's machine: not known to be the same
+
+
+# --- the preloads: which a run's engines started with, and where they are ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("ld_preload", "found"),
+    [
+        ("", []),
+        ("/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4:/venv/lib/libiomp5.so", ["iomp", "tcmalloc"]),
+        ("/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4 /venv/lib/libiomp5.so", ["iomp", "tcmalloc"]),
+        ("/usr/lib/libtcmalloc_minimal.so.4", ["tcmalloc"]),
+        ("/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4.5.10", ["tcmalloc"]),
+        ("libiomp5.so", ["iomp"]),
+        ("/torch/lib/libgomp.so.1:/usr/lib/libjemalloc.so.2", []),
+        ("/opt/libtcmalloc/libfoo.so::", []),  # the name of a directory is not a library's
+    ],
+    ids=["unset", "both", "space-separated", "minimal", "versioned", "bare-name", "others", "a-directory"],
+)
+def test_preloaded_reads_ld_preload_as_vllms_worker_does(ld_preload: str, found: list[str]) -> None:
+    assert fingerprint.preloaded(ld_preload) == found
+    assert this_machine(cpuinfo="", env={"LD_PRELOAD": ld_preload})["preloads"] == found
+
+
+def test_find_preloads_looks_in_the_venv_first_then_the_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libiomp5.so").write_bytes(b"")
+    (tmp_path / "lib" / "libtcmalloc_minimal.so.4").write_bytes(b"")
+    system = tmp_path / "system"
+    system.mkdir()
+    (system / "libtcmalloc.so.4").write_bytes(b"")
+    monkeypatch.setattr(fingerprint, "LIBRARY_DIRS", ("lib", str(system)))
+    # the venv's minimal build is found before the system's full one: the first directory wins
+    lib = tmp_path / "lib"
+    assert fingerprint.find_preloads(str(tmp_path)) == {
+        "tcmalloc": str(lib / "libtcmalloc_minimal.so.4"), "iomp": str(lib / "libiomp5.so")}
+    (tmp_path / "lib" / "libtcmalloc_minimal.so.4").unlink()
+    assert fingerprint.find_preloads(str(tmp_path))["tcmalloc"] == str(system / "libtcmalloc.so.4")
+
+
+def test_find_preloads_says_none_for_what_is_not_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fingerprint, "LIBRARY_DIRS", ("lib",))
+    assert fingerprint.find_preloads(str(tmp_path)) == {"tcmalloc": None, "iomp": None}
+
+
+def test_the_preload_note_says_what_a_measurement_ran_with() -> None:
+    both = fingerprint.preload_note(["tcmalloc", "iomp"])
+    assert both == "measured with tcmalloc and iomp preloaded, as vLLM's CPU docs serve"
+    for none in (None, []):
+        note = fingerprint.preload_note(none)
+        assert note.startswith("measured without tcmalloc or iomp in LD_PRELOAD: a server that preloads")
+        assert note.endswith("`enginedead doctor` gives the line")
+    one = fingerprint.preload_note(["iomp"])
+    assert one.startswith("measured without tcmalloc in LD_PRELOAD (iomp preloaded): ")
+    assert "with tcmalloc" not in one and "without tcmalloc or iomp" not in one
+
+
+def test_preloads_are_a_step_time_field_figures_are_not_pooled_across() -> None:
+    served = this_machine(cpuinfo=ZEN2, env={"LD_PRELOAD": "/x/libtcmalloc.so.4:/y/libiomp5.so"})
+    bare = this_machine(cpuinfo=ZEN2, env={})
+    assert differences(served, bare) == ["preloads"] and not same_machine(served, bare)
