@@ -27,11 +27,13 @@ def loaded_by(code: str) -> list[str]:
     return list(eval(done.stdout.strip().splitlines()[-1]))
 
 
-@pytest.mark.parametrize("command", [["merge", "--help"], ["probe", "--help"], ["--help"]],
-                         ids=["merge", "probe", "top"])
+@pytest.mark.parametrize("command", [["merge", "--help"], ["probe", "--help"], ["--help"], ["--version"],
+                                     ["doctor", "--help"]],
+                         ids=["merge", "probe", "top", "version", "doctor"])
 def test_the_light_commands_load_no_pytest_vllm_or_torch(command: list[str]) -> None:
-    """``enginedead merge`` and ``enginedead probe`` (an exec probe has about a second) and the
-    command's help start without pytest, vLLM or torch."""
+    """``enginedead merge`` and ``enginedead probe`` (an exec probe has about a second), the
+    command's help and ``--version`` start without pytest, vLLM or torch (``enginedead doctor``'s
+    whole run: ``tests/unit/commands/test_doctor.py``)."""
     code = ("import sys\nfrom pytest_enginedead.command import main\n"
             f"sys.argv = ['enginedead', *{command!r}]\n"
             "try:\n    main()\nexcept SystemExit:\n    pass")

@@ -164,3 +164,45 @@ def test_check_clears_an_inherited_guard_and_says_so(
             "the environment: the stock and policy runs are unguarded (--guard adds a guarded run)")
     assert said in out, out
     assert_clean(out + err)
+
+
+# --- the verdict's exit status -------------------------------------------------------------------
+
+
+def regression_report(verdicts: dict[tuple[int, str], str | None]) -> dict[str, object]:
+    """A regression run's report: one call row per (batch, run), its verdict (None: it lived)."""
+    tests = [{"nodeid": f"test_regression.py::test_decode_batch[bs{n}-{mode}]", "when": "call",
+              "outcome": "failed" if verdict else "passed", "batch_size": n, "timeout_s": 2.0, "steps": 3,
+              "step_p50_s": 0.5, "step_max_s": 0.7, "verdict": verdict}
+             for (n, mode), verdict in verdicts.items()]
+    return {"tests": tests, "engines_started": 1, "restarts": 0}
+
+
+STOCK_DIES = {(8, "stock"): None, (8, "policy"): None, (64, "stock"): "SLOW", (64, "policy"): None}
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "pytest_exit", "code", "last"),
+    [
+        (STOCK_DIES, 1, 0,
+         "stock vLLM (2 s deadline): FALSE DEATH at batch 64; policy reference: no false death"),
+        ({**STOCK_DIES, (64, "policy"): "SLOW"}, 1, 1, "policy reference: FALSE DEATH at batch 64"),
+        ({k: v for k, v in STOCK_DIES.items() if k != (64, "policy")}, 1, 1, "did not run at batch 64"),
+        (STOCK_DIES, 2, 2, "policy reference: no false death"),
+    ],
+    ids=["stock-death-is-no-failure", "policy-death", "a-run-missing", "interrupted"],
+)
+def test_check_exits_on_its_verdict_not_on_pytests(
+    capsys: pytest.CaptureFixture[str], verdicts: dict[tuple[int, str], str | None], pytest_exit: int,
+    code: int, last: str,
+) -> None:
+    """The inner pytest fails the stock run's test (the expected false death); the check exits on
+    the verdict line it prints last: 0 unless the policy died falsely or a run is missing, and
+    pytest's own status where that says more (interrupted, 2)."""
+    from pytest_enginedead.command import build_parser
+    from pytest_enginedead.commands import check
+
+    args = build_parser().parse_args(["check"])
+    assert check.judged(args, regression_report(verdicts), pytest_exit, "/tmp/x.log") == code
+    out = capsys.readouterr().out.splitlines()
+    assert last in out[-1] and out[-2].startswith("engines started: 1 (0 restart(s) after a death); log: ")

@@ -169,3 +169,67 @@ def test_progress_line() -> None:
          "steps": 4, "step_max_s": 2.04, "elapsed_s": 41.6}
     )
     assert line == "  batch   64  stock   false death     2.3 s (4 steps, longest 2.04 s)  [42 s]"
+
+
+# --- the verdict line: names each run, and the exit status ----------------------------------------
+
+
+PLAN = CheckPlan(2, 0.0884)
+GUARDED = CheckPlan(2, 0.0884, guard=True)
+
+
+def test_a_stock_false_death_is_vllms_behaviour_shown_not_a_failure() -> None:
+    rows = [row(8, "stock", "ok"), row(8, "policy", "ok"), row(64, "stock", "false death"),
+            row(64, "policy", "ok")]
+    assert checking.verdict_line(rows, PLAN, "reference", [8, 64]) == (
+        "stock vLLM (2 s deadline): FALSE DEATH at batch 64; policy reference: no false death", 0)
+
+
+def test_no_run_names_ok_alone() -> None:
+    """The line never reads as a bare "OK": each run is named, the stock one's deaths included."""
+    rows = [row(n, mode, "ok") for n in (8, 64) for mode in ("stock", "policy")]
+    line, code = checking.verdict_line(rows, PLAN, "reference", [8, 64])
+    assert (line, code) == ("stock vLLM (2 s deadline): no false death; policy reference: no false death", 0)
+    assert not line.startswith("OK")
+
+
+def test_a_false_death_under_the_policy_exits_1() -> None:
+    rows = [row(8, "stock", "ok"), row(8, "policy", "ok"), row(64, "stock", "false death"),
+            row(64, "policy", "false death")]
+    assert checking.verdict_line(rows, PLAN, "vllm-stock", [8, 64]) == (
+        "stock vLLM (2 s deadline): FALSE DEATH at batch 64; policy vllm-stock: FALSE DEATH at batch 64", 1)
+
+
+def test_a_false_death_under_the_guard_exits_1() -> None:
+    rows = [row(64, "stock", "false death"), row(64, "policy", "ok"), row(64, "guard", "false death")]
+    line, code = checking.verdict_line(rows, GUARDED, "reference", [64])
+    assert code == 1
+    assert line.endswith("; guard (2 s deadline, policy reference as its cap): FALSE DEATH at batch 64")
+    rows[-1] = row(64, "guard", "ok")
+    assert checking.verdict_line(rows, GUARDED, "reference", [64])[1] == 0
+
+
+@pytest.mark.parametrize("mode", ["stock", "policy"])
+def test_a_failed_run_exits_1_whichever_run_it_was(mode: str) -> None:
+    rows = [row(8, "stock", "ok"), row(8, "policy", "ok")]
+    rows[["stock", "policy"].index(mode)] = row(8, mode, "failed")
+    line, code = checking.verdict_line(rows, PLAN, "reference", [8])
+    assert code == 1 and "FAILED at batch 8 (see the log)" in line
+
+
+@pytest.mark.parametrize("mode", ["stock", "policy"])
+def test_a_run_that_did_not_run_exits_1(mode: str) -> None:
+    """A table with a hole in it is no answer."""
+    other = "stock" if mode == "policy" else "policy"
+    rows = [row(8, "stock"), row(8, "policy"), row(64, other)]
+    line, code = checking.verdict_line(rows, PLAN, "reference", [8, 64])
+    assert code == 1 and "did not run at batch 64 (see the log)" in line
+    no_rows = checking.verdict_line([], PLAN, "reference", [8])
+    assert no_rows == ("stock vLLM (2 s deadline): did not run at batch 8 (see the log); "
+                       "policy reference: did not run at batch 8 (see the log)", 1)
+
+
+def test_a_genuine_death_is_not_a_false_one() -> None:
+    rows = [row(8, "stock", "genuine death"), row(8, "policy", "genuine death")]
+    assert checking.verdict_line(rows, PLAN, "reference", [8]) == (
+        "stock vLLM (2 s deadline): no false death; policy reference: no false death", 0)

@@ -10,6 +10,7 @@ import pytest
 from pytest_enginedead.logic.policy import STOCK_DEADLINE_S, Backend
 from pytest_enginedead.logic.sizing import advice
 from pytest_enginedead.logic.sizing.fit import Fit
+from pytest_enginedead.logic.sizing.result import advice_lines
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
 from tests.support.sizing import TRUE
 
@@ -76,3 +77,110 @@ def test_the_policy_source_rebuilds_the_policy() -> None:
         assert space["POLICY"].timeout_s("cpu", n, t) == pytest.approx(
             policy.timeout_s("cpu", n, t), rel=1e-5
         )
+
+
+# --- the limits table: common serving values, never a context under 2048 (or the model's) ---------
+
+#: the reported model's context, and the shrunk MoE's
+LONG, SHORT = 262144, 512
+
+
+def lines_of(adv: advice.Advice, lim: Limits) -> list[str]:
+    """What calibrate prints of this advice (``result.advice_lines``, from the JSON it carries)."""
+    worst = {"predicted_s": adv.worst_s, "measured_s": None, "forecast": True}
+    out = {"limits": lim.as_dict(), "worst_step": worst, "recommend": adv.as_dict()}
+    return advice_lines(out)
+
+
+@pytest.mark.parametrize(
+    ("asked", "model_len", "contexts"),
+    [
+        (LONG, LONG, list(advice.COMMON_CONTEXTS)),
+        (8192, LONG, list(advice.COMMON_CONTEXTS)),
+        (1024, LONG, list(advice.COMMON_CONTEXTS)),  # 1024 asked: under 2048, not advised
+        (6000, LONG, sorted({*advice.COMMON_CONTEXTS, 6000})),
+        (SHORT, SHORT, [SHORT]),  # the model's own, under 2048
+        (256, SHORT, [SHORT]),
+    ],
+    ids=["model-context", "8k", "1k-asked", "6000-asked", "short-model", "short-model-256-asked"],
+)
+def test_the_table_never_advises_a_context_under_2048_or_the_models_own(
+    asked: int, model_len: int, contexts: list[int]
+) -> None:
+    lim = Limits(128, 2048, asked)
+    rows = advice.limits_table(Fit(TRUE), lim, 1024, 3.0, 300.0, model_len)
+    assert [r.max_model_len for r in rows] == contexts
+    assert all(r.max_model_len >= min(advice.MIN_CONTEXT, model_len) for r in rows)
+
+
+def test_each_row_is_the_most_sequences_of_the_common_values_that_fit() -> None:
+    fit, lim = Fit(TRUE), Limits(128, 2048, 32768)
+    rows = advice.limits_table(fit, lim, 1024, 3.0, 300.0, LONG)
+    fitting = [r for r in rows if r.flags()]
+    assert fitting and any(r.flags() is None for r in rows)  # short contexts fit, the longest do not
+
+    def worst(seqs: int, tokens: int, ctx: int) -> float:
+        return advice.worst_time(fit, Limits(seqs, tokens, ctx), 1024)[1]
+
+    for r in fitting:
+        assert r.max_num_seqs in advice.COMMON_SEQS and r.max_num_batched_tokens in advice.COMMON_TOKENS
+        assert r.max_num_batched_tokens is not None and r.max_num_seqs is not None
+        assert r.worst_s == worst(r.max_num_seqs, r.max_num_batched_tokens, r.max_model_len)
+        assert r.worst_s is not None and r.worst_s * 3.0 <= 300.0
+        more = [s for s in advice.COMMON_SEQS if s > r.max_num_seqs]
+        larger = [(s, t) for s in more for t in advice.COMMON_TOKENS if t >= s]
+        assert all(worst(s, t, r.max_model_len) * 3.0 > 300.0 for s, t in larger)
+        assert r.flags() == (f"--max-model-len {r.max_model_len} --max-num-seqs {r.max_num_seqs} "
+                             f"--max-num-batched-tokens {r.max_num_batched_tokens}")
+    # longer contexts never allow more
+    seqs = [r.max_num_seqs or 0 for r in rows]
+    assert seqs == sorted(seqs, reverse=True)
+
+
+def test_no_limits_fit_says_so_and_points_to_the_deadline_or_the_guard() -> None:
+    """A step that takes 150 s whatever it holds: no common limits stay under 300 s with headroom 3."""
+    lim = Limits(128, 2048, LONG)
+    adv = advice.advise(Fit({"fixed": 150.0}), lim, 1024, 3.0, 300.0, LONG)
+    assert adv.table and all(r.flags() is None and r.max_num_seqs is None for r in adv.table)
+    lines = lines_of(adv, lim)
+    assert ("  3. smaller limits: no such limits at --max-model-len 2048 to 262144 (1-256 sequences): raise "
+            "the deadline (1) or run the guard (2)") in lines
+    assert not any(ln.startswith("  3. keep the deadline, serve smaller limits") for ln in lines)
+    assert adv.as_dict()["limits_table"][0]["flags"] is None
+
+
+def test_limits_that_fit_are_listed_with_their_worst_step() -> None:
+    lim = Limits(128, 2048, 32768)
+    adv = advice.advise(Fit(TRUE), lim, 1024, 3.0, 300.0, LONG)
+    lines = lines_of(adv, lim)
+    head = lines.index("  3. keep the deadline, serve smaller limits (common values whose worst step x 3 "
+                       "stays under 300 s):")
+    listed = [ln for ln in lines[head + 1:] if ln.startswith("       --max-model-len ")]
+    assert len(listed) == len([r for r in adv.table if r.flags()]) > 0
+    assert all(" (worst step " in ln for ln in listed)
+    assert all(int(ln.split()[1]) >= 2048 for ln in listed)
+    assert any(ln.startswith("     (none at --max-model-len ") for ln in lines)
+
+
+# --- the guard's default cap against the worst step ----------------------------------------------
+
+
+@pytest.mark.parametrize(("fixed", "warned"), [(50.0, False), (1000.0, False), (5000.0, True)],
+                         ids=["fits-the-deadline", "under-the-reference-cap", "over-the-reference-cap"])
+def test_the_reference_cap_warning_appears_exactly_when_the_cap_is_below_the_worst_step(
+    fixed: float, warned: bool
+) -> None:
+    """The guard's default policy caps a step of 128 sequences and 2048 tokens at ~1921 s: a worst
+    step of 1000 s is covered, one of 5000 s is not (the guard would end it as vLLM does)."""
+    lim = Limits(128, 2048, 4096)
+    adv = advice.advise(Fit({"fixed": fixed, "per_seq": 0.001}), lim, None, 3.0, 300.0, 4096)
+    assert adv.reference_cap_s is not None
+    assert (adv.reference_cap_s < adv.worst_s) is warned
+    assert adv.as_dict()["reference_cap_covers_worst"] is (not warned)
+    lines = lines_of(adv, lim)
+    said = [ln for ln in lines if "the guard's default, the reference policy, caps this step at" in ln]
+    assert len(said) == int(warned)
+    if warned:
+        assert said[0].endswith("it would end that step as vLLM does)")
+    if fixed * 3.0 <= 300.0:
+        assert lines[-1] == "what to set: nothing; these limits stay under the deadline in force."
