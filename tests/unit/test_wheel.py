@@ -59,6 +59,19 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+def test_the_wheel_carries_every_module_of_the_package(installed: Path) -> None:
+    """Every ``.py`` file of the checkout's package but the models' tool (compat/ was once missing
+    from a hand-kept list: the installed ``enginedead`` could not start)."""
+    source = ROOT / "pytest_enginedead"
+    mine = {p.relative_to(source).as_posix() for p in source.rglob("*.py")
+            if "__pycache__" not in p.parts and p.parent.name != "models"}
+    shipped = {p.relative_to(installed / "pytest_enginedead").as_posix()
+               for p in (installed / "pytest_enginedead").rglob("*.py")}
+    assert mine - shipped == set()
+    for data in ("py.typed", "report.schema.json"):
+        assert (installed / "pytest_enginedead" / data).is_file(), data
+
+
 def test_the_wheel_carries_every_preset_with_real_files(installed: Path) -> None:
     models = installed / "pytest_enginedead" / "models"
     assert sorted(p.name for p in models.iterdir() if (p / "config.json").is_file()) == list(PRESETS)
@@ -75,17 +88,22 @@ def test_the_wheel_carries_every_preset_with_real_files(installed: Path) -> None
 def test_a_preset_resolves_by_name_from_the_installed_package(installed: Path, tmp_path: Path) -> None:
     """From a directory with no checkout: the names resolve to the installed package's models."""
     code = (
-        "import json, pytest_enginedead\n"
+        "import json, sys, pytest_enginedead\n"
         "from pytest_enginedead.logic.modelconfig import validate_model\n"
+        "from pytest_enginedead.command import build_parser\n"
         f"found = {{n: validate_model(n) for n in {list(PRESETS)!r}}}\n"
-        "print(json.dumps([pytest_enginedead.__file__, found]))"
+        "build_parser()\n"
+        "files = [getattr(m, '__file__', None) or '' for n, m in list(sys.modules.items())\n"
+        "         if n == 'pytest_enginedead' or n.startswith('pytest_enginedead.')]\n"
+        "print(json.dumps([files, found]))"
     )
     env = {**os.environ, "PYTHONPATH": str(installed)}
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-    where, resolved = json.loads(done.stdout)
-    assert Path(where).is_relative_to(installed)
+    files, resolved = json.loads(done.stdout)
+    # every module the console script's parser loads came from the wheel, none from this checkout
+    assert len(files) > 20 and [f for f in files if not Path(f).is_relative_to(installed)] == []
     for name, directory in resolved.items():
         assert Path(directory) == installed / "pytest_enginedead" / "models" / name
     listed = subprocess.run([sys.executable, "-m", "pytest_enginedead.command", "calibrate", "--list-models"],
