@@ -8,6 +8,7 @@ Engines: one per configuration (plain, guarded, served) plus the restarts the de
 
 from __future__ import annotations
 
+import os
 import re
 
 import psutil
@@ -25,11 +26,16 @@ HANG_S = 5.0
 
 
 @pytest.mark.smoke
-def test_two_ranks_each_judged_on_their_own(downstream: Downstream, decoy: psutil.Process) -> None:
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two ranks need two cores")
+def test_two_ranks_each_judged_on_their_own(
+    downstream: Downstream, decoy: psutil.Process, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Stock 2 s deadline, rank 1 busy 3.2 s per step: a false death that names rank 1 computing
     and rank 0 waiting for it; rank 1 killed: DEAD; under the guard, rank 1 slow: the step lives
     and the guard's decisions name rank 1; rank 1 idle inside its step: HUNG within hang_s and a
     probe period; a server with two ranks answers."""
+    # a rank a core: the inner run binds both ranks from every core (this xdist worker's share is one)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     result, data = run_engines(
         downstream.copy(examples.TENSOR_PARALLEL), "-s", "--enginedead-tensor-parallel-size=2",
         "--enginedead-batch-sizes=64",

@@ -8,6 +8,7 @@ before any engine starts: these tests make starting one an error.
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,17 @@ from pytest_enginedead.face import markers
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.logic.arguments import BadMarker
 from tests.support import examples
-from tests.support.doors import KNOWN, TEST, Case, assert_bad_input_is_one_line, assert_clean, marked
+from tests.support.doors import (
+    KNOWN,
+    TEST,
+    Case,
+    Twin,
+    assert_alike_with_and_without_xdist,
+    assert_bad_input_is_one_line,
+    assert_clean,
+    marked,
+    returning,
+)
 from tests.support.downstream import Downstream
 
 MARKERS = (
@@ -73,7 +84,7 @@ def test_markers_lists_every_marker(downstream: Downstream) -> None:
             "@pytest.mark.enginedead_invariants(*names, cap_s=None, headroom=None*",
             "@pytest.mark.enginedead_timeout(seconds):*",
             "@pytest.mark.enginedead_guard(hang_s=None, policy=None):*",
-            "@pytest.mark.enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None):*",
+            "@pytest.mark.enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None, ranks=None):*",
         ],
         consecutive=False,
     )
@@ -301,3 +312,37 @@ def test_group_markers_apply_to_the_engine_tests_only(
     result = downstream.run("-k", "plain", "-rA")
     result.assert_outcomes(passed=2, deselected=2)
     assert_clean(result.text)
+
+
+# --- issues 36 and 37: each without -n and with -n 2, alike (conventions: tests/support/doors.py) -----
+
+TWINS = [
+    # 36.1: the marker's guard policy is asked for its cap at the test's batch size, as the run's is
+    Twin("marker-guard-policy-nan", ("@pytest.mark.enginedead_guard: policy='gp_nan:p': policy gp_nan: "
+                                     "timeout_s(CPU, 2) returned nan; a deadline must be a finite number of "
+                                     "seconds >= 1 (vLLM's smallest)",),
+         args=("--enginedead-batch-sizes=2",), files=returning("gp_nan", "float('nan')"),
+         suite=marked("enginedead_guard(policy='gp_nan:p')", "vllm_engine"), kind=TEST),
+    Twin("marker-guard-policy-zero-at-a-large-batch", ("@pytest.mark.enginedead_guard: policy='gp_big:p': policy "
+                                                       "gp_big: timeout_s(CPU, 64) returned 0",),
+         args=("--enginedead-batch-sizes=64",), files=returning("gp_big", "900 if max_num_seqs < 64 else 0"),
+         suite=marked("enginedead_guard(policy='gp_big:p')", "vllm_engine"), kind=TEST),
+    # 37.1: the marker's batch size within what vLLM builds
+    Twin("marker-batch-sizes-over-vllms", ("@pytest.mark.enginedead_batch_sizes(5000,): batch size 5000 is over "
+                                           "4096, the largest an offline engine takes: vLLM refuses max_num_seqs "
+                                           "above max_num_batched_tokens",),
+         suite=marked("enginedead_batch_sizes(5000)", "vllm_engine"), kind=TEST),
+    Twin("marker-batch-sizes-over-a-servers", ("@pytest.mark.enginedead_batch_sizes(3000,): batch size 3000 is "
+                                               "over 2048, the largest a server takes",),
+         suite=marked("enginedead_batch_sizes(3000)", "vllm_server"), kind=TEST),
+]
+
+
+@pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
+def test_alike_with_and_without_xdist(
+    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Twin,
+) -> None:
+    """Each of the markers' new refusals: its test fails in one line naming the marker and the value,
+    the same with -n 2, before any engine, nothing left."""
+    assert_alike_with_and_without_xdist(downstream, stub_registry, private_tmp, monkeypatch, case)

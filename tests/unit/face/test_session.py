@@ -113,3 +113,28 @@ def test_a_report_through_a_symlink_replaces_the_file_not_the_link(downstream: D
     assert (downstream.path / "latest.json").is_symlink()
     assert json.loads((downstream.path / "runs" / "1.json").read_text())["schema_version"] == 1
     assert sorted(os.listdir(downstream.path / "runs")) == ["1.json"]  # no temporary sibling left
+
+
+# --- ranks: each gets a core of those the run's engines may use ----------------------------------
+
+
+def test_more_ranks_than_cores_is_refused_in_one_line(
+    downstream: Downstream, wired: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--enginedead-tensor-parallel-size`` one above this machine's cores: exit 4 before any engine,
+    naming the option, the cores and what would do; under xdist the bound is a worker's share."""
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)  # the user's binding would win
+    cores = len(os.sched_getaffinity(0))
+    (downstream.path / "test_engine.py").write_text(ENGINE)
+    flag = f"--enginedead-tensor-parallel-size={cores + 1}"
+    too_many = downstream.run(flag, in_subprocess=True, timeout=120)
+    assert too_many.ret == 4, too_many.text[-3000:]
+    line = f"--enginedead-tensor-parallel-size='{cores + 1}' (from command line): {cores + 1} ranks need"
+    assert line in too_many.text and f"this run owns {cores}" in too_many.text
+    assert_clean(too_many.text)
+    assert "tripwire" not in too_many.text
+    if cores >= 2:  # each of two xdist workers owns half the cores: as many ranks as cores do not fit
+        shared = downstream.run(f"--enginedead-tensor-parallel-size={cores}", "-n", "2", "-p", "xdist",
+                                in_subprocess=True, timeout=120)
+        assert shared.ret == 4, shared.text[-3000:]
+        assert f"each of the 2 xdist workers owns {cores // 2}" in shared.text
