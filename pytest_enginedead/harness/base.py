@@ -75,6 +75,7 @@ class EngineBase:
     kind = "engine"
     graceful_stop = True  # ask vLLM to stop (``shutdown``) before ending the processes by pid
     stop_grace_s = 3.0  # between SIGTERM and SIGKILL when the processes are ended by pid
+    start_failure = "vLLM could not start an engine on {model}: {exc}"  # a start that raised
 
     def __init__(self, spec: EngineSpec, reaper: Reaper | None = None) -> None:
         self.spec = spec
@@ -131,12 +132,8 @@ class EngineBase:
         return not self.stopped and not self.broken
 
     def start(self, first: Instructions, progress: Progress | None = None) -> EngineBase:
-        """Start vLLM, running under ``first`` until told otherwise: the one start sequence.
-
-        A kind says what differs: ``launch`` (start vLLM, wait until it serves),
-        ``adopt_started``, ``start_error``, ``ready_message``.  A failed or interrupted
-        start stops what it made, by pid, before the error propagates.
-        """
+        """Start vLLM under ``first``: the one start sequence (kinds fill in ``launch``,
+        ``adopt_started``, ``start_error``, ``ready_message``); a failed start stops what it made."""
         self.instruct(first)
         t0 = time.monotonic()
         try:
@@ -169,10 +166,11 @@ class EngineBase:
         """Record every process the start made so far (each kind finds them its way)."""
 
     def start_error(self, exc: BaseException) -> EngineStartError | None:
-        """The error a failed start raises, or None to let ``exc`` propagate as it is."""
+        """The error a failed start raises (``start_failure``'s words), or None to let ``exc`` be."""
         if isinstance(exc, EngineStartError) or not isinstance(exc, Exception):
             return None
-        return EngineStartError(f"vLLM could not start an engine on {self.spec.model}: {exc}")
+        words = self.start_failure.format(model=self.spec.model, kind=type(exc).__name__, exc=exc)
+        return EngineStartError(words)
 
     def ready_message(self) -> str:
         """What follows "<kind> ready in N s" in the progress line."""

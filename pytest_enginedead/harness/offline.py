@@ -37,6 +37,7 @@ class Engine(EngineBase):
     # once; the engine core gets a second, then SIGKILL; the client is closed after.
     graceful_stop = False
     stop_grace_s = 1.0
+    start_failure = "vLLM could not start an engine on {model}: {kind}: {exc}"
 
     def __init__(self, spec: EngineSpec, reaper: Reaper | None = None) -> None:
         super().__init__(spec, reaper)
@@ -70,11 +71,7 @@ class Engine(EngineBase):
     def start_error(self, exc: BaseException) -> EngineStartError | None:
         if self._refusal is not None:  # the engine core was ended for it: that is the reason
             return GuardRefused(self._refusal)
-        if isinstance(exc, EngineStartError) or not isinstance(exc, Exception):
-            return None
-        return EngineStartError(
-            f"vLLM could not start an engine on {self.spec.model}: {type(exc).__name__}: {exc}"
-        )
+        return super().start_error(exc)
 
     def _settle(self, limit_s: float = 5.0) -> None:
         """After an interrupted start: wait (briefly) for the engine core vLLM's start thread

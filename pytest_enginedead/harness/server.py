@@ -88,6 +88,7 @@ class Server(EngineBase):
     """One real vLLM API server process tree (server → engine core → worker)."""
 
     kind = "server"
+    start_failure = "vLLM's API server failed to start: {exc}"
 
     def __init__(self, spec: Any, reaper: Any = None) -> None:
         super().__init__(spec, reaper)
@@ -114,11 +115,6 @@ class Server(EngineBase):
 
     def adopt_started(self) -> None:
         self.adopt_tree()
-
-    def start_error(self, exc: BaseException) -> EngineStartError | None:
-        if isinstance(exc, EngineStartError) or not isinstance(exc, Exception):
-            return None
-        return EngineStartError(f"vLLM's API server failed to start: {exc}")
 
     def ready_message(self) -> str:
         return f"on {self.base_url} (pids {', '.join(map(str, self.pids))})"
