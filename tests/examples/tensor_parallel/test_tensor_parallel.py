@@ -34,7 +34,7 @@ def test_stock_deadline_false_death(vllm_engine):
 @pytest.mark.enginedead_timeout(30)
 @pytest.mark.enginedead_inject(crash_at_step=2, ranks=[1])
 def test_a_killed_rank_is_dead(vllm_engine):
-    vllm_engine.generate(4, max_tokens=2)  # the restarted engine's compile, before the fault's test steps
+    vllm_engine.generate(4, max_tokens=1)  # step 1: the restarted engine compiles; step 2 is the crash
     t0 = time.monotonic()
     with pytest.raises(Exception) as info:
         with assert_no_false_death(vllm_engine):
