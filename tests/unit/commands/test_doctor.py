@@ -73,7 +73,9 @@ def doctor(*args: str, **env: str) -> tuple[list[str], dict[str, Any], float]:
 def assert_no_engine(watched: dict[str, Any], wall: float) -> None:
     assert watched["loaded"] == []  # vLLM, torch, pytest: none in the command's own process
     assert not [c for c in watched["children"] if "VLLM::" in c], watched["children"]
-    assert all(c.endswith("-c import transformers") for c in watched["children"]), watched["children"]
+    # its children: transformers' import, and for a MoE model vLLM's kernel checks
+    assert all(c.endswith("-c import transformers") or "compat import moe" in c
+               for c in watched["children"]), watched["children"]
     assert wall < LIMIT_S
 
 
