@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..compat import versions
+from ..compat import llm_config, moe, versions
 from ..harness import outputs
 from ..harness.measure import measure, size
 from ..harness.outputs import Output
@@ -26,9 +26,21 @@ from ..logic.sizing.decode import calibration, format_calibration
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
 from ..logic.sizing.result import format_sizing
 from ..logic.values import BadValue, parse_batch_sizes
-from .common import Refused, add_engine_flags, arg, deadline, headroom, output_to, positive_int, run_claimed
+from .common import (
+    GUARD_SWITCH,
+    Refused,
+    add_engine_flags,
+    add_ranks,
+    arg,
+    check_environment_options,
+    deadline,
+    headroom,
+    output_to,
+    positive_int,
+    run_claimed,
+)
 from .plots import plot, plot_sizing
-from .preflight import preflight
+from .preflight import preflight, refuse_batch_sizes
 
 SERVER_SEQS, SERVER_TOKENS = shapes.SERVER_MAX_NUM_SEQS, shapes.SERVER_MAX_NUM_BATCHED_TOKENS
 
@@ -39,7 +51,8 @@ SIZING_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_c
 
 EPILOG = ("exit status: 0 measured (the advice printed), 2 bad usage, nothing started; 1 an engine failed "
           "(see the log); 130 interrupted.  Reads: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (the deadline in "
-          "force, unless --deadline), VLLM_PLUGINS, LD_PRELOAD (the engines inherit it: say which you serve "
+          "force, unless --deadline), ENGINEDEAD_GUARD (checked as the plugin reads it; calibrate's "
+          "engines run unguarded), VLLM_PLUGINS, LD_PRELOAD (the engines inherit it: say which you serve "
           "with), OMP_NUM_THREADS, VLLM_CPU_OMP_THREADS_BIND, TMPDIR (the log).")
 
 
@@ -81,6 +94,7 @@ def add_parser(sub: Any, verbose: bool) -> None:
     cal.add_argument("--plot", metavar="FILE.png",
                      help="draw step time against sequences per context, with the deadlines "
                      "(needs matplotlib)")
+    add_ranks(cal)
     cal.add_argument("--json", action="store_true", help="print the results as JSON")
     cal.add_argument("--list-models", action="store_true",
                      help="list the model presets --model takes by name (configs shipped with the package; "
@@ -90,7 +104,9 @@ def add_parser(sub: Any, verbose: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.list_models:
         return list_models(args.json)
-    claimed = preflight(args, after_model=_plan_if_sizing)
+    claimed = preflight(args, before_model=lambda a: check_environment_options(GUARD_SWITCH),
+                        after_model=_plan_if_sizing,
+                        max_model_len=None if sizing_requested(args) else llm_config.DEFAULT_MAX_MODEL_LEN)
     return run_claimed(args, claimed, run_calibrate)
 
 
@@ -128,6 +144,8 @@ def sizing_requested(args: argparse.Namespace) -> bool:
 def _plan_if_sizing(args: argparse.Namespace) -> None:
     if sizing_requested(args):
         args.sizing_plan = sizing_plan(args)
+    else:  # the decode-only calibration: one offline engine at the largest batch size
+        refuse_batch_sizes(args, server=False)
 
 
 def sizing_plan(args: argparse.Namespace) -> SizingPlan:
@@ -152,7 +170,7 @@ def sizing_plan(args: argparse.Namespace) -> SizingPlan:
         raise Refused(problem)
     try:
         return plan_sizing(args.model, limits, args.batch_sizes, args.steps, args.forecast_layers,
-                           validate=not args.no_validate)
+                           validate=not args.no_validate, tensor_parallel=args.tensor_parallel_size)
     except SizingRefused as exc:
         raise Refused(str(exc)) from None
 
@@ -163,6 +181,11 @@ def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     t0 = time.monotonic()
     with output_to(log, args.verbose) as progress:
         out = size(args.sizing_plan, args.headroom, limit, progress)
+        answers = moe.kernel_answers(args.sizing_plan.config)  # vLLM is imported: its own checks
+    shape = moe.expert_width(args.sizing_plan.config)
+    if answers is not None and shape is not None:
+        out["moe_kernel"] = {"line": moe.describe(answers, shape[0]),
+                             "sizes": {a.tensor_parallel: a.fused for a in answers}}
     out["wall_s"] = time.monotonic() - t0
     if "plot" in claimed:
         try:
@@ -187,7 +210,8 @@ def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
         return run_sizing(args, claimed)
     log = claimed["log"]
     with output_to(log, args.verbose) as progress:
-        results = measure(args.model, args.batch_sizes, args.steps or 64, progress)
+        results = measure(args.model, args.batch_sizes, args.steps or 64, progress,
+                          tensor_parallel=args.tensor_parallel_size)
     out, policy = calibration(
         results, args.headroom, versions.stock_deadline_s(),
         vllm=versions.installed_version(), model=args.model, machine=this_machine(),

@@ -21,25 +21,52 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from ..compat import versions
+from ..compat import llm_config, versions
 from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
 from ..harness.outputs import Output
+from ..harness.server import has_tokenizer
 from ..logic import checking, planning
+from ..logic.arguments import BadMarker, fits_context
 from ..logic.fingerprint import preload_note, this_machine
 from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.optiontable import OPTIONS
 from ..logic.policy import PolicyError, load_policy, policy_name
-from ..logic.values import DEFAULT_BATCH_SIZES, BadValue
-from .common import Refused, add_engine_flags, deadline, policy, positive_int, run_claimed, say
-from .preflight import preflight
+from ..logic.values import DEFAULT_BATCH_SIZES
+from .common import (
+    GUARD_SWITCH,
+    Refused,
+    add_engine_flags,
+    add_ranks,
+    check_environment_options,
+    deadline,
+    policy,
+    positive_int,
+    run_claimed,
+    say,
+)
+from .preflight import preflight, refuse_batch_sizes
+from .pytestargs import (
+    INFORMATION,
+    NO_RUN,
+    NO_TESTS,
+    NO_VERDICT,
+    USAGE_ERROR,
+    asked_for,
+    selection,
+    tried,
+    usage_error,
+)
 
 EPILOG = ("exit status: 0 no false death under the policy (or the guard) and every planned run ran; "
           "1 a false death under the policy or the guard, or a run that failed or did not run; 2 bad usage, "
-          "nothing started; 130 interrupted.  The stock runs' false deaths are vLLM's behaviour shown, not a "
+          "nothing started (pytest refusing the arguments after --, or their selecting none of the planned "
+          "runs, e.g. -k nomatch); 5 no verdict: -- --collect-only (or --setup-plan) lists the planned runs "
+          "and runs none; 130 interrupted.  -- --help (or --version, --markers, --fixtures) prints pytest's "
+          "own and exits with its status.  The stock runs' false deaths are vLLM's behaviour shown, not a "
           "failure.  Reads: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (the stock deadline off the bundled model), "
-          "ENGINEDEAD_BUSY_THRESHOLD, ENGINEDEAD_SAMPLE_INTERVAL, ENGINEDEAD_GUARD* (checked, then cleared "
-          "for the runs), VLLM_PLUGINS, LD_PRELOAD (the engines inherit it), TMPDIR (the log).")
+          "ENGINEDEAD_BUSY_THRESHOLD, ENGINEDEAD_SAMPLE_INTERVAL, ENGINEDEAD_GUARD (checked as the "
+          "plugin reads it) and ENGINEDEAD_GUARD* (cleared for the runs), VLLM_PLUGINS (it must name "
+          "enginedead), LD_PRELOAD (the engines inherit it), TMPDIR (the log).")
 
 
 def add_parser(sub: Any, verbose: bool) -> None:
@@ -66,33 +93,40 @@ def add_parser(sub: Any, verbose: bool) -> None:
                        help="vLLM's deadline to test against, whole seconds; default: "
                        f"{checking.BUNDLED_STOCK_S} s on the bundled model (time-compressed), "
                        f"else {versions.DEADLINE_ENV} or 300")
+    add_ranks(check)
     check.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                        help="extra arguments for pytest, after --")
 
 
 def run(args: argparse.Namespace) -> int:
-    claimed = preflight(args, before_model=_check_inputs)
+    claimed = preflight(args, before_model=_check_inputs, after_model=_check_runs, server=args.server)
     return run_claimed(args, claimed, run_check)
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
-    check_inherited_settings()
+    check_environment_options(INHERITED)
     check_policy(args.policy, args.batch_sizes)
 
 
-#: options the regression run reads from the environment, since the check passes no flag for them
-#: (not the guard: the check decides which runs are guarded, see ``regression_environment``)
-INHERITED = ("enginedead_busy_threshold", "enginedead_sample_interval")
+def _check_runs(args: argparse.Namespace) -> None:
+    """Each run fits the engine it starts on: its batch size within what vLLM builds and this machine
+    holds; its prompt and ``--max-tokens`` within the harness's max_model_len (as the handles ask)."""
+    refuse_batch_sizes(args, args.server)
+    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
+                             guard=args.guard, server=args.server)
+    bos = args.server and has_tokenizer(args.model)
+    room = llm_config.DEFAULT_MAX_MODEL_LEN - plan.prompt_len - int(bos)
+    try:
+        fits_context(f"--max-tokens {args.max_tokens}", plan.prompt_len, args.max_tokens,
+                     llm_config.DEFAULT_MAX_MODEL_LEN, bos, remedy=f"give --max-tokens {room} or fewer")
+    except BadMarker as exc:
+        raise Refused(str(exc)) from None
 
 
-def check_inherited_settings() -> None:
-    for opt in OPTIONS:
-        raw = os.environ.get(opt.env)
-        if opt.name in INHERITED and raw is not None:
-            try:
-                opt.parse(raw)
-            except BadValue as exc:
-                raise Refused(f"{opt.env}={raw!r} (from environment): {exc}") from None
+#: options the regression run reads from the environment, since the check passes no flag for them,
+#: and the guard's switch: refused as the plugin refuses it, then cleared (the check decides which
+#: runs are guarded, see ``regression_environment``; the guard's other variables the plugin never reads)
+INHERITED = ("enginedead_busy_threshold", "enginedead_sample_interval", *GUARD_SWITCH)
 
 
 def regression_environment(
@@ -138,12 +172,24 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
             f"--enginedead-batch-sizes={','.join(map(str, args.batch_sizes))}",
             f"--enginedead-policy={args.policy}",
             f"--enginedead-report={report}",
+            f"--enginedead-tensor-parallel-size={args.tensor_parallel_size}",
             *args.pytest_args,
         ]
         runs = len(args.batch_sizes) * len(plan.modes)
+        if asked_for(args.pytest_args, (*INFORMATION, *NO_RUN)):
+            return passed_through(args, cmd, env, log)
+        if args.pytest_args:  # tried by a collection first: refused before the header, nothing started
+            planned = (f"{runs} planned runs ({', '.join(plan.modes)} at batch "
+                       f"{', '.join(map(str, args.batch_sizes))})")
+            problem = tried([a for a in cmd if not a.startswith("--enginedead-report=")], env,
+                            args.pytest_args, planned)
+            if problem:
+                raise Refused(problem)
         say(
             f"enginedead check: vLLM {versions.installed_version()}, model {args.model}, "
-            f"{'API server, ' if plan.server else ''}stock deadline {plan.stock_s} s, policy {args.policy}"
+            f"{'API server, ' if plan.server else ''}"
+            + (f"{args.tensor_parallel_size} ranks, " if args.tensor_parallel_size > 1 else "")
+            + f"stock deadline {plan.stock_s} s, policy {args.policy}"
             + (", guard on" if plan.guard else "")
             + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
             + f"; {runs} runs; {preload_note(this_machine()['preloads'])}"
@@ -154,23 +200,22 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
                     f", the guard run has policy {args.policy} and hang_s {DEFAULT_HANG_S:g} s"
                     if plan.guard else " (--guard adds a guarded run)"))
         code, tail = run_logged(cmd, env, log, args.verbose, progress)
-        return verdict(args, report, code, log.path, tail, claimed.get("report"))
+        return verdict(args, report, code, log, tail, claimed.get("report"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-#: pytest's exit status for a usage error (pytest.ExitCode.USAGE_ERROR)
-USAGE_ERROR = 4
-
-
-def usage_error(tail: bytes) -> str | None:
-    """The ``ERROR: ...`` line pytest printed when it refused its arguments, if it did."""
-    lines = tail.decode(errors="replace").splitlines()
-    found = [ln for ln in lines if ": error: " in ln]  # argparse: "pytest: error: unrecognized ..."
-    found += [ln for ln in lines if ln.startswith("ERROR: ") and not ln.startswith("ERROR: usage:")]
-    if found:
-        return found[0].removeprefix("ERROR: ").strip()
-    return None
+def passed_through(args: argparse.Namespace, cmd: list[str], env: dict[str, str], log: Output) -> int:
+    """pytest's own output on the terminal, for arguments that ask for no run: information
+    (``--help``: pytest's exit status) or the planned runs listed (``--collect-only``: no
+    verdict, ``NO_VERDICT``).  No engine starts and no log is kept."""
+    log.discard()
+    code = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, check=False).returncode
+    if asked_for(args.pytest_args, INFORMATION) or code == USAGE_ERROR:
+        return 2 if code == USAGE_ERROR else code
+    print(f"enginedead check: {asked_for(args.pytest_args, NO_RUN)} lists the planned runs; none ran, "
+          f"so there is no verdict (exit {NO_VERDICT})", file=sys.stderr)
+    return NO_VERDICT
 
 
 #: how much of the run's output the command keeps to read pytest's refusal from (the log may be /dev/null)
@@ -230,11 +275,14 @@ def _show_progress(path: str, shown: int) -> int:
 
 
 def verdict(
-    args: argparse.Namespace, report: str, code: int, log_path: str, tail: bytes, out: Output | None
+    args: argparse.Namespace, report: str, code: int, log: Output, tail: bytes, out: Output | None
 ) -> int:
+    log_path = log.path
     if not os.path.exists(report):
         refusal = usage_error(tail) if code == USAGE_ERROR else None
         if refusal is not None:  # pytest refused the run before it began (e.g. extra arguments)
+            if args.log is None:
+                log.discard()  # the log of a run refused before it began holds only the refusal
             print(f"enginedead check: error: pytest refused the run: {refusal}", file=sys.stderr)
             return 2
         say(f"enginedead check: pytest exited {code} before writing a report; see {log_path}")
@@ -242,6 +290,12 @@ def verdict(
     with open(report, "rb") as f:
         raw = f.read()
     data = json.loads(raw)
+    if code == NO_TESTS and not data.get("tests"):  # everything deselected: no run, no verdict
+        if args.log is None:
+            log.discard()
+        print(f"enginedead check: error: {selection(args.pytest_args)} selected none of the planned runs; "
+              "nothing ran", file=sys.stderr)
+        return 2
     unwritten = None
     if out is not None:
         try:
@@ -266,6 +320,8 @@ def judged(args: argparse.Namespace, data: dict[str, Any], code: int, log_path: 
         f"log: {log_path}")
     plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
                              guard=args.guard, server=args.server)
+    for path in checking.slow_paths_of(data):
+        say(f"slow path: {path}")
     line, verdict = checking.verdict_line(rows, plan, args.policy, args.batch_sizes)
     say(line)
     return code if verdict == 0 and code not in (0, 1) else verdict  # 0/1 pytest's; else its own

@@ -22,7 +22,9 @@ from ..harness import outputs
 from ..harness.outputs import Output
 from ..harness.threads import Progress
 from ..logic.modelconfig import BUNDLED_MODEL, validate_model
-from ..logic.values import BadValue, parse_batch_sizes, parse_policy, shorten_paths
+from ..logic.optiontable import OPTIONS
+from ..logic.ranks import BIND_ENV, cores_problem
+from ..logic.values import BadValue, parse_batch_sizes, parse_policy, parse_ranks, shorten_paths
 
 
 class Parser(argparse.ArgumentParser):
@@ -49,6 +51,22 @@ def verbose_in(argv: Sequence[str]) -> bool:
 
 class Refused(Exception):
     """An input that cannot work, found before any engine starts; the message says which."""
+
+
+#: the plugin's guard switch (``ENGINEDEAD_GUARD``): the commands refuse a value the plugin refuses
+GUARD_SWITCH = ("enginedead_guard",)
+
+
+def check_environment_options(names: Sequence[str]) -> None:
+    """The plugin's options among ``names`` that the environment sets, parsed as the plugin parses
+    them: a value it would refuse is refused here, in its words (``face.options.resolve``)."""
+    for opt in OPTIONS:
+        raw = os.environ.get(opt.env)
+        if opt.name in names and raw is not None:
+            try:
+                opt.parse(raw)
+            except BadValue as exc:
+                raise Refused(f"{opt.env}={raw!r} (from environment): {exc}") from None
 
 
 def arg(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -111,6 +129,22 @@ def add_engine_flags(p: argparse.ArgumentParser, sizes: tuple[int, ...] | None, 
     p.add_argument("--log", metavar="PATH",
                    help="where pytest's output and vLLM's logs go (default: a file in the temp dir)")
     add_verbose(p)
+
+
+def add_ranks(p: argparse.ArgumentParser) -> None:
+    """``--tensor-parallel-size``: the ranks of every engine the command starts."""
+    p.add_argument("--tensor-parallel-size", type=arg(parse_ranks), default=1, metavar="N",
+                   help="vLLM's flag: ranks per engine, one worker process each, bound to their own cores "
+                   "unless VLLM_CPU_OMP_THREADS_BIND is set (default 1)")
+
+
+def check_ranks(args: argparse.Namespace) -> None:
+    """Each rank gets a core of those this command may use (unless the user binds them)."""
+    ranks = getattr(args, "tensor_parallel_size", 1)
+    if ranks > 1 and BIND_ENV not in os.environ:
+        problem = cores_problem(sorted(os.sched_getaffinity(0)), ranks, "this command")
+        if problem:
+            raise Refused(f"--tensor-parallel-size {ranks}: {problem}")
 
 
 def add_verbose(p: argparse.ArgumentParser) -> None:

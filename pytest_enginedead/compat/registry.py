@@ -1,4 +1,5 @@
-"""Which model architectures the installed vLLM can build: its registry's source first, then the registry.
+"""Which model architectures the installed vLLM can build, and which config ``model_type`` it reads:
+its registries' sources first (read with ``ast``), then the registries themselves.
 """
 
 from __future__ import annotations
@@ -70,3 +71,105 @@ def architectures_in_source(source: str) -> frozenset[str]:
             dicts[target.id] = {k.value for k, _ in pairs
                                 if isinstance(k, ast.Constant) and isinstance(k.value, str)}
     return frozenset(arch for name in union for arch in dicts.get(name, ()))
+
+
+# --- model types: vLLM's config registry and transformers' ------------------------------------
+
+#: where vLLM's own config classes are registered by ``model_type`` (``_CONFIG_REGISTRY``)
+CONFIG_REGISTRY_SOURCE = os.path.join("transformers_utils", "config.py")
+CONFIG_REGISTRY = "_CONFIG_REGISTRY"
+#: where transformers maps every ``model_type`` it knows to its config class (``CONFIG_MAPPING_NAMES``):
+#: built in ``auto_mappings.py`` and extended in ``configuration_auto.py`` (5.x), or all in the latter (4.x)
+CONFIG_MAPPING_SOURCES = (os.path.join("models", "auto", "auto_mappings.py"),
+                          os.path.join("models", "auto", "configuration_auto.py"))
+CONFIG_MAPPING = "CONFIG_MAPPING_NAMES"
+#: fewer model types than this read from transformers' source means its layout changed: not read
+FEWEST_TRANSFORMERS_TYPES = 100
+
+
+def knows_model_type(model_type: str) -> bool:
+    """Whether vLLM can read a config of this ``model_type``: its own config registry, else
+    transformers'.  Their sources say (no import, ~0.1 s); the registries are imported (~10 s)
+    only where a source cannot be read.  Unlike architectures, importing them would add nothing
+    the sources do not list: the sets are equal (760 types, vLLM 0.32.0 with transformers 5.19),
+    and a ``vllm.general_plugins`` entry that registers a config does so inside vLLM's processes
+    only, where no import here would see it."""
+    listed = listed_model_types()
+    return model_type in listed if listed else model_type in known_model_types()
+
+
+@functools.lru_cache(maxsize=1)
+def known_model_types() -> frozenset[str]:
+    """The model types vLLM's and transformers' config registries hold (imported once per process)."""
+    config = importlib.import_module("vllm.transformers_utils.config")
+    auto = importlib.import_module("transformers.models.auto.configuration_auto")
+    return frozenset(getattr(config, CONFIG_REGISTRY)) | frozenset(auto.CONFIG_MAPPING)
+
+
+@functools.lru_cache(maxsize=1)
+def listed_model_types() -> frozenset[str]:
+    """The model types vLLM's config registry and transformers' mapping list in their sources, read
+    without importing either; empty where a source cannot be read (the registries are then asked)."""
+    vllm_types = _read_keys("vllm", [CONFIG_REGISTRY_SOURCE], CONFIG_REGISTRY)
+    hf_types = _read_keys("transformers", CONFIG_MAPPING_SOURCES, CONFIG_MAPPING)
+    if not vllm_types or len(hf_types) < FEWEST_TRANSFORMERS_TYPES:
+        return frozenset()
+    return vllm_types | hf_types
+
+
+def _read_keys(package: str, sources: tuple[str, ...] | list[str], name: str) -> frozenset[str]:
+    """The string keys ``name`` gets in these source files of ``package``, in order; none if unreadable."""
+    spec = importlib.util.find_spec(package)  # a top-level name: finds, imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    root = next(iter(spec.submodule_search_locations))
+    keys: dict[str, set[str]] = {}
+    for source in sources:
+        try:
+            with open(os.path.join(root, source), encoding="utf-8") as f:
+                mapping_keys_in_source(f.read(), name, keys)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, SyntaxError):
+            return frozenset()
+    return frozenset(keys.get(name, ()))
+
+
+def mapping_keys_in_source(source: str, name: str, keys: dict[str, set[str]] | None = None) -> set[str]:
+    """The string keys a module-level mapping ``name`` holds, as its source builds it: assigned a
+    dict, ``dict(...)``, ``OrderedDict([(k, v), ...])`` or a call like ``LazyConfigDict(k=v, **{...})``,
+    then ``name.update({...})``; ``**name`` inside keeps what it had.  ``keys`` carries them across files."""
+    keys = {} if keys is None else keys
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if node.value is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                keys[name] = _mapping_keys(node.value, keys)
+        elif isinstance(node, ast.Expr) and isinstance(call := node.value, ast.Call):
+            func = call.func
+            if (isinstance(func, ast.Attribute) and func.attr == "update" and isinstance(func.value, ast.Name)
+                    and func.value.id == name and call.args):
+                keys.setdefault(name, set()).update(_mapping_keys(call.args[0], keys))
+    return keys.get(name, set())
+
+
+def _mapping_keys(node: ast.expr, known: dict[str, set[str]]) -> set[str]:
+    found: set[str] = set()
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values, strict=True):
+            if key is None:
+                found |= _mapping_keys(value, known)
+            elif isinstance(key, ast.Constant) and isinstance(key.value, str):
+                found.add(key.value)
+    elif isinstance(node, ast.Call):
+        for arg in node.args:
+            if isinstance(arg, (ast.List, ast.Tuple)):
+                found |= {e.elts[0].value for e in arg.elts if isinstance(e, ast.Tuple) and e.elts
+                          and isinstance(e.elts[0], ast.Constant) and isinstance(e.elts[0].value, str)}
+            else:
+                found |= _mapping_keys(arg, known)
+        for kw in node.keywords:
+            found |= {kw.arg} if kw.arg is not None else _mapping_keys(kw.value, known)
+    elif isinstance(node, ast.Name):
+        found |= known.get(node.id, set())
+    return found

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from ..compat import llm_config
 from ..contract.control import Injection
+from ..harness.preflight import batch_problem
 from ..logic import planning, sharding
 from ..logic.arguments import BadMarker
 from ..logic.guardconfig import DEFAULT_HANG_S
@@ -23,7 +25,7 @@ from ..logic.planning import (
     PolicyFailure,
     TestPlan,
 )
-from ..logic.policy import PolicyError, load_policy
+from ..logic.policy import PolicyError, load_policy, policy_name
 from . import distributed, markers, options
 from .options import Settings
 from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_key, run_of
@@ -59,22 +61,48 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
             deadline = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         server = "vllm_server" in getattr(item, "fixturenames", ())
-        return Need(batch, Instructions(deadline, source, faults), guard_of(item, run), server)
+        _check_batch(item, run, batch, server)
+        return Need(batch, Instructions(deadline, source, faults), guard_of(item, run, batch), server,
+                    run.settings.tensor_parallel)
     except (BadMarker, PolicyFailure) as exc:
         return str(exc)
 
 
-def guard_of(item: pytest.Item, run: Run) -> GuardSpec | None:
-    """The guard this test's engine runs with: its marker, else the run's option, else none."""
+def _check_batch(item: pytest.Item, run: Run, batch: int, server: bool) -> None:
+    """The test's batch size within what vLLM builds and this machine holds: a marker's fails the
+    test (``BadMarker``); the run's (flag, variable, ini key) is a usage error naming it."""
+    args = {"tensor_parallel_size": getattr(run.settings, "tensor_parallel", 1)}
+    problem = batch_problem(run.settings.model, batch, server, args)
+    if problem is None:
+        return
+    marker = item.get_closest_marker("enginedead_batch_sizes")
+    if marker is not None:
+        raise BadMarker(f"@pytest.mark.enginedead_batch_sizes{tuple(marker.args)!r}: {problem}")
+    raise pytest.UsageError(f"enginedead: {run.settings.batch_sizes_where}: {problem}")
+
+
+def guard_of(item: pytest.Item, run: Run, batch: int) -> GuardSpec | None:
+    """The guard this test's engine runs with: its marker, else the run's option, else none.
+
+    Its policy is asked for its cap at the test's batch size, as the run's policy is asked
+    for the deadline: a cap that is no number vLLM can wait (NaN, 0, text) fails the test.
+    """
     marker = item.get_closest_marker("enginedead_guard")
     if marker is None and not run.settings.guard:
         return None
     hang_s, policy = markers.guard(marker) if marker is not None else (None, None)
     if policy is not None:
         try:
-            load_policy(policy, [str(item.config.rootpath), os.getcwd()])
-        except PolicyError as exc:
+            loaded = load_policy(policy, [str(item.config.rootpath), os.getcwd()])
+            planning.policy_deadline(loaded, policy_name(loaded, policy), batch)
+        except (PolicyError, PolicyFailure) as exc:
             raise BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
+    else:
+        try:  # the run's policy is the guard's cap
+            planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+        except PolicyFailure as exc:
+            source = "the enginedead_guard marker" if marker is not None else run.settings.guard_where
+            raise BadMarker(f"the guard's cap ({source}): {exc}") from None
     return GuardSpec(hang_s or DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference",
                      "the enginedead_guard marker" if marker is not None else run.settings.guard_where)
 
@@ -123,6 +151,8 @@ def _stray_markers(item: pytest.Item) -> str | None:
 
 def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
     run = run_of(config)
+    with options.shown_whole_if_verbose(config):
+        options.check_late_policy_hooks(config, run.settings)
     if run.settings.shard is not None:
         _keep_shard(config, run, items)
     plan = planning.plan(
@@ -140,12 +170,15 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
             _add_budget(item, test)
     items[:] = [items[i] for i in plan.order]
     engine_tests = len(plan.engine_specs) + len(factories)  # factories start the run's model too
+    uses = {"fixtures": bool(plan.engine_specs),  # the fixtures' engines: the harness's max_model_len
+            "servers": any(s.server for s in plan.engine_specs)
+            or any("vllm_server_factory" in getattr(it, "fixturenames", ()) for it in factories)}
     controller_checks = distributed.is_worker(config) and distributed.publish_groups(
         config, ((it.nodeid, distributed.item_group(it, planned_spec(it))) for it in items),
-        engine_tests=engine_tests,
+        engine_tests=engine_tests, uses=uses,
     )
     if engine_tests and not controller_checks:  # under xdist the controller checks, once
-        check_run_model(config, run.settings)
+        check_run_model(config, run.settings, **uses)
 
 
 def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> None:
@@ -174,10 +207,16 @@ def shard_line(config: pytest.Config) -> str | None:
     return f"enginedead: {run.split.describe()}" if run is not None and run.split is not None else None
 
 
-def check_run_model(config: pytest.Config, settings: Settings) -> None:
-    """The model the planned engines run, checked once before the first starts: a UsageError."""
+def check_run_model(
+    config: pytest.Config, settings: Settings, fixtures: bool = True, servers: bool = False
+) -> None:
+    """The model the planned engines run, and vLLM's plugin list, checked once before the first
+    starts: a UsageError.  ``fixtures``: the fixtures' engines are planned (they start with the
+    harness's max_model_len); ``servers``: an API server is (it loads the model's tokenizer)."""
     with options.shown_whole_if_verbose(config):
-        options.check_model(settings.model, settings.model_source)
+        options.check_plugins()
+        options.check_model(settings.model, settings.model_source,
+                            llm_config.DEFAULT_MAX_MODEL_LEN if fixtures else None, servers)
 
 
 def _add_budget(item: pytest.Item, test: TestPlan) -> None:

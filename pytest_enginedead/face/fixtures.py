@@ -13,14 +13,15 @@ from typing import Any
 
 import pytest
 
-from ..compat import versions
+from ..compat import llm_config, versions
 from ..contract.control import Injection
 from ..harness.base import EngineBase, EngineStartError
-from ..harness.preflight import factory_engine_args, model_problem
+from ..harness.environment import owned_cores
+from ..harness.preflight import batch_problem, factory_engine_args, model_problem
 from ..logic import planning
-from ..logic.arguments import BadMarker, factory_arguments
+from ..logic.arguments import BadMarker, factory_arguments, rank_count
 from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.modelconfig import validate_model
+from ..logic.modelconfig import model_label, validate_model
 from ..logic.planning import (
     EngineSpec,
     GuardSpec,
@@ -30,6 +31,7 @@ from ..logic.planning import (
     TestPlan,
 )
 from ..logic.policy import PolicyLike
+from ..logic.ranks import BIND_ENV, cores_problem
 from .collection import guard_of, need_of
 from .handles import EngineHandle, Handle, ServerHandle
 from .run import Run, fail, handle_key, plan_key, run_of
@@ -131,7 +133,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
     except PolicyFailure as exc:
         fail(f"{what}: {exc}")
     try:
-        guard_spec = guard_of(item, run) if item is not None else (
+        guard_spec = guard_of(item, run, batch) if item is not None else (
             GuardSpec(DEFAULT_HANG_S, run.settings.policy_spec or "reference", run.settings.guard_where)
             if run.settings.guard else None)
     except BadMarker as exc:
@@ -153,6 +155,28 @@ def _factory_model(model: Any, server: bool) -> str:
     return validate_model(path)
 
 
+def _factory_limits(run: Run, batch: int, model: Any, model_dir: str, engine_args: dict[str, Any],
+                    server: bool) -> None:
+    """The factory's model at the context its engine starts with (``max_model_len=``, else the
+    harness's), the tokenizer a server loads, and its batch size within what vLLM builds and this
+    machine holds: the test fails in one line, before anything starts."""
+    __tracebackhide__ = True
+    what = "vllm_server_factory" if server else "vllm_engine_factory"
+    length = engine_args.get("max_model_len", llm_config.DEFAULT_MAX_MODEL_LEN)
+    given = f"max_model_len={length!r}" if "max_model_len" in engine_args else ""
+    problem = model_problem(model_dir, architecture=False, server=server, length_given=given,
+                            max_model_len=length if isinstance(length, int) and not isinstance(length, bool)
+                            else None)  # another kind of value: vLLM's parser or start says
+    if problem:
+        source = run.settings.model_source
+        named = (f"model={model!r}" if model is not None
+                 else f"{model_label(model_dir, source)} (from {source})")
+        fail(f"{what}: {named}: {problem}")
+    problem = batch_problem(model_dir, batch, server, engine_args, said=f"batch_size={batch}")
+    if problem:
+        fail(f"{what}: {problem}")
+
+
 def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any], server: bool) -> EngineSpec:
     """The factory's engine; its engine (or server) arguments and model checked before it starts."""
     __tracebackhide__ = True
@@ -162,8 +186,22 @@ def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any],
     except BadMarker as exc:
         fail(str(exc))
     model_dir = run.settings.model if model is None else _factory_model(model, server)
-    spec = planning.spec_for(need, model_dir, run.cpu_bind)
-    return replace(spec, extra_args=tuple(sorted(engine_args.items())))
+    _factory_limits(run, need.batch_size, model, model_dir, engine_args, server)
+    args = dict(engine_args)
+    try:
+        tp = rank_count(what, "tensor_parallel_size", args.pop("tensor_parallel_size", 1))
+        pp = rank_count(what, "pipeline_parallel_size", args.pop("pipeline_parallel_size", 1))
+    except BadMarker as exc:
+        fail(str(exc))
+    spec = replace(planning.spec_for(need, model_dir, run.cpu_bind), extra_args=tuple(sorted(args.items())),
+                   tensor_parallel=tp, pipeline_parallel=pp)
+    if spec.ranks > 1 and BIND_ENV not in os.environ:
+        cores = owned_cores(spec)
+        owner = "this xdist worker" if run.cpu_bind is not None else "this run"
+        problem = cores_problem(cores, spec.ranks, owner)
+        if problem:
+            fail(f"{what}: tensor_parallel_size={tp}, pipeline_parallel_size={pp}: {problem}")
+    return spec
 
 
 def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[..., Any]]:

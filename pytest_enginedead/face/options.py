@@ -16,7 +16,10 @@ from typing import Any
 import pytest
 
 from ..compat import versions
+from ..contract.names import CHECK_PLAN_ENV
 from ..harness.preflight import model_problem, vllm_environment_problem
+from ..logic.checking import BadPlan, CheckPlan
+from ..logic.diagnosis import plugin_problem
 from ..logic.modelconfig import BUNDLED_MODEL, model_label
 from ..logic.optiontable import OPTIONS, Option
 from ..logic.policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
@@ -25,14 +28,24 @@ from ..logic.values import BadValue, one_line, shorten_paths
 from ..logic.verdicts import LivenessSettings
 
 
-def check_model(model: str, source: str) -> None:
+def check_model(model: str, source: str, max_model_len: int | None = None, server: bool = False) -> None:
     """A model no engine can run is a usage error, said once, before any engine starts.
 
-    ``source`` is where the run's model came from (``Settings.model_source``).
+    ``source`` is where the run's model came from (``Settings.model_source``); ``max_model_len``
+    the context the fixtures' engines start with (None: no fixture engine is planned); ``server``:
+    an API server is planned, which loads the model's tokenizer.
     """
-    problem = model_problem(model)
+    problem = model_problem(model, max_model_len=max_model_len, server=server)
     if problem:
         raise pytest.UsageError(f"enginedead: {model_label(model, source)} (from {source}): {problem}")
+
+
+def check_plugins() -> None:
+    """``VLLM_PLUGINS`` that leaves our plugin out: nothing of the harness would run inside vLLM
+    (``enginedead doctor``'s wording, with its fix), refused before the first engine starts."""
+    problem = plugin_problem(os.environ) if versions.vllm_missing_reason() is None else None
+    if problem:
+        raise pytest.UsageError(f"enginedead: {problem}")
 
 
 def addoptions(parser: pytest.Parser) -> None:
@@ -146,8 +159,13 @@ class Settings:
     report_where: str = ""
     #: how the run's guard switch was set, e.g. "ENGINEDEAD_GUARD='1' (from environment)"
     guard_where: str = ""
+    #: how the run's batch sizes were set, e.g. "--enginedead-batch-sizes='8' (from command line)"
+    batch_sizes_where: str = ""
     #: run only this shard of the collected tests (``--enginedead-shard``), None: all
     shard: Shard | None = None
+    #: ranks of the fixtures' engines (``--enginedead-tensor-parallel-size``), and how it was given
+    tensor_parallel: int = 1
+    tensor_parallel_where: str = ""
     #: durations to balance shards by / to write at the end, ``{vllm}`` replaced
     durations: str | None = None
     store_durations: str | None = None
@@ -160,6 +178,7 @@ def resolve_settings(config: pytest.Config) -> Settings:
     """Every option from its highest-precedence source, parsed once; UsageError on a bad one."""
     get = {o.name: resolve(config, o) for o in OPTIONS}
     check_vllm_environment()
+    check_internal_variables()
     policy, policy_name, policy_source = _resolve_policy(config, get["enginedead_policy"])
     chosen = get["enginedead_policy"].value
     model = get["enginedead_model"]
@@ -180,7 +199,10 @@ def resolve_settings(config: pytest.Config) -> Settings:
         vllm_version=versions.installed_version(),
         report_where=_given(get["enginedead_report"]),
         guard_where=_given(get["enginedead_guard"]),
+        batch_sizes_where=_batch_sizes_where(get["enginedead_batch_sizes"]),
         shard=get["enginedead_shard"].value,
+        tensor_parallel=get["enginedead_tensor_parallel_size"].value,
+        tensor_parallel_where=_given(get["enginedead_tensor_parallel_size"]),
         durations=_with_release(get["enginedead_durations"].value),
         store_durations=_with_release(get["enginedead_store_durations"].value),
         durations_where=_given(get["enginedead_durations"]),
@@ -193,6 +215,13 @@ def _with_release(path: str | None) -> str | None:
     return None if path is None else durations_path(path, versions.installed_version())
 
 
+def _batch_sizes_where(value: Value) -> str:
+    """How the run's batch sizes were set, for a refusal: the default is named as such."""
+    if value.source == "default":
+        return f"the default batch sizes {value.where} (set --enginedead-batch-sizes)"
+    return _given(value)
+
+
 def _given(value: Value) -> str:
     """How a value was given, for messages: ``--enginedead-report='x' (from command line)``."""
     return f"{value.where} (from {value.source})"
@@ -203,6 +232,18 @@ def check_vllm_environment() -> None:
     problem = vllm_environment_problem()
     if problem:
         raise pytest.UsageError(f"enginedead: {problem}")
+
+
+def check_internal_variables() -> None:
+    """The variables ``enginedead check`` hands its regression run, read like public ones: a bad
+    one is one line naming it, at the start (the suite would read it while collecting)."""
+    raw = os.environ.get(CHECK_PLAN_ENV)
+    if raw is not None:
+        try:
+            CheckPlan.parse(raw)
+        except BadPlan as exc:
+            raise pytest.UsageError(f"enginedead: {CHECK_PLAN_ENV}={raw!r} (from environment) {exc}") \
+                from None
 
 
 @contextlib.contextmanager
@@ -228,6 +269,31 @@ def _hook_location(exc: BaseException) -> str:
     return where
 
 
+#: the ``pytest_enginedead_policy`` implementations there were when the policy hook was asked
+#: (by plugin name); absent when the option chose the policy and no hook was asked
+policy_hooks_key = pytest.StashKey[frozenset[str]]()
+
+
+def check_late_policy_hooks(config: pytest.Config, settings: Settings) -> None:
+    """A ``pytest_enginedead_policy`` hook that appeared after the policy was chosen (in a
+    conftest.py pytest loads while collecting, below the rootdir) would be ignored: refused."""
+    asked = config.stash.get(policy_hooks_key, None)
+    if asked is None:
+        return
+    late = [impl for impl in config.pluginmanager.hook.pytest_enginedead_policy.get_hookimpls()
+            if impl.plugin_name not in asked]
+    if late:
+        path = getattr(late[0].plugin, "__file__", None) or late[0].plugin_name
+        with contextlib.suppress(ValueError):
+            path = os.path.relpath(path, config.rootpath) if os.path.isabs(path) else path
+        raise pytest.UsageError(
+            f"enginedead: the pytest_enginedead_policy hook in {path} came too late: pytest loaded it while "
+            f"collecting, after the run's policy was chosen (policy {settings.policy_name}, "
+            f"{settings.policy_source}); a policy hook must live in the rootdir's conftest.py "
+            f"({os.path.join(config.rootpath, 'conftest.py')}) or a plugin (-p)"
+        )
+
+
 def _resolve_policy(config: pytest.Config, chosen: Value) -> tuple[PolicyLike, str, str]:
     """(policy, its name, where it came from): the option, else the conftest hook, else reference."""
     if chosen.value is not None:
@@ -236,6 +302,8 @@ def _resolve_policy(config: pytest.Config, chosen: Value) -> tuple[PolicyLike, s
         except PolicyError as exc:
             raise pytest.UsageError(f"enginedead: {chosen.where} (from {chosen.source}): {exc}") from None
         return policy, policy_name(policy, chosen.value), chosen.source
+    asked = config.pluginmanager.hook.pytest_enginedead_policy.get_hookimpls()
+    config.stash[policy_hooks_key] = frozenset(impl.plugin_name for impl in asked)
     try:
         hooked = config.hook.pytest_enginedead_policy(config=config)
     except (pytest.UsageError, pytest.exit.Exception):

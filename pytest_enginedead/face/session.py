@@ -21,6 +21,7 @@ from ..harness.threads import Progress
 from ..logic import sharding
 from ..logic.fingerprint import this_machine
 from ..logic.modelconfig import BUNDLED_MODEL
+from ..logic.ranks import BIND_ENV, cores_problem
 from ..logic.report import Results
 from . import distributed, markers, options, summary
 from .assertions import run_settings
@@ -47,6 +48,7 @@ def configure_run(config: pytest.Config) -> None:
                     claimed.close()
                 raise pytest.UsageError(f"enginedead: {exc}") from None
         durations = _durations(settings)
+        _check_ranks(config, settings)
     pool = EnginePool(max_alive=1, progress=progress_writer(config))
     run = Run(settings, pool, Results(), distributed.cpu_bind(config), claimed,
               durations=durations, store=store)
@@ -58,8 +60,19 @@ def configure_run(config: pytest.Config) -> None:
     if distributed.is_worker(config):
         config.pluginmanager.register(distributed.WorkerHooks(config), "enginedead-xdist-worker")
     elif config.pluginmanager.hasplugin("xdist"):
-        controller = distributed.ControllerHooks(run.results, lambda: check_run_model(config, settings))
+        controller = distributed.ControllerHooks(run.results,
+                                                 lambda **uses: check_run_model(config, settings, **uses))
         config.pluginmanager.register(controller, "enginedead-xdist")
+
+
+def _check_ranks(config: pytest.Config, settings: Settings) -> None:
+    """The run's ranks each get a core of those its engines may use (unless the user binds them)."""
+    if settings.tensor_parallel < 2 or BIND_ENV in os.environ:
+        return
+    cores, owner = distributed.core_budget(config)
+    problem = cores_problem(cores, settings.tensor_parallel, owner)
+    if problem:
+        raise pytest.UsageError(f"enginedead: {settings.tensor_parallel_where}: {problem}")
 
 
 def _durations(settings: Settings) -> sharding.Durations | None:

@@ -18,7 +18,8 @@ At the end, ``Output.write_text`` / ``write_bytes`` write the whole output:
 * a directory, a block device, a socket, a FIFO nobody reads, a dangling symbolic
   link on the way, two outputs naming one file: refused at the claim.
 
-``Output.open()`` gives a stream for what is written as it happens (a log).
+``Output.open()`` gives a stream for what is written as it happens (a log);
+``Output.discard()`` removes a file the claim found absent (a run that ended with nothing to keep).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Output:
     identity: tuple[object, ...]
     #: a stream's descriptor, opened at the claim and held until it is written
     _fd: int | None = field(default=None, repr=False)
+    #: nothing was there at the claim: whatever the path holds now, this output made
+    fresh: bool = False
 
     def write_bytes(self, data: bytes) -> None:
         """The whole output, written once; ``OutputError`` (one line) if it cannot be."""
@@ -94,6 +97,14 @@ class Output:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+    def discard(self) -> None:
+        """Take back what this output made: a file that was not there at the claim is removed
+        (a run that ended with nothing to keep); anything that was there is left as it is."""
+        self.close()
+        if self.kind == FILE and self.fresh:
+            with contextlib.suppress(OSError):
+                os.unlink(self.target)
 
     def same_as(self, other: Output) -> bool:
         return self.identity == other.identity
@@ -234,7 +245,7 @@ def _file_or_device(absolute: str, where: str) -> Output:
         else:
             target = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
         _prove_creatable(target, where)
-        return Output(absolute, where, target, FILE, ("path", target))
+        return Output(absolute, where, target, FILE, ("path", target), fresh=True)
     mode = st.st_mode
     if stat.S_ISREG(mode):
         target = os.path.realpath(absolute)

@@ -1,33 +1,51 @@
-"""What is checked before any engine starts that needs the installed vLLM to answer.
+"""What is checked before any engine starts that needs the installed vLLM (or the machine) to answer.
 
-vLLM's registry of architectures (read from its source, imported only when needed) and
-vLLM's own variables; the answers are one line each, for every door to put its name in
-front of.
+vLLM's registries of architectures and model types (read from their sources, imported only
+when needed), the tokenizer a server loads, the batch sizes vLLM builds and this machine
+holds, vLLM's own variables; the answers are one line each, for every door to put its name
+in front of.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib.metadata
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..compat import in_server, llm_api, registry, versions
+from ..compat import in_server, llm_api, llm_config, registry, versions
 from ..contract.names import ENV_DIR, ENV_HARNESS_PID, GUARD_VARIABLES
+from ..logic import batchbound
 from ..logic.arguments import FACTORY_ARGS, BadMarker
-from ..logic.modelconfig import config_architectures, config_problem, read_config, validate_model
-from ..logic.values import BadValue
+from ..logic.fingerprint import meminfo
+from ..logic.modelconfig import (
+    config_architectures,
+    config_problem,
+    length_problem,
+    read_config,
+    validate_model,
+)
+from ..logic.values import BadValue, one_line
+from .server import has_tokenizer
 
 
-def model_problem(model: str, architecture: bool = True) -> str | None:
+def model_problem(
+    model: str, architecture: bool = True, max_model_len: int | None = None, server: bool = False,
+    length_given: str = "",
+) -> str | None:
     """Why no engine can run on this model directory, in one line, or None.
 
     The one model check, called from every door (the options, the factories, the
     ``enginedead`` command, the xdist controller), each of which puts its own name for
     the value in front: the directory and its ``config.json`` (``validate_model``), the
-    sizes (``config_problem``), and, with ``architecture``, whether the installed vLLM
-    knows the architecture it names (vLLM's registry is imported for that, once per
-    process; without vLLM that part is skipped).
+    sizes (``config_problem``), the context the engines start with (``max_model_len``,
+    ``length_given`` saying how it was set; None: not checked) against the model's, the
+    tokenizer an API server loads (``server``), and, with ``architecture``, whether the
+    installed vLLM knows the architecture and the ``model_type`` it names (their registries'
+    sources are read; the registries are imported only for a name the sources do not list;
+    without vLLM that part is skipped).
     """
     try:
         config = Path(validate_model(model)) / "config.json"
@@ -35,9 +53,106 @@ def model_problem(model: str, architecture: bool = True) -> str | None:
     except BadValue as exc:
         return str(exc)
     problem = config_problem(data, config)
+    if not problem and os.environ.get(LONG_MAX_MODEL_LEN_ENV, "").strip() in ("", "0"):
+        given = length_given or f"the harness's max_model_len {max_model_len}"
+        problem = length_problem(data, config, max_model_len, given)
+    if not problem and server:
+        problem = tokenizer_problem(config.parent)
     if problem or not architecture:
         return problem
-    return _architecture_problem(config_architectures(data, config), config)
+    return (_architecture_problem(config_architectures(data, config), config)
+            or _model_type_problem(data, config))
+
+
+#: vLLM's variable that lets max_model_len pass the model's own context
+LONG_MAX_MODEL_LEN_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
+
+
+def tokenizer_problem(model_dir: Path) -> str | None:
+    """Why vLLM's API server could not load the tokenizer beside the model, in one line, or None.
+
+    The server loads it at start when the directory has one (``server.has_tokenizer``; else the
+    harness starts it with ``--skip-tokenizer-init``): ``tokenizer.json`` and
+    ``tokenizer_config.json`` must be JSON objects, and ``tokenizer.json`` must load with the
+    ``tokenizers`` library where it is installed (cheap: no torch).
+    """
+    if not has_tokenizer(str(model_dir)):
+        return None
+    loads = "vLLM's API server loads it at start"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        path = model_dir / name
+        if path.is_file():
+            try:
+                read_config(path)
+            except BadValue as exc:
+                return f"{exc}; {loads}"
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        import tokenizers
+    except ImportError:
+        return None
+    try:
+        tokenizers.Tokenizer.from_file(str(path))
+    except Exception as exc:
+        return f"{path}: the tokenizers library cannot load it ({one_line(exc)}); {loads}"
+    return None
+
+
+def _model_type_problem(data: dict[str, Any], config: Path) -> str | None:
+    """Why vLLM cannot read a config of this ``model_type``, in one line, or None (a config with
+    ``auto_map`` brings its own code: not judged here)."""
+    model_type = data.get("model_type")
+    if model_type is None or "auto_map" in data or versions.vllm_missing_reason() is not None:
+        return None
+    if not isinstance(model_type, str) or not model_type.strip():
+        return f'{config}: "model_type": {model_type!r} is not the name of a model type'
+    try:
+        if registry.knows_model_type(model_type):
+            return None
+    except Exception:
+        return None  # no registry to ask: the engine start will tell
+    return (
+        f'{config}: "model_type": {model_type!r} is known to neither vLLM {versions.installed_version()} '
+        f"nor transformers {_transformers_version()} (their config registries); use the model type its "
+        'architecture reads, e.g. "llama" for LlamaForCausalLM'
+    )
+
+
+def _transformers_version() -> str:
+    try:
+        return importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def batch_problem(
+    model: str, batch_size: int, server: bool, engine_args: Mapping[str, Any] | None = None,
+    said: str | None = None,
+) -> str | None:
+    """Why an engine of the harness cannot run at ``batch_size`` (``said``: how the door names it),
+    in one line, or None: over what vLLM builds (``max_num_batched_tokens``) or what this machine
+    holds (``logic.batchbound``).  A model that cannot run at all (a bad config, or too large for
+    one sequence here) is the model check's to say, not a batch size's: None."""
+    args = dict(engine_args or {})
+    try:
+        length = int(args.get("max_model_len", llm_config.DEFAULT_MAX_MODEL_LEN))
+    except (TypeError, ValueError):
+        length = llm_config.DEFAULT_MAX_MODEL_LEN  # vLLM itself will say what is wrong with it
+    problem = batchbound.tokens_bound(server, args, length).problem(batch_size, said)
+    if problem or llm_config.KV_CACHE_ENV in os.environ or llm_config.KV_CACHE_ARG in args:
+        return problem  # a KV cache the user sized is theirs to fit
+    try:
+        config = Path(model) / "config.json"
+        data = read_config(config)
+        available = meminfo("MemAvailable")
+    except (BadValue, OSError, ValueError):
+        return None
+    if config_problem(data, config):
+        return None
+    bound = batchbound.memory_bound(data, length, available)
+    return bound.problem(batch_size, said) if bound is not None and bound.largest > 0 else None
 
 
 def _architecture_problem(archs: list[str], config: Path) -> str | None:
@@ -129,6 +244,12 @@ def factory_engine_args(what: str, args: Mapping[str, Any], server: bool) -> Non
                 + f", which the API server of vLLM {versions.installed_version()} does not take"
                 + "".join(suggest(str(turned[k]), flags) for k in bad) + f" {own}"
             )
+        for key, value in args.items():  # each as the server's own parser reads it, before it starts
+            words = in_server.server_tokens(key, value)
+            problem = in_server.server_args_problem(words)
+            if problem:
+                raise BadMarker(f"{what}: {key}={value!r} becomes {' '.join(words)}, which vLLM's server "
+                                f"refuses: {problem}")
         return
     names = llm_api.engine_argument_names()
     if names is None:

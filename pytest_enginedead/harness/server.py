@@ -27,7 +27,7 @@ from ..compat import in_server, llm_config, versions
 from ..logic.planning import Instructions
 from .base import EngineBase, EngineStartError, GuardRefused
 from .cleanup import wait_until
-from .environment import kv_cache, process_environment
+from .environment import engine_arguments, process_environment
 
 #: How long a server may take to answer /health after it was started.
 START_LIMIT_S = 300.0
@@ -64,11 +64,8 @@ def server_command(model: str, port: int, max_num_seqs: int, served_name: str,
     ]
     if not has_tokenizer(model):
         cmd.append("--skip-tokenizer-init")
-    for key, value in extra:
-        flag = in_server.server_flag(key, value)
-        if flag is None:
-            continue
-        cmd += [flag] if isinstance(value, bool) else [flag, str(value)]
+    for key, value in extra:  # as vLLM's parser reads them: --no-X for False, JSON for a dict
+        cmd += in_server.server_tokens(key, value)
     return cmd
 
 
@@ -102,7 +99,7 @@ class Server(EngineBase):
         """``python -m vllm.entrypoints.openai.api_server``, in a session of its own; ready on /health."""
         self.port = free_port()
         cmd = server_command(self.spec.model, self.port, self.spec.max_num_seqs, self.served_name,
-                             (*self.spec.extra_args, *kv_cache(self.spec)[1].items()))
+                             tuple(engine_arguments(self.spec).items()))
         env = process_environment(self.environment(first), self.spec, os.environ)
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:

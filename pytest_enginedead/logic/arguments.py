@@ -49,7 +49,7 @@ def whole_seconds(what: str, name: str, value: Any) -> float:
     return seconds
 
 
-INJECT_ARGS = ("slow_s_per_seq", "hang_at_step", "crash_at_step")
+INJECT_ARGS = ("slow_s_per_seq", "hang_at_step", "crash_at_step", "ranks")
 
 
 def injection(what: str, kwargs: Mapping[str, Any]) -> Injection:
@@ -64,7 +64,28 @@ def injection(what: str, kwargs: Mapping[str, Any]) -> Injection:
         slow_s_per_seq=number(what, "slow_s_per_seq", kwargs.get("slow_s_per_seq", 0.0)),
         hang_at_step=step_number(what, "hang_at_step", kwargs.get("hang_at_step")),
         crash_at_step=step_number(what, "crash_at_step", kwargs.get("crash_at_step")),
+        ranks=rank_list(what, kwargs.get("ranks")),
     )
+
+
+def rank_count(what: str, name: str, value: Any) -> int:
+    """``tensor_parallel_size=`` / ``pipeline_parallel_size=``: a whole number >= 1 (ranks)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadMarker(f"{what}: {name}={value!r} is not a whole number >= 1 "
+                        "(ranks: one worker process each)")
+    return value
+
+
+def rank_list(what: str, value: Any) -> tuple[int, ...] | None:
+    """``ranks=``: the worker ranks a fault applies to (a list of whole numbers >= 0), None: all."""
+    if value is None:
+        return None
+    items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(items, (list, tuple)) or not items or any(
+            isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in items):
+        raise BadMarker(f"{what}: ranks={value!r} must be a list of worker ranks (whole numbers >= 0), "
+                        "e.g. ranks=[1]; None: every rank")
+    return tuple(sorted(set(items)))
 
 
 def factory_arguments(
@@ -95,16 +116,21 @@ def count(what: str, name: str, value: Any, meaning: str) -> int:
     return value
 
 
-def fits_context(what: str, prompt_len: int, max_tokens: int, max_model_len: int | None, bos: bool) -> None:
-    """The prompt and the tokens asked for fit in the engine's context, or vLLM refuses them."""
+#: what a handle's caller can do about a prompt and tokens that do not fit
+LONGER_ENGINE = ("ask for fewer, or start an engine with a longer one (vllm_engine_factory / "
+                 "vllm_server_factory(..., max_model_len=N))")
+
+
+def fits_context(what: str, prompt_len: int, max_tokens: int, max_model_len: int | None, bos: bool,
+                 remedy: str = LONGER_ENGINE) -> None:
+    """The prompt and the tokens asked for fit in the engine's context, or vLLM refuses them;
+    ``remedy`` says what the caller can do about it."""
     need = prompt_len + max_tokens + int(bos)
     if max_model_len is not None and need > max_model_len:
         raise BadMarker(
             f"{what}: prompt_len={prompt_len} + max_tokens={max_tokens}"
             + (" + 1 (the tokenizer's BOS token)" if bos else "")
-            + f" is {need} tokens, more than the engine's max_model_len {max_model_len}; ask for fewer, "
-            "or start an engine with a longer one (vllm_engine_factory / vllm_server_factory(..., "
-            "max_model_len=N))"
+            + f" is {need} tokens, more than the engine's max_model_len {max_model_len}; {remedy}"
         )
 
 

@@ -53,9 +53,63 @@ class CheckPlan:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], model: str, batch_sizes: Sequence[int]) -> CheckPlan:
-        """The plan ``enginedead check`` set, or the default one for this model and sizes."""
+        """The plan ``enginedead check`` set, or the default one for this model and sizes.
+
+        ``BadPlan`` (one line) when the variable does not hold a plan (``parse``).
+        """
         raw = environ.get(CHECK_PLAN_ENV)
-        return cls(**json.loads(raw)) if raw else plan_for(model, batch_sizes)
+        return cls.parse(raw) if raw is not None else plan_for(model, batch_sizes)
+
+    @classmethod
+    def parse(cls, raw: str) -> CheckPlan:
+        """The plan as ``to_env`` wrote it, checked like a public variable: a JSON object of the
+        known keys, each of its type and in its range; ``BadPlan`` says what is wrong."""
+        try:
+            data = json.loads(raw)
+        except RecursionError:
+            raise BadPlan("nests too deeply for Python's JSON parser") from None
+        except ValueError as exc:
+            raise BadPlan(f"is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise BadPlan(f"must hold a JSON object, not {type(data).__name__}")
+        unknown = sorted(set(data) - set(PLAN_KEYS))
+        if unknown:
+            raise BadPlan(f"has unknown key(s) {', '.join(map(repr, unknown))}; "
+                          f"it takes {', '.join(PLAN_KEYS)}")
+        missing = [k for k in REQUIRED_PLAN_KEYS if k not in data]
+        if missing:
+            raise BadPlan(f"lacks {', '.join(map(repr, missing))}; it takes {', '.join(PLAN_KEYS)}")
+        for key, value in data.items():
+            problem = _plan_value_problem(key, value)
+            if problem:
+                raise BadPlan(f"{key!r}: {value!r} {problem}")
+        return cls(**data)
+
+
+class BadPlan(ValueError):
+    """``ENGINEDEAD_CHECK_PLAN`` does not hold a plan; the message says what is wrong with it."""
+
+
+#: the plan's keys, in ``CheckPlan``'s order; the first two have no default
+PLAN_KEYS = ("stock_s", "slow_s_per_seq", "max_tokens", "prompt_len", "guard", "server")
+REQUIRED_PLAN_KEYS = PLAN_KEYS[:2]
+
+
+def _plan_value_problem(key: str, value: object) -> str | None:
+    """What is wrong with one value of a plan (``PLAN_KEYS``), or None."""
+    if key in ("guard", "server"):
+        return None if isinstance(value, bool) else "is not true or false"
+    if key == "slow_s_per_seq":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return "is not a number of seconds"
+        return "must be >= 0" if value < 0 else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "is not a whole number"
+    if value < 1:
+        return "must be at least 1"
+    if key == "stock_s" and value > versions.MAX_DEADLINE_S:
+        return f"must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make"
+    return None
 
 
 def is_bundled(model: str) -> bool:
@@ -156,6 +210,16 @@ def format_table(rows: Sequence[Row]) -> str:
 def false_deaths_under_policy(rows: Sequence[Row]) -> list[Row]:
     """False deaths where the check promises none: under the policy, and under the guard."""
     return [r for r in rows if r.mode in ("policy", "guard") and r.verdict == "false death"]
+
+
+def slow_paths_of(report: Mapping[str, Any]) -> list[str]:
+    """The slow paths the runs' verdicts named (each once, the sample counts dropped)."""
+    found: dict[str, None] = {}
+    for test in report.get("tests", []):
+        for death in test.get("deaths") or []:
+            for line in death.get("slow_paths") or []:
+                found.setdefault(str(line).split(" [", 1)[0], None)
+    return list(found)
 
 
 def run_label(mode: str, plan: CheckPlan, policy: str) -> str:

@@ -187,12 +187,39 @@ def check_plugin(registered: bool, environ: Mapping[str, str]) -> Finding:
         return Finding(FAIL, "plugin", "the enginedead vllm.general_plugins entry is not installed: nothing "
                        "of the harness or the guard runs inside vLLM", "pip install --force-reinstall "
                        "pytest-enginedead")
-    raw = environ.get("VLLM_PLUGINS")
-    if raw is not None and "enginedead" not in [p.strip() for p in raw.split(",")]:
-        return Finding(FAIL, "plugin", f"VLLM_PLUGINS={raw!r} leaves out enginedead: vLLM loads only the "
-                       "plugins it names", f"export VLLM_PLUGINS={raw.strip()},enginedead (or unset it)"
-                       if raw.strip() else "unset VLLM_PLUGINS")
+    left_out = plugin_left_out(environ)
+    if left_out is not None:
+        return Finding(FAIL, "plugin", *left_out)
     return Finding(OK, "plugin", "the enginedead vllm.general_plugins entry loads in vLLM's processes")
+
+
+#: the name of our ``vllm.general_plugins`` entry, as ``VLLM_PLUGINS`` must name it
+PLUGIN_NAME = "enginedead"
+
+
+def plugin_left_out(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(what is wrong, the line that fixes it) when ``VLLM_PLUGINS`` leaves our plugin out, or None.
+
+    vLLM splits the variable at commas and keeps each name as it is (0.27.1-0.32.0,
+    ``envs.VLLM_PLUGINS``): ``lora, enginedead`` names `` enginedead``, which is not ours.
+    One wording for ``doctor`` and every door that refuses it (``plugin_problem``).
+    """
+    raw = environ.get("VLLM_PLUGINS")
+    if raw is None or PLUGIN_NAME in raw.split(","):
+        return None
+    names = [p.strip() for p in raw.split(",")]
+    kept = [p for p in names if p and p != PLUGIN_NAME]
+    fix = (f"export VLLM_PLUGINS={','.join([*kept, PLUGIN_NAME])} (or unset it)" if kept
+           else "unset VLLM_PLUGINS")
+    spaced = " (vLLM keeps the spaces around a name)" if PLUGIN_NAME in names else ""
+    return (f"VLLM_PLUGINS={raw!r} (from environment) leaves out {PLUGIN_NAME}{spaced}: vLLM loads only the "
+            "plugins it names, and nothing of the harness or the guard runs inside vLLM", fix)
+
+
+def plugin_problem(environ: Mapping[str, str]) -> str | None:
+    """``plugin_left_out`` as one line for a door to refuse with, the fix in it; or None."""
+    left_out = plugin_left_out(environ)
+    return None if left_out is None else f"{left_out[0]}; fix: {left_out[1]}"
 
 
 def check_deadline(environ: Mapping[str, str], version: str | None) -> list[Finding]:

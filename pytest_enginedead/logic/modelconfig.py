@@ -142,6 +142,26 @@ def config_problem(data: dict[str, Any], config: Path | str, prefix: str = "") -
     return None
 
 
+def length_problem(
+    data: dict[str, Any], config: Path | str, max_model_len: int | None, given: str
+) -> str | None:
+    """Why vLLM would refuse to start this model at ``max_model_len`` (``given`` says how it was
+    set, for the message), in one line, or None: longer than the context vLLM derives from the
+    config (``max_position_embeddings`` and its kin, with RoPE scaling; ``shapes.model_max_len``)."""
+    from .sizing.shapes import model_max_len  # sizing reads configs through this module
+
+    if max_model_len is None:
+        return None
+    longest = model_max_len(data)
+    if longest is None or max_model_len <= longest:
+        return None
+    return (
+        f"{config}: the model's context is {longest} tokens (vLLM derives it from max_position_embeddings "
+        f"and its kin), shorter than {given}: vLLM refuses a longer max_model_len (unless "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)"
+    )
+
+
 def model_label(model: str, source: str) -> str:
     """How a message names the run's model: as the user set it, and where."""
     if source == "command line":

@@ -13,9 +13,12 @@ from typing import Any
 
 from .modelconfig import validate_model
 from .values import (
+    MAX_INTERVAL_S,
+    MIN_INTERVAL_S,
     parse_batch_sizes,
     parse_fraction,
     parse_policy,
+    parse_ranks,
     parse_seconds,
     parse_shard,
     parse_switch,
@@ -100,8 +103,16 @@ OPTIONS = (
         str(DEFAULT_BUSY_THRESHOLD), parse_fraction, "SHARE",
     ),
     Option(
+        "enginedead_tensor_parallel_size",
+        "Tensor-parallel ranks of the engines the vllm_engine and vllm_server fixtures start: one "
+        "worker process per rank, each bound to its own cores unless VLLM_CPU_OMP_THREADS_BIND is set "
+        "(default 1; the factories take tensor_parallel_size=).",
+        "1", parse_ranks, "N",
+    ),
+    Option(
         "enginedead_sample_interval",
-        "Seconds between liveness samples of engine processes (default 0.1).",
+        f"Seconds between liveness samples of engine processes (default 0.1; at least "
+        f"{MIN_INTERVAL_S:g}, at most {MAX_INTERVAL_S:g}).",
         str(DEFAULT_INTERVAL_S), parse_seconds, "SECONDS",
     ),
 )

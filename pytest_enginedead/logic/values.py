@@ -120,13 +120,22 @@ def parse_switch(raw: str) -> bool:
     raise BadValue(f"{raw!r} is not a switch; use 1 or 0")
 
 
+#: the liveness sampler's shortest and longest interval: below a millisecond it spins a core
+#: (sampling every engine process's CPU time back to back); above a minute it sees nothing
+MIN_INTERVAL_S, MAX_INTERVAL_S = 0.001, 60.0
+
+
 def parse_seconds(raw: str) -> float:
+    """Seconds between liveness samples: from ``MIN_INTERVAL_S`` to ``MAX_INTERVAL_S``."""
     try:
         value = float(raw.strip())
     except ValueError:
         raise BadValue(f"{raw!r} is not a number of seconds") from None
-    if not 0 < value <= 60:
-        raise BadValue(f"{raw!r} must be above 0 and at most 60 seconds")
+    if not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
+        raise BadValue(
+            f"{raw!r} must be at least {MIN_INTERVAL_S:g} (1 ms: shorter spins a core sampling) and at most "
+            f"{MAX_INTERVAL_S:g} seconds"
+        )
     return value
 
 
@@ -136,6 +145,18 @@ def parse_shard(raw: str) -> Shard:
         return _parse_shard(raw)
     except ShardError as exc:
         raise BadValue(str(exc)) from None
+
+
+#: the most ranks one engine may have here (vLLM's CPU backend: one worker process per rank)
+MAX_RANKS = 64
+
+
+def parse_ranks(raw: str) -> int:
+    """``"2"`` -> 2: ranks of an engine (tensor parallel), a whole number from 1."""
+    text = raw.strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_RANKS:
+        raise BadValue(f"{raw!r} is not a number of ranks from 1 to {MAX_RANKS} (one worker process each)")
+    return int(text)
 
 
 def validate_input_path(raw: str) -> str:

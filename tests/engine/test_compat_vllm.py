@@ -47,3 +47,31 @@ def test_the_registry_source_lists_what_the_registry_holds() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           check=False)
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == "[]", done.stdout + done.stderr[-2000:]
+
+
+def test_server_arguments_as_the_servers_own_parser_reads_them() -> None:
+    """The installed API server's parser (imported): ``False`` is ``--no-X`` for its boolean flags
+    (the flag was dropped before), dicts and lists are the JSON it reads (Python's repr was refused
+    ~8 s into the start), what it refuses is said in its own words, and the harness's whole command
+    line for a server with such arguments parses."""
+    from pytest_enginedead.harness.server import server_command
+    from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+
+    assert in_server.server_flag("enable_prefix_caching", False) == "--no-enable-prefix-caching"
+    args = (("enable_prefix_caching", False), ("hf_overrides", {"num_hidden_layers": 2}),
+            ("allowed_origins", ["http://a"]))
+    for key, value in args:
+        assert in_server.server_args_problem(in_server.server_tokens(key, value)) is None, key
+    said = in_server.server_args_problem(in_server.server_tokens("allowed_origins", "http://a"))
+    assert said == "argument --allowed-origins: invalid loads value: 'http://a'"
+    cmd = server_command(BUNDLED_MODEL, 8000, 2, "m", args)
+    assert cmd[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert in_server.server_args_problem(cmd[3:]) is None
+    assert "--no-enable-prefix-caching" in cmd and '{"num_hidden_layers": 2}' in cmd
+
+
+def test_the_config_sources_list_what_the_config_registries_hold() -> None:
+    """The model types read from vLLM's and transformers' sources (no import) are exactly what their
+    registries hold once imported: the model check asks the sources alone."""
+    assert registry.listed_model_types() == registry.known_model_types()
+    assert "llama" in registry.listed_model_types()

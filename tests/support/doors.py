@@ -78,6 +78,15 @@ def model(text: str | bytes, name: str = "m") -> dict[str, str | bytes]:
     return {f"{name}/config.json": text}
 
 
+#: a tokenizer.json cut short (as a copy that did not finish): the API server fails to load it
+BAD_TOKENIZER = '{"version": "1.0", "model": {"type": "WordLevel", "vocab": {"<unk>": 0,'
+
+
+def with_tokenizer(tokenizer: str, name: str = "m") -> dict[str, str | bytes]:
+    """A model directory (the bundled model's config) with this ``tokenizer.json`` beside it."""
+    return {**model(config(), name), f"{name}/tokenizer.json": tokenizer}
+
+
 def policy_module(name: str, body: str) -> dict[str, str | bytes]:
     return {f"{name}.py": textwrap.dedent(body)}
 
@@ -295,9 +304,47 @@ class Twin(Case):
     nodes: dict[str, str] = field(default_factory=dict)
 
 
-#: vLLM's model registry, stubbed in every process a run starts (xdist workers too): importing the
-#: real one costs ~12 s a process; what is under test is who checks, and what the line says
-REGISTRY_STUB = """
+#: what the tests here take vLLM's API server parser to be (``in_server.server_parser``): importing
+#: the real one costs ~15 s a process (it is read in tests/engine/test_compat_vllm.py).  The options a
+#: factory's server arguments in these tests reach, with vLLM's kinds: a BooleanOptionalAction, a
+#: store_true without a --no- twin, JSON values, an append, ints
+SERVER_PARSER = """
+def _stand_in_server_parser():
+    import argparse
+    import json
+
+    from pytest_enginedead.compat import in_server
+
+    parser = argparse.ArgumentParser(prog="api_server.py")
+    for flag in ("--enable-prefix-caching", "--enforce-eager"):
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction)
+    parser.add_argument("--disable-log-stats", action="store_true")
+    for flag in ("--allowed-origins", "--hf-overrides"):
+        parser.add_argument(flag, type=json.loads)
+    parser.add_argument("--middleware", action="append")
+    for flag in ("--max-model-len", "--max-num-batched-tokens", "--seed"):
+        parser.add_argument(flag, type=int)
+
+    def refuse(message):
+        raise in_server.ServerArgError(message)
+
+    parser.error = refuse
+    return parser
+"""
+
+
+def stand_in_server_parser() -> object:
+    """``SERVER_PARSER``'s parser, in this process."""
+    space: dict[str, object] = {}
+    exec(SERVER_PARSER, space)  # the same source the subprocesses' stub runs
+    return space["_stand_in_server_parser"]()  # type: ignore[operator]
+
+
+#: vLLM's model registry and its API server's parser, stubbed in every process a run starts (xdist
+#: workers too): importing the real ones costs ~12-15 s a process; what is under test is who checks,
+#: and what the line says
+REGISTRY_STUB = SERVER_PARSER + """
+import pytest_enginedead.compat.in_server as _in_server
 import pytest_enginedead.compat.registry as _registry
 import pytest_enginedead.compat.versions as _versions
 
@@ -310,7 +357,51 @@ def _known_architectures():
 
 _registry.known_architectures = _known_architectures
 _versions.vllm_missing_reason = lambda: None
+_in_server.server_parser = _stand_in_server_parser
 """
+
+
+def assert_alike_with_and_without_xdist(
+    downstream: Downstream, stub_registry: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    case: Twin,
+) -> None:
+    """Without ``-n`` and with ``-n 2`` (where the controller collects nothing), the same input
+    gives the same outcome: a usage error is exactly the same one line and exit 4, never xdist's
+    INTERNALERROR; a test's failure is the same line both ways; a device or FIFO given as the report
+    is untouched (same type, same inode); no engine starts (the ``tripwire`` fixture, and the
+    ``stub_registry`` one in the processes the run starts), and nothing is left in the temporary
+    directory (``private_tmp``)."""
+    __tracebackhide__ = True
+    args = prepare(downstream.path, case, monkeypatch)
+    nodes = make_nodes(downstream.path, case.nodes)
+    needles = [n.replace("{repo}", str(downstream.path)) for n in case.needles]
+    plain = downstream.run(*args, "-rfE")
+    n2 = downstream.run(*args, "-rfE", "-n", "2", plugins=["xdist"], in_subprocess=True, timeout=120)
+    for result in (plain, n2):
+        assert_clean(result.text)
+    if case.kind == USAGE:
+        line = usage_line(plain)
+        assert usage_line(n2) == line
+        for needle in needles:
+            assert needle in line, (needle, line)
+    elif case.kind == TEST:
+        assert plain.ret == n2.ret == pytest.ExitCode.TESTS_FAILED, n2.text[-3000:]
+        assert plain.outcomes.get("failed", 0) + plain.outcomes.get("errors", 0) == len(
+            [ln for ln in case.suite.splitlines() if ln.startswith("def test_")]
+        ), plain.outcomes
+        for result in (plain, n2):
+            assert result.outcomes.get("passed", 0) == 0, result.outcomes
+            shown = [ln for ln in result.stdout.lines if not ln.startswith(("FAILED ", "ERROR ", "E "))]
+            for needle in needles:  # the failure's own section holds the message itself
+                assert any(needle in ln for ln in shown), (needle, result.text[-3000:])
+    else:
+        assert plain.ret == n2.ret == pytest.ExitCode.OK, (plain.text[-3000:], n2.text[-3000:])
+        assert plain.outcomes == n2.outcomes
+    if case.id == "model-long-path":
+        assert len(line) < 300 < len(str(downstream.path / LONG_MODEL)), line
+        assert LONG_MODEL not in line and "dddd/m/config.json" in line, line
+    assert_untouched(nodes)
+    assert leftovers(private_tmp) == []
 
 
 # --- nothing left in the temporary directory ------------------------------------------------------

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.compat import registry, versions
+from pytest_enginedead.compat import in_server, registry, versions
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.pool import EnginePool
 from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning import EngineSpec
-from tests.support.doors import KNOWN, REGISTRY_STUB, TRIPWIRE
+from tests.support.doors import KNOWN, REGISTRY_STUB, TRIPWIRE, stand_in_server_parser
 from tests.support.records import WORKER
 
 
@@ -34,8 +34,10 @@ def tripwire(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
     monkeypatch.setattr(EnginePool, "start_dedicated", refuse)
     monkeypatch.setattr(versions, "vllm_missing_reason", lambda: None)
-    # vLLM's registry, asked of every model before an engine starts: not imported here
+    # vLLM's registry, asked of every model before an engine starts, and its API server's parser,
+    # asked of a factory's server arguments: not imported here
     monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
+    monkeypatch.setattr(in_server, "server_parser", stand_in_server_parser)
     monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
     yield started
     assert started == [], "an engine start was attempted"
@@ -69,6 +71,7 @@ def stub_registry(wired: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("ENGINEDEAD_TEST_REGISTRY_CALLS", str(calls))
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # ours, when this suite runs under xdist
     monkeypatch.setattr(registry, "known_architectures", lambda: {"LlamaForCausalLM"})
+    monkeypatch.setattr(in_server, "server_parser", stand_in_server_parser)
     return calls
 
 

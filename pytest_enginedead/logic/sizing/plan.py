@@ -51,6 +51,8 @@ class SizingPlan:
     validate: bool
     #: why the worst step will not be formed, when it will not (and --no-validate did not say so)
     validate_note: str | None = None
+    #: tensor-parallel ranks of every engine measured (``--tensor-parallel-size``)
+    tensor_parallel: int = 1
 
     @property
     def window(self) -> int | None:
@@ -77,6 +79,7 @@ def plan_sizing(
     forecast_depths: Sequence[int] | None = None,
     validate: bool = True,
     available_bytes: int | None = None,
+    tensor_parallel: int = 1,
 ) -> SizingPlan:
     """The runs, the engines and what each needs; ``SizingRefused`` for what cannot work."""
     from ..modelconfig import read_config
@@ -139,7 +142,8 @@ def plan_sizing(
                 f"{what} needs {e.memory.describe()}, and this machine has "
                 f"{available / slices.GIB:.1f} GiB available{hint}"
             )
-    return SizingPlan(model, config, lay, limits, runs, engines, sizes, n_steps, validate, note)
+    return SizingPlan(model, config, lay, limits, runs, engines, sizes, n_steps, validate, note,
+                      tensor_parallel)
 
 
 def _run_contexts(runs: Sequence[shapes.Run]) -> list[int]:

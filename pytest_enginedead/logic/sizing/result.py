@@ -100,6 +100,7 @@ def sizing_result(plan: SizingPlan, measured: Sequence[Measured], headroom: floa
         "model": plan.model,
         "machine": this_machine(),
         "limits": plan.limits.as_dict(),
+        "tensor_parallel_size": plan.tensor_parallel,
         "layout": {"layers": plan.layout.depth, "sliding_window": plan.window,
                    "layer_types": {t: plan.layout.count(t) for t in plan.layout.types}},
         "headroom": headroom,
@@ -177,7 +178,9 @@ def format_sizing(out: dict[str, Any]) -> str:
         f"{name} on vLLM {out.get('vllm')}, this machine ({cores} cores, {mem:.0f} GiB): "
         f"--max-num-seqs {lim['max_num_seqs']} --max-num-batched-tokens {lim['max_num_batched_tokens']} "
         f"--max-model-len {lim['max_model_len']}"
-        + (f" --kv-cache-tokens {lim['kv_cache_tokens']}" if lim.get("kv_cache_tokens") else ""),
+        + (f" --kv-cache-tokens {lim['kv_cache_tokens']}" if lim.get("kv_cache_tokens") else "")
+        + (f" --tensor-parallel-size {out['tensor_parallel_size']}" if out.get("tensor_parallel_size", 1) > 1
+           else ""),
         preload_note(m.get("preloads")),
     ]
     if "forecast" in out:
@@ -216,6 +219,8 @@ def format_sizing(out: dict[str, Any]) -> str:
                      if worst.get("formed") else worst.get("note", ""))
     lines.append(f"  predicted {_s(worst['predicted_s'])}; {measured_text}")
     lines.extend(advice_lines(out))
+    if out.get("moe_kernel"):
+        lines.append(f"  {out['moe_kernel']['line']}")
     return "\n".join(lines)
 
 

@@ -180,6 +180,27 @@ COMMAND_CASES = [
     Command("plot-dangling-dir", ("calibrate", "--plot", "gone/p.png"),
             ("enginedead calibrate: error: --plot 'gone/p.png': ", "is a symbolic link to"),
             nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    # --- 36.2: the plugin's guard switch, refused in the plugin's words ---------------------------
+    Command("env-guard-not-a-switch-calibrate", ("calibrate", "--batch-sizes", "1"),
+            ("enginedead calibrate: error: ENGINEDEAD_GUARD='maybe' (from environment): 'maybe' is not a "
+             "switch; use 1 or 0",), env={"ENGINEDEAD_GUARD": "maybe"}),
+    # --- 37.1: the decode-only calibration's batch sizes within what vLLM builds ---------------------
+    Command("batch-sizes-over-vllms-calibrate", ("calibrate", "--batch-sizes", "99999999"),
+            ("enginedead calibrate: error: --batch-sizes 99999999: batch size 99999999 is over 4096, the "
+             "largest an offline engine takes",)),
+    # --- 37.2: the model against the harness's context (the decode-only engine starts with it) -------
+    Command("model-context-shorter-calibrate", ("calibrate", "--model", "m", "--batch-sizes", "2"),
+            ("enginedead calibrate: error: --model ", "/m/config.json: the model's context is 16 tokens",
+             "shorter than the harness's max_model_len 512"),
+            files=model(config(max_position_embeddings=16))),
+    Command("model-type-unknown-calibrate", ("calibrate", "--model", "m"),
+            ("enginedead calibrate: error: --model ",
+             "\"model_type\": 'nosuchtype' is known to neither vLLM"),
+            files=model(config(model_type="nosuchtype"))),
+    # --- 37.4: a plugin list that leaves ours out ------------------------------------------------------
+    Command("vllm-plugins-calibrate", ("calibrate", "--batch-sizes", "1"),
+            ("enginedead calibrate: error: VLLM_PLUGINS='lora' (from environment) leaves out enginedead",
+             "; fix: export VLLM_PLUGINS=lora,enginedead (or unset it)"), env={"VLLM_PLUGINS": "lora"}),
 ]
 
 

@@ -3,13 +3,16 @@ inherited guard cleared (conventions: ``tests/support/doors.py``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from pytest_enginedead.compat import registry, versions
 from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from tests.support import examples
 from tests.support.doors import (
+    BAD_TOKENIZER,
     KNOWN,
     LONG,
     LONG_MODEL,
@@ -23,7 +26,10 @@ from tests.support.doors import (
     model,
     policy_module,
     returning,
+    usage_line,
+    with_tokenizer,
 )
+from tests.support.downstream import Downstream, enginedead
 
 # --- bad input at this door: one line each (conventions: tests/support/doors.py) -------------------------
 
@@ -103,6 +109,42 @@ COMMAND_CASES = [
             ("enginedead check: error: --model ", '"vocab_size": -1 must be at least 1',
              "[long paths shortened; -v shows them whole]"),
             files=model(config(vocab_size=-1), LONG_MODEL)),
+    # --- 36.2: the plugin's guard switch, refused in the plugin's words ---------------------------
+    Command("env-guard-not-a-switch", ("check", "--guard"),
+            ("enginedead check: error: ENGINEDEAD_GUARD='maybe' (from environment): 'maybe' is not a switch; "
+             "use 1 or 0",), env={"ENGINEDEAD_GUARD": "maybe"}),
+    # --- 37.1: batch sizes within what vLLM builds ----------------------------------------------------
+    Command("batch-sizes-over-vllms", ("check", "--batch-sizes", "99999999"),
+            ("enginedead check: error: --batch-sizes 99999999: batch size 99999999 is over 4096, the largest "
+             "an offline engine takes: vLLM refuses max_num_seqs above max_num_batched_tokens (4096, ",)),
+    Command("server-batch-sizes-over-a-servers", ("check", "--server", "--batch-sizes", "8,3000"),
+            ("enginedead check: error: --batch-sizes 8,3000: batch size 3000 is over 2048, the largest a "
+             "server takes",)),
+    # --- 37.2: the model against the harness's context and vLLM's model types --------------------------
+    Command("model-context-shorter", ("check", "--model", "m", "--batch-sizes", "2"),
+            ("enginedead check: error: --model ", "/m/config.json: the model's context is 16 tokens",
+             "shorter than the harness's max_model_len 512: vLLM refuses a longer max_model_len"),
+            files=model(config(max_position_embeddings=16))),
+    Command("model-type-unknown", ("check", "--model", "m", "--batch-sizes", "2"),
+            ("enginedead check: error: --model ", "/m/config.json: \"model_type\": 'nosuchtype' is known to "
+             "neither vLLM",), files=model(config(model_type="nosuchtype"))),
+    # --- 37.3: the tokenizer a server loads ------------------------------------------------------------
+    Command("server-tokenizer-cut-short", ("check", "--server", "--model", "m", "--batch-sizes", "2"),
+            ("enginedead check: error: --model ", "/m/tokenizer.json is not valid JSON",
+             "vLLM's API server loads it at start"), files=with_tokenizer(BAD_TOKENIZER)),
+    # --- 37.4: a plugin list that leaves ours out ------------------------------------------------------
+    Command("vllm-plugins-leave-ours-out", ("check", "--batch-sizes", "2"),
+            ("enginedead check: error: VLLM_PLUGINS='lora' (from environment) leaves out enginedead",
+             "; fix: export VLLM_PLUGINS=lora,enginedead (or unset it)"), env={"VLLM_PLUGINS": "lora"}),
+    # --- 37.5: the prompt and --max-tokens within the harness's context, as the handles ask ---------------
+    Command("server-max-tokens-over-the-context",
+            ("check", "--server", "--max-tokens", "600", "--batch-sizes", "2"),
+            ("enginedead check: error: --max-tokens 600: prompt_len=4 + max_tokens=600 + 1 (the tokenizer's "
+             "BOS token) is 605 tokens, more than the engine's max_model_len 512; give --max-tokens 507 or "
+             "fewer",)),
+    Command("max-tokens-over-the-context", ("check", "--max-tokens", "509"),
+            ("enginedead check: error: --max-tokens 509: prompt_len=4 + max_tokens=509 is 513 tokens, more "
+             "than the engine's max_model_len 512; give --max-tokens 508 or fewer",)),
 ]
 
 
@@ -157,9 +199,17 @@ def test_check_clears_an_inherited_guard_and_says_so(
         monkeypatch.setenv(name, value)
     monkeypatch.setattr(versions, "installed_version", lambda: "0.32.0")
     monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
-    code = command.main(["check", "--log", str(tmp_path / "check.log"), "--", "--no-such-flag"])
+    given: list[dict[str, str]] = []
+
+    def refused_run(cmd: list[str], env: dict[str, str], *args: object) -> tuple[int, bytes]:
+        given.append(env)  # the run pytest would have made, refused as pytest refuses an argument
+        return 4, b"python -m pytest: error: unrecognized arguments: --no-such-flag\n"
+
+    monkeypatch.setattr(check, "run_logged", refused_run)
+    code = command.main(["check", "--log", str(tmp_path / "check.log")])
     out, err = capsys.readouterr()
     assert code == 2, (out, err)  # pytest refused the extra argument: no engine, and not the guard
+    assert [k for k in given[0] if k.startswith("ENGINEDEAD_GUARD")] == []
     said = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited from "
             "the environment: the stock and policy runs are unguarded (--guard adds a guarded run)")
     assert said in out, out
@@ -206,3 +256,94 @@ def test_check_exits_on_its_verdict_not_on_pytests(
     assert check.judged(args, regression_report(verdicts), pytest_exit, "/tmp/x.log") == code
     out = capsys.readouterr().out.splitlines()
     assert last in out[-1] and out[-2].startswith("engines started: 1 (0 restart(s) after a death); log: ")
+
+
+# --- 36.2: the same words as the plugin ---------------------------------------------------------------
+
+
+def test_check_and_calibrate_refuse_the_guard_switch_in_the_plugins_words(
+    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, downstream: Downstream,
+) -> None:
+    """``ENGINEDEAD_GUARD=maybe``: the plugin refuses it in one line; ``check`` and ``calibrate`` refuse
+    it with the same words after their own name, exit 2, before anything starts."""
+    monkeypatch.setenv("ENGINEDEAD_GUARD", "maybe")
+    downstream.copy(examples.PLAIN)
+    plugin = usage_line(downstream.run()).removeprefix("ERROR: enginedead: ")
+    assert plugin == "ENGINEDEAD_GUARD='maybe' (from environment): 'maybe' is not a switch; use 1 or 0"
+    for command in ("check", "calibrate"):
+        done = enginedead(command, "--batch-sizes", "2", cwd=tmp_path)
+        said = f"enginedead {command}: error: {plugin}\n"
+        assert (done.returncode, done.stdout, done.stderr) == (2, "", said)
+    assert leftovers(private_tmp) == []
+
+
+# --- 36.3: a verdict only when every planned run ran ----------------------------------------------------
+
+
+@pytest.fixture
+def checked(wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+            capfd: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+    """``enginedead check ARGS`` in this process (vLLM's presence and registry stubbed; its pytest runs
+    are real, with the import tripwire), its log in the temp dir as a user's: (exit, stdout, stderr)."""
+    from pytest_enginedead import command
+
+    monkeypatch.setattr(versions, "installed_version", lambda: "0.32.0")
+    monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = command.main(["check", "--batch-sizes", "2", *args])
+        out, err = capfd.readouterr()
+        assert_clean(err if "--help" in args else out + err)  # pytest's help names its --tb "Traceback" modes
+        assert leftovers(private_tmp) == []  # the log too: a run with nothing to keep keeps nothing
+        return code, out, err
+
+    return run
+
+
+def test_check_with_pytest_selecting_no_run_is_refused_naming_the_selection(
+    checked: Callable[..., tuple[int, str, str]],
+) -> None:
+    """``-- -k nomatch``: no run, so no verdict: one line naming the expression, exit 2, before the
+    header and before any engine; the same for ``-m``."""
+    assert checked("--", "-k", "nomatch") == (
+        2, "", "enginedead check: error: -k 'nomatch' selected none of the 2 planned runs (stock, policy at "
+               "batch 2); nothing ran\n")
+    code, out, err = checked("--", "-m", "slow")
+    assert (code, out) == (2, "")
+    assert err.startswith("enginedead check: error: -m 'slow' selected none of the 2 ")
+
+
+def test_check_collect_only_shows_the_planned_runs_and_gives_no_verdict(
+    checked: Callable[..., tuple[int, str, str]],
+) -> None:
+    """``-- --collect-only``: pytest's collection on the terminal, no table, no verdict line, and exit 5
+    (the epilog says so): never the 0 that reads as "no false death"."""
+    code, out, err = checked("--", "--collect-only")
+    assert code == 5
+    assert "test_regression.py::test_decode_batch[stock-bs2]" in out and "2/4 tests collected" in out
+    assert "no false death" not in out + err and "OK" not in out + err
+    assert err == ("enginedead check: --collect-only lists the planned runs; none ran, so there is no "
+                   "verdict (exit 5)\n")
+    from pytest_enginedead.commands import check
+
+    assert "5 no verdict: -- --collect-only" in check.EPILOG
+
+
+def test_check_help_passed_through_is_pytests_help_and_exit(
+    checked: Callable[..., tuple[int, str, str]],
+) -> None:
+    """``-- --help``: pytest's own help on the terminal (this plugin's options in it) and pytest's exit
+    status, 0: never the false-death code 1."""
+    code, out, err = checked("--", "--help")
+    assert code == 0, err
+    assert out.startswith("usage: ") and "--enginedead-batch-sizes" in out
+    assert err == ""
+
+
+def test_check_refused_by_pytest_leaves_no_log(checked: Callable[..., tuple[int, str, str]]) -> None:
+    """``-- --no-such-flag`` with the log in the temp dir (no ``--log``): refused in one line, exit 2,
+    and the log it had claimed is not left behind."""
+    code, out, err = checked("--", "--no-such-flag")
+    assert (code, out) == (2, "")
+    assert err == ("enginedead check: error: pytest refused the run: python -m pytest: error: unrecognized "
+                   "arguments: --no-such-flag\n")

@@ -44,3 +44,27 @@ def test_probes_refuses_a_model_without_a_tokenizer(
     assert command.main(["probes", "--model", str(model)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no tokenizer.json: the probes send text" in err[0], err
+
+
+@pytest.mark.parametrize(("files", "env", "says"), [
+    ({"tokenizer.json": '{"version": "1.0", "model": {'}, {}, "tokenizer.json is not valid JSON: Expecting"),
+    ({}, {"VLLM_PLUGINS": "lora"}, "VLLM_PLUGINS='lora' (from environment) leaves out enginedead"),
+], ids=["tokenizer-cut-short", "vllm-plugins"])
+def test_probes_refuses_what_its_servers_could_not_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    files: dict[str, str], env: dict[str, str], says: str,
+) -> None:
+    """A tokenizer its servers would load and fail on, a plugin list that leaves ours out: one line,
+    exit 2, before any server starts."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(BUNDLED_MODEL, model)
+    for name, text in files.items():
+        (model / name).write_text(text)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(probing, "measure_all", lambda *a, **k: pytest.fail("a server was started"))
+    assert command.main(["probes", "--model", str(model)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("enginedead probes: error: ") and says in err[0], err

@@ -22,17 +22,12 @@ from tests.support.doors import (
     OK,
     SERVER,
     TEST,
-    USAGE,
     Twin,
-    assert_clean,
-    assert_untouched,
+    assert_alike_with_and_without_xdist,
     config,
     leftovers,
-    make_nodes,
     model,
-    prepare,
     returning,
-    usage_line,
 )
 from tests.support.downstream import Downstream
 
@@ -127,7 +122,7 @@ def test_publish_groups_writes_one_file_per_worker(tmp_path: Path) -> None:
     assert published is False  # the controller did not say it checks: the worker checks for itself
     assert [p.name for p in tmp_path.iterdir()] == ["gw1.json"]
     assert json.loads((tmp_path / "gw1.json").read_text()) == {
-        "groups": {"t.py::a": "g1", "t.py::c": "g1"}, "engine_tests": 2,
+        "groups": {"t.py::a": "g1", "t.py::c": "g1"}, "engine_tests": 2, "uses": {},
     }
     config.workerinput[distributed.CHECKS_KEY] = True
     assert distributed.publish_groups(config, [], engine_tests=1) is True
@@ -299,42 +294,10 @@ def test_alike_with_and_without_xdist(
     downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
     monkeypatch: pytest.MonkeyPatch, case: Twin,
 ) -> None:
-    """Without ``-n`` and with ``-n 2`` (where the controller collects nothing), the same input
-    gives the same outcome: a usage error is exactly the same one line and exit 4, never xdist's
-    INTERNALERROR; a device or FIFO given as the report is untouched (same type, same inode); no
-    engine starts, and nothing is left in the temporary directory."""
-    args = prepare(downstream.path, case, monkeypatch)
-    nodes = make_nodes(downstream.path, case.nodes)
-    needles = [n.replace("{repo}", str(downstream.path)) for n in case.needles]
-    plain = downstream.run(*args, "-rfE")
-    n2 = downstream.run(*args, "-rfE", "-n", "2", plugins=["xdist"], in_subprocess=True, timeout=120)
-    for result in (plain, n2):
-        assert_clean(result.text)
-    if case.kind == USAGE:
-        line = usage_line(plain)
-        assert usage_line(n2) == line
-        for needle in needles:
-            assert needle in line, (needle, line)
-    elif case.kind == TEST:
-        assert plain.ret == n2.ret == pytest.ExitCode.TESTS_FAILED, n2.text[-3000:]
-        assert plain.outcomes.get("failed", 0) + plain.outcomes.get("errors", 0) == len(
-            [ln for ln in case.suite.splitlines() if ln.startswith("def test_")]
-        ), plain.outcomes
-        for result in (plain, n2):
-            assert result.outcomes.get("passed", 0) == 0, result.outcomes
-            shown = [ln for ln in result.stdout.lines if not ln.startswith(("FAILED ", "ERROR ", "E "))]
-            for needle in needles:  # the failure's own section holds the message itself
-                assert any(needle in ln for ln in shown), (needle, result.text[-3000:])
-    else:
-        assert plain.ret == n2.ret == pytest.ExitCode.OK, (plain.text[-3000:], n2.text[-3000:])
-        assert plain.outcomes == n2.outcomes
-    if case.id == "model-long-path":
-        assert len(line) < 300 < len(str(downstream.path / LONG_MODEL)), line
-        assert LONG_MODEL not in line and "dddd/m/config.json" in line, line
+    """Without ``-n`` and with ``-n 2`` (where the controller collects nothing), alike."""
+    assert_alike_with_and_without_xdist(downstream, stub_registry, private_tmp, monkeypatch, case)
     if case.id == "model-unknown-architecture":  # under -n 2 the controller asked, once; no worker did
         assert stub_registry.read_text().split() == ["controller"]
-    assert_untouched(nodes)
-    assert leftovers(private_tmp) == []
 
 
 def test_xdist_leaves_no_groups_directory(downstream: Downstream, private_tmp: Path) -> None:

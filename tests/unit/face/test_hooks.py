@@ -3,10 +3,20 @@ what it must not give."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.support import examples
-from tests.support.doors import Case, assert_bad_input_is_one_line, hook
+from tests.support.doors import (
+    PLAIN,
+    Case,
+    Twin,
+    assert_alike_with_and_without_xdist,
+    assert_bad_input_is_one_line,
+    header,
+    hook,
+)
 from tests.support.downstream import Downstream
 
 
@@ -73,3 +83,56 @@ def test_bad_input_is_one_line(
 ) -> None:
     """Each of the policy hook's bad inputs: one line naming the value and its source, before any engine."""
     assert_bad_input_is_one_line(downstream, monkeypatch, case)
+
+
+# --- 36.6: a hook in a conftest.py pytest loads while collecting -----------------------------------
+
+#: a sub-directory's conftest.py whose hook gives the policy "subflat", and a test beside it
+IN_A_SUB_DIRECTORY = {
+    "sub/conftest.py": hook("""
+        class Flat:
+            name = "subflat"
+
+            def timeout_s(self, backend, max_num_seqs, max_num_batched_tokens=None):
+                return 900.0
+
+        return Flat()
+    """)["conftest.py"],
+    "sub/test_sub.py": PLAIN,
+}
+
+TWINS = [
+    Twin("hook-in-a-sub-directory",
+         ("enginedead: the pytest_enginedead_policy hook in sub/conftest.py came too "
+          "late: pytest loaded it while collecting, after the run's policy was chosen "
+          "(policy reference, default); a policy hook must live in the rootdir's "
+          "conftest.py",),
+         files=IN_A_SUB_DIRECTORY),
+]
+
+
+@pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
+def test_alike_with_and_without_xdist(
+    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Twin,
+) -> None:
+    """A policy hook pytest loads after the policy was chosen (a sub-directory's conftest.py, found
+    while collecting) would be ignored: one line saying where hooks must live, exit 4, the same with
+    -n 2 (where the workers collect and the controller ends the run in the same line)."""
+    assert_alike_with_and_without_xdist(downstream, stub_registry, private_tmp, monkeypatch, case)
+
+
+def test_a_sub_directorys_hook_given_on_the_command_line_is_honoured(
+    downstream: Downstream, tripwire: list[str]
+) -> None:
+    """``pytest sub`` loads sub/conftest.py before the run is configured: its hook gives the policy;
+    so does a --enginedead-policy, which no late hook is refused for (none is asked)."""
+    for name, text in IN_A_SUB_DIRECTORY.items():
+        (downstream.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (downstream.path / name).write_text(text)
+    (downstream.path / "test_case.py").write_text(PLAIN)
+    sub = downstream.run("sub")
+    sub.assert_outcomes(passed=1)
+    assert header(sub).startswith("enginedead: policy=subflat (pytest_enginedead_policy hook), ")
+    flag = downstream.run("--enginedead-policy=reference")
+    flag.assert_outcomes(passed=2)

@@ -84,7 +84,8 @@ def test_markers_lists_every_marker(downstream: Downstream) -> None:
             "@pytest.mark.enginedead_invariants(*names, cap_s=None, headroom=None*",
             "@pytest.mark.enginedead_timeout(seconds):*",
             "@pytest.mark.enginedead_guard(hang_s=None, policy=None):*",
-            "@pytest.mark.enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None, ranks=None):*",
+            "@pytest.mark.enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None, "
+            "ranks=None):*",
         ],
         consecutive=False,
     )
@@ -323,17 +324,20 @@ TWINS = [
                                      "seconds >= 1 (vLLM's smallest)",),
          args=("--enginedead-batch-sizes=2",), files=returning("gp_nan", "float('nan')"),
          suite=marked("enginedead_guard(policy='gp_nan:p')", "vllm_engine"), kind=TEST),
-    Twin("marker-guard-policy-zero-at-a-large-batch", ("@pytest.mark.enginedead_guard: policy='gp_big:p': policy "
-                                                       "gp_big: timeout_s(CPU, 64) returned 0",),
+    Twin("marker-guard-policy-zero-at-a-large-batch",
+         ("@pytest.mark.enginedead_guard: policy='gp_big:p': policy "
+          "gp_big: timeout_s(CPU, 64) returned 0",),
          args=("--enginedead-batch-sizes=64",), files=returning("gp_big", "900 if max_num_seqs < 64 else 0"),
          suite=marked("enginedead_guard(policy='gp_big:p')", "vllm_engine"), kind=TEST),
     # 37.1: the marker's batch size within what vLLM builds
-    Twin("marker-batch-sizes-over-vllms", ("@pytest.mark.enginedead_batch_sizes(5000,): batch size 5000 is over "
-                                           "4096, the largest an offline engine takes: vLLM refuses max_num_seqs "
-                                           "above max_num_batched_tokens",),
+    Twin("marker-batch-sizes-over-vllms",
+         ("@pytest.mark.enginedead_batch_sizes(5000,): batch size 5000 is over "
+          "4096, the largest an offline engine takes: vLLM refuses max_num_seqs "
+          "above max_num_batched_tokens",),
          suite=marked("enginedead_batch_sizes(5000)", "vllm_engine"), kind=TEST),
-    Twin("marker-batch-sizes-over-a-servers", ("@pytest.mark.enginedead_batch_sizes(3000,): batch size 3000 is "
-                                               "over 2048, the largest a server takes",),
+    Twin("marker-batch-sizes-over-a-servers",
+         ("@pytest.mark.enginedead_batch_sizes(3000,): batch size 3000 is "
+          "over 2048, the largest a server takes",),
          suite=marked("enginedead_batch_sizes(3000)", "vllm_server"), kind=TEST),
 ]
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from pytest_enginedead.logic.optiontable import OPTIONS
 from tests.support import examples
 from tests.support.doors import (
+    BAD_TOKENIZER,
     ENGINE,
     HUGE_INT,
     LATIN1,
@@ -24,6 +26,8 @@ from tests.support.doors import (
     SERVER,
     TEST,
     Case,
+    Twin,
+    assert_alike_with_and_without_xdist,
     assert_bad_input_is_one_line,
     assert_clean,
     config,
@@ -35,6 +39,7 @@ from tests.support.doors import (
     policy_module,
     returning,
     usage_line,
+    with_tokenizer,
 )
 from tests.support.downstream import Downstream, Outcome
 
@@ -166,6 +171,7 @@ def test_help_documents_every_option(downstream: Downstream) -> None:
         assert opt.flag in text, opt.flag
         assert opt.name in text, opt.name  # the ini key
     assert "(default 0.05 = 5%)" in text
+    assert "(default 0.1; at least 0.001, at most 60)" in " ".join(text.split())  # the interval's bounds
 
 
 def test_header_names_policy_and_vllm(downstream: Downstream) -> None:
@@ -266,6 +272,9 @@ def test_bad_policy_from_env_and_ini(plain: Downstream, monkeypatch: pytest.Monk
 
 # --- liveness settings ------------------------------------------------------------------
 
+#: the sample interval's bounds, as a refusal says them (and the option's help)
+INTERVAL = "must be at least 0.001 (1 ms: shorter spins a core sampling) and at most 60 seconds"
+
 
 @pytest.mark.parametrize(
     ("flag", "raw", "why"),
@@ -274,8 +283,9 @@ def test_bad_policy_from_env_and_ini(plain: Downstream, monkeypatch: pytest.Monk
         ("--enginedead-busy-threshold", "0", "must be above 0"),
         ("--enginedead-busy-threshold", "-5%", "must be above 0"),
         ("--enginedead-sample-interval", "x", "'x' is not a number of seconds"),
-        ("--enginedead-sample-interval", "0", "must be above 0 and at most 60 seconds"),
-        ("--enginedead-sample-interval", "600", "must be above 0 and at most 60 seconds"),
+        ("--enginedead-sample-interval", "0", INTERVAL),
+        ("--enginedead-sample-interval", "600", INTERVAL),
+        ("--enginedead-sample-interval", "1e-9", INTERVAL),
     ],
 )
 def test_bad_liveness_settings(plain: Downstream, flag: str, raw: str, why: str) -> None:
@@ -301,7 +311,7 @@ CASES = [
          args=("--enginedead-busy-threshold=100",)),
     Case("flag-threshold-nan", ("--enginedead-busy-threshold='nan'", "at most 64"),
          args=("--enginedead-busy-threshold=nan",)),
-    Case("flag-interval-zero", ("--enginedead-sample-interval='0'", "above 0 and at most 60 seconds"),
+    Case("flag-interval-zero", ("--enginedead-sample-interval='0'", INTERVAL),
          args=("--enginedead-sample-interval=0",)),
     Case("flag-report-under-a-file", ("--enginedead-report=", "(from command line)", "is not a directory"),
          args=("--enginedead-report={repo}/afile/sub/r.json",), files={"afile": "x"}),
@@ -420,7 +430,7 @@ CASES = [
                                      "empty item in '8,,64'"),
          args=("-o", "enginedead_batch_sizes=8,,64")),
     Case("toml-number-interval", ("enginedead_sample_interval = '0' (from pyproject.toml)",
-                                  "must be above 0 and at most 60 seconds"),
+                                  INTERVAL),
          files={"pyproject.toml": "[tool.pytest.ini_options]\nenginedead_sample_interval = 0\n"}),
     Case("ini-model-unknown-user", (f"enginedead_model = '{NOBODY}' (from pytest.ini)", "cannot be expanded"),
          files={"pytest.ini": f"[pytest]\nenginedead_model = {NOBODY}\n"}),
@@ -593,3 +603,105 @@ def test_a_toml_list_of_batch_sizes_is_understood(downstream: Downstream) -> Non
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_sized[[]bs2[]] PASSED*", "*test_sized[[]bs4[]] PASSED*"])
     assert "Warning" not in result.text
+
+
+# --- issues 36 and 37: each without -n and with -n 2, alike (conventions: tests/support/doors.py) -----
+
+PLAN_7B = '{"stock_s":"two","slow_s_per_seq":[1],"max_tokens":"many"}'
+PLAN_7C = '{"stock_s":2,"slow_s_per_seq":0.5,"bogus":1}'
+PLAN_7D = '{"stock_s":2,"slow_s_per_seq":0.5,"max_tokens":"2"}'
+
+TWINS = [
+    # 36.1: the guard's cap is asked of the run's policy at the test's batch size, whoever asked for it
+    Twin("flag-guard-cap-nan",
+         ("the guard's cap (--enginedead-guard='1' (from command line)): policy gcap_nan: "
+          "timeout_s(CPU, 2) returned nan; a deadline must be a finite number of seconds",),
+         args=("--enginedead-guard", "--enginedead-policy=gcap_nan:p", "--enginedead-batch-sizes=2"),
+         files=returning("gcap_nan", "float('nan')"), suite=marked("enginedead_timeout(5)", "vllm_engine"),
+         kind=TEST),
+    # 36.5: a floor of 1 ms under the sample interval
+    Twin("flag-interval-a-nanosecond",
+         ("--enginedead-sample-interval='1e-9' (from command line): ", INTERVAL),
+         args=("--enginedead-sample-interval=1e-9",)),
+    # 36.7: the variable check hands its regression run, read like a public one
+    Twin("env-check-plan-not-json", ("ENGINEDEAD_CHECK_PLAN='not json' (from environment) is not JSON: "
+                                     "Expecting value",),
+         env={"ENGINEDEAD_CHECK_PLAN": "not json"}),
+    Twin("env-check-plan-wrong-types",
+         (f"ENGINEDEAD_CHECK_PLAN={PLAN_7B!r} (from environment) 'stock_s': 'two' "
+          "is not a whole number",),
+         env={"ENGINEDEAD_CHECK_PLAN": PLAN_7B}),
+    Twin("env-check-plan-unknown-key",
+         (f"ENGINEDEAD_CHECK_PLAN={PLAN_7C!r} (from environment) has unknown key(s) "
+          "'bogus'; it takes stock_s, slow_s_per_seq,",),
+         env={"ENGINEDEAD_CHECK_PLAN": PLAN_7C}, suite=ENGINE),
+    Twin("env-check-plan-text-tokens", ("(from environment) 'max_tokens': '2' is not a whole number",),
+         env={"ENGINEDEAD_CHECK_PLAN": PLAN_7D}, suite=ENGINE),
+    # 37.1: batch sizes within what vLLM builds (max_num_batched_tokens >= max_num_seqs)
+    Twin("flag-batch-sizes-over-vllms",
+         ("--enginedead-batch-sizes='99999999999' (from command line): batch size "
+          "99999999999 is over 4096, the largest an offline engine takes: vLLM "
+          "refuses max_num_seqs above max_num_batched_tokens",),
+         args=("--enginedead-batch-sizes=99999999999",), suite=ENGINE),
+    Twin("env-batch-sizes-over-a-servers",
+         ("ENGINEDEAD_BATCH_SIZES='8,3000' (from environment): batch size 3000 "
+          "is over 2048, the largest a server takes",),
+         env={"ENGINEDEAD_BATCH_SIZES": "8,3000"}, suite=SERVER),
+    Twin("ini-batch-sizes-over-vllms",
+         ("enginedead_batch_sizes = '5000' (from tox.ini): batch size 5000 is over "
+          "4096",),
+         files={"tox.ini": "[pytest]\nenginedead_batch_sizes = 5000\n"}, suite=ENGINE),
+    # 37.2: the model against the harness's context, and vLLM's model types
+    Twin("model-context-shorter-than-the-harness", ("--enginedead-model='", "/m' (from command line): ",
+                                                    "/m/config.json: the model's context is 16 tokens",
+                                                    "shorter than the harness's max_model_len 512"),
+         args=("--enginedead-model=m",), files=model(config(max_position_embeddings=16)), suite=ENGINE),
+    Twin("model-type-unknown", ("--enginedead-model='", "/m' (from command line): ",
+                                "/m/config.json: \"model_type\": 'nosuchtype' is known to neither vLLM"),
+         args=("--enginedead-model=m",), files=model(config(model_type="nosuchtype")), suite=ENGINE),
+    # 37.3: the tokenizer a server loads
+    Twin("model-tokenizer-cut-short", ("--enginedead-model='", "/m' (from command line): ",
+                                       "/m/tokenizer.json is not valid JSON",
+                                       "vLLM's API server loads it at start"),
+         args=("--enginedead-model=m",), files=with_tokenizer(BAD_TOKENIZER), suite=SERVER),
+    # 37.4: a plugin list that leaves ours out, with the line that fixes it
+    Twin("vllm-plugins-leave-ours-out",
+         ("VLLM_PLUGINS='lora' (from environment) leaves out enginedead: vLLM loads "
+          "only the plugins it names",
+          "; fix: export VLLM_PLUGINS=lora,enginedead (or unset it)"),
+         env={"VLLM_PLUGINS": "lora"}, suite=ENGINE),
+]
+
+
+@pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
+def test_alike_with_and_without_xdist(
+    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Twin,
+) -> None:
+    """Each of the options' (and the variables') new refusals: one line naming the value and where it
+    came from, exit 4 (a test's failure where the value is the test's), the same with -n 2, before any
+    engine, nothing left."""
+    assert_alike_with_and_without_xdist(downstream, stub_registry, private_tmp, monkeypatch, case)
+
+
+@pytest.mark.parametrize(("files", "suite"), [
+    (with_tokenizer(BAD_TOKENIZER), ENGINE),  # an offline engine loads no tokenizer
+    (model(config(max_position_embeddings=16)),
+     "def test_f(vllm_engine_factory):\n    vllm_engine_factory(2, max_model_len=16)\n"),
+    # no engine: a batch size no engine takes is let be
+    ({}, "def test_plain(engine_batch_size):\n    pass\n"),
+], ids=["offline-tokenizer", "factory-own-context", "no-engine"])
+def test_what_no_engine_of_the_run_needs_is_not_refused(
+    downstream: Downstream, tripwire: list[str], files: dict[str, str], suite: str
+) -> None:
+    """The checks hold what the run's engines will use, no more: a tokenizer only servers load, the
+    harness's context only the fixtures' engines start with (a factory gives its own), a batch size
+    only where an engine starts at it (collected only: nothing starts)."""
+    for name, text in files.items():
+        (downstream.path / name).parent.mkdir(parents=True, exist_ok=True)
+        (downstream.path / name).write_text(str(text))
+    (downstream.path / "test_case.py").write_text(suite)
+    args = ["--enginedead-model=m"] if files else ["--enginedead-batch-sizes=99999999999"]
+    result = downstream.run(*args, "--collect-only")
+    assert result.ret == pytest.ExitCode.OK, result.text[-3000:]
+    assert_clean(result.text)

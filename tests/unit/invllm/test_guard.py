@@ -3,6 +3,7 @@ state file, the stale states it removes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -51,6 +52,40 @@ def test_the_engine_core_writes_the_guards_start_up_record(
     ready = read_core_ready(str(tmp_path))
     assert ready is not None and ready.pid > 0
     assert ready == replace(expected, pid=ready.pid)
+
+
+def test_a_production_guard_whose_policy_gives_no_cap_logs_one_error_and_stays_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ENGINEDEAD_GUARD=1`` in a plain ``vllm.LLM`` (no harness: no run directory), its
+    ``ENGINEDEAD_GUARD_POLICY`` returning NaN: at the engine core's start, one ERROR line naming the
+    variable, the policy and what it returned, and the guard stays off (nothing in vLLM is patched,
+    no state file); with ``ENGINEDEAD_POLICY`` set instead, a WARNING names the guard's variable."""
+    monkeypatch.setattr(guard, "in_engine_core", lambda: True)
+    installed: list[object] = []
+    monkeypatch.setattr(guard, "_install", installed.append)
+    (tmp_path / "gpnan_i37.py").write_text(
+        "class P:\n    name = 'gp_nan'\n    def timeout_s(self, backend, n, tokens=None):\n"
+        "        return float('nan')\np = P()\n")
+    environ = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_POLICY": "gpnan_i37:p",
+               "ENGINEDEAD_GUARD_PATH": str(tmp_path), "TMPDIR": str(tmp_path)}
+    with caplog.at_level(logging.WARNING, logger="vllm.enginedead"):
+        assert guard.register(environ) is None
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "vllm.enginedead"]
+    assert said == [("ERROR", "enginedead guard: ENGINEDEAD_GUARD_POLICY='gpnan_i37:p': policy gp_nan: "
+                              "timeout_s(CPU, 1) returned nan; a deadline must be a finite number of seconds "
+                              ">= 1 (vLLM's smallest); the guard stays off")]
+    assert installed == [] and not list(tmp_path.glob("enginedead-guard-*.json"))
+    caplog.clear()
+    misplaced = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_POLICY": "gpnan_i37:p", "TMPDIR": str(tmp_path)}
+    with caplog.at_level(logging.WARNING, logger="vllm.enginedead"):
+        core = guard.register(misplaced)
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "vllm.enginedead"]
+    assert said[0] == ("WARNING", "enginedead guard: ENGINEDEAD_POLICY='gpnan_i37:p' is the pytest option's "
+                                  "variable; the guard reads ENGINEDEAD_GUARD_POLICY (unset: the reference "
+                                  "policy caps each step)")
+    assert said[1][1].startswith("enginedead guard on: policy reference caps each step")
+    assert core is not None and installed == [core]
 
 
 def test_stale_states_are_removed_and_a_fronts_own(tmp_path: Path) -> None:

@@ -76,6 +76,37 @@ def test_plan_travels_through_the_environment() -> None:
     assert CheckPlan.from_env({}, BUNDLED_MODEL, [4, 16]) == plan_for(BUNDLED_MODEL, [4, 16])
 
 
+@pytest.mark.parametrize(("raw", "said"), [
+    ("not json", "is not JSON: Expecting value"),
+    ("[1]", "must hold a JSON object, not list"),
+    ('{"stock_s": 2, "slow_s_per_seq": 0.5, "bogus": 1}', "has unknown key(s) 'bogus'; it takes stock_s, "
+     "slow_s_per_seq, max_tokens, prompt_len, guard, server"),
+    ('{"stock_s": 2}', "lacks 'slow_s_per_seq'"),
+    ('{"stock_s": "two", "slow_s_per_seq": 0.5, "max_tokens": "2"}',
+     "'stock_s': 'two' is not a whole number"),
+    ('{"stock_s": 2, "slow_s_per_seq": [1]}', "'slow_s_per_seq': [1] is not a number of seconds"),
+    ('{"stock_s": 2, "slow_s_per_seq": -1}', "'slow_s_per_seq': -1 must be >= 0"),
+    ('{"stock_s": 2, "slow_s_per_seq": 0.5, "max_tokens": 0}', "'max_tokens': 0 must be at least 1"),
+    ('{"stock_s": 2, "slow_s_per_seq": 0.5, "guard": 1}', "'guard': 1 is not true or false"),
+    ('{"stock_s": 1e400, "slow_s_per_seq": 0.5}', "'stock_s': inf is not a whole number"),
+    (f'{{"stock_s": {10**13}, "slow_s_per_seq": 0.5}}', f"must be at most {versions.MAX_DEADLINE_S} s"),
+])
+def test_a_plan_in_the_environment_is_read_like_a_public_variable(raw: str, said: str) -> None:
+    """``ENGINEDEAD_CHECK_PLAN`` (``check`` hands it to its regression run): a JSON object of the
+    plan's keys, each of its type and range; anything else one line saying what is wrong."""
+    with pytest.raises(checking.BadPlan) as info:
+        CheckPlan.parse(raw)
+    assert said in str(info.value) and "\n" not in str(info.value), info.value
+    with pytest.raises(checking.BadPlan):
+        CheckPlan.from_env({"ENGINEDEAD_CHECK_PLAN": raw}, BUNDLED_MODEL, [8])
+
+
+def test_the_plans_keys_are_the_dataclass_fields() -> None:
+    import dataclasses
+
+    assert tuple(f.name for f in dataclasses.fields(CheckPlan)) == checking.PLAN_KEYS
+
+
 # --- reading the report ----------------------------------------------------------------------
 
 

@@ -179,9 +179,11 @@ def test_omp_names_the_cores_outside_and_the_allowed_ranges() -> None:
         (True, {"VLLM_PLUGINS": "lora,enginedead"}, OK, ""),
         (True, {"VLLM_PLUGINS": "lora"}, FAIL, "export VLLM_PLUGINS=lora,enginedead (or unset it)"),
         (True, {"VLLM_PLUGINS": ""}, FAIL, "unset VLLM_PLUGINS"),
+        (True, {"VLLM_PLUGINS": "lora, enginedead"}, FAIL,
+         "export VLLM_PLUGINS=lora,enginedead (or unset it)"),
         (False, {}, FAIL, "pip install --force-reinstall pytest-enginedead"),
     ],
-    ids=["default", "named", "left-out", "empty", "not-installed"],
+    ids=["default", "named", "left-out", "empty", "spaced", "not-installed"],
 )
 def test_plugin(registered: bool, environ: dict[str, str], status: str, fix: str) -> None:
     found = diagnosis.check_plugin(registered, environ)
@@ -189,6 +191,19 @@ def test_plugin(registered: bool, environ: dict[str, str], status: str, fix: str
     if "VLLM_PLUGINS" in environ and status == FAIL:
         assert f"VLLM_PLUGINS={environ['VLLM_PLUGINS']!r}" in found.what
         assert "leaves out enginedead" in found.what
+
+
+def test_every_door_refuses_a_plugin_list_in_doctors_words() -> None:
+    """One function, one wording: the line the doors refuse with (pytest's usage error, a factory,
+    check, calibrate, probes) is doctor's finding with its fix; vLLM keeps the spaces around a name
+    (``lora, enginedead`` names `` enginedead``), and the line says so."""
+    for raw in ("lora", "", "lora, enginedead"):
+        found = diagnosis.check_plugin(True, {"VLLM_PLUGINS": raw})
+        assert diagnosis.plugin_problem({"VLLM_PLUGINS": raw}) == f"{found.what}; fix: {found.fix}"
+    spaced = diagnosis.plugin_problem({"VLLM_PLUGINS": "a, enginedead"}) or ""
+    assert "(vLLM keeps the spaces around a name)" in spaced
+    assert diagnosis.plugin_problem({}) is None
+    assert diagnosis.plugin_problem({"VLLM_PLUGINS": "lora,enginedead"}) is None
 
 
 def test_deadline_default_and_set() -> None:

@@ -29,3 +29,18 @@ def test_parse_fraction_and_seconds() -> None:
     for bad in ("-1", "61", "inf"):
         with pytest.raises(BadValue):
             parse_seconds(bad)
+
+
+@pytest.mark.parametrize("raw", ["1e-9", "0.0009", "0", "60.5", "nan"])
+def test_the_sample_interval_has_a_floor_and_a_ceiling(raw: str) -> None:
+    """At least 1 ms (a shorter one spins the sampler on a core) and at most 60 s, both in the
+    message and in the option's help."""
+    from pytest_enginedead.logic.optiontable import OPTIONS
+
+    with pytest.raises(BadValue) as info:
+        parse_seconds(raw)
+    assert str(info.value) == (f"{raw!r} must be at least 0.001 (1 ms: shorter spins a core sampling) and at "
+                               "most 60 seconds")
+    assert parse_seconds("0.001") == 0.001 and parse_seconds("60") == 60
+    (option,) = [o for o in OPTIONS if o.name == "enginedead_sample_interval"]
+    assert "at least 0.001, at most 60" in option.help
