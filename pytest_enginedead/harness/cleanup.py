@@ -9,6 +9,7 @@ process itself dies first (``os._exit``, SIGKILL, a killed xdist worker).
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import shutil
@@ -26,6 +27,8 @@ from typing import Any
 import psutil
 
 SHM_DIR = "/dev/shm"
+#: libiomp5's registration of a process in SHM_DIR: this prefix, its pid, "_", its uid
+KMP_REGISTRATION = "__KMP_REGISTERED_LIB_"
 
 
 @dataclass(frozen=True)
@@ -74,13 +77,16 @@ def mapped_shm(refs: Iterable[ProcRef]) -> set[str]:
 
     By the name mapped and by inode: a multiprocessing semaphore is made under a temporary
     name (glibc's ``sem_open``: ``sem.XXXXXX``, linked to ``sem.mp-...``, then unlinked),
-    so the maps name a deleted file while the entry lives on under the other name.
+    so the maps name a deleted file while the entry lives on under the other name.  And by
+    pid: Intel's OpenMP (libiomp5, which vLLM's CPU guide preloads) registers each process in
+    ``__KMP_REGISTERED_LIB_<pid>_<uid>`` without mapping it, and removes it only at a clean exit.
     """
     found: set[str] = set()
     inodes: set[int] = set()
     for ref in refs:
         if ref.process() is None:
             continue
+        found.update(glob.glob(os.path.join(SHM_DIR, f"{KMP_REGISTRATION}{ref.pid}_*")))
         with contextlib.suppress(OSError):
             with open(f"/proc/{ref.pid}/maps") as maps:
                 for line in maps:

@@ -6,6 +6,7 @@ in child processes; the reaper's parent is a real process that is SIGKILLed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -275,6 +276,36 @@ def test_mapped_shm_finds_what_our_processes_map(
     proc.wait()
     assert mapped_shm([ref]) == set()  # gone: nothing mapped
     assert mapped_shm([]) == set()
+
+
+#: Intel's OpenMP as vLLM's CPU guide preloads it (intel-openmp in the venv, beside torch)
+IOMP = Path(sys.prefix, "lib", "libiomp5.so")
+
+
+@pytest.mark.skipif(not IOMP.exists() or importlib.util.find_spec("torch") is None,
+                    reason="needs torch and intel-openmp's libiomp5.so in this venv")
+def test_an_iomp_registration_of_a_killed_process_is_found_and_removed(
+    spawned: list[subprocess.Popen[str]],
+) -> None:
+    """libiomp5 registers a process in /dev/shm without mapping the file and removes it only at a
+    clean exit: a killed engine process (iomp preloaded) left one per process behind."""
+    code = ("import torch, sys; a = torch.ones(300, 300); (a @ a).sum(); print('ready', flush=True); "
+            "sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "LD_PRELOAD": str(IOMP)})
+    spawned.append(proc)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    ref = ProcRef.of(psutil.Process(proc.pid))
+    registered = {str(p) for p in Path(SHM_DIR).glob(f"__KMP_REGISTERED_LIB_{proc.pid}_*")}
+    assert registered, "libiomp5 registered no file: this test's premise is gone"
+    found = mapped_shm([ref])
+    assert registered <= found
+    assert mapped_shm([ProcRef(proc.pid, ref.create_time + 1.0)]) == set()  # not our process: not ours
+    proc.kill()
+    proc.wait()
+    assert all(Path(p).exists() for p in registered)  # a kill skips its exit handler
+    assert set(unlink_shm(found)) >= registered
+    assert not any(Path(p).exists() for p in registered)
 
 
 def test_unlink_shm_removes_only_dev_shm_entries(tmp_path: Path, segments: list[str]) -> None:
