@@ -112,7 +112,7 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
     # nothing after pytest's summary line: the heap frozen at exit made nanobind report triton's
     # objects as leaked (27 lines), and vLLM's client warned of the engine core the harness stopped
     last = [ln for ln in result.stdout.lines if ln.strip()][-1]
-    assert re.fullmatch(r"=+ 2 passed, 1 failed in [\d.]+s( \([\d:]+\))? =+", last), last
+    assert re.fullmatch(r"=+ 1 failed, 2 passed in [\d.]+s( \([\d:]+\))? =+", last), last
     err = result.stderr.str()
     for noise in ("nanobind", "leaked", "engine core exited unexpectedly"):
         assert noise not in out and noise not in err, noise

@@ -29,7 +29,12 @@ def _marked_judge(*args, **kwargs):
     return verdict
 
 
-assertions.judge = _marked_judge  # where assert_no_false_death looks it up
+def pytest_configure(config):
+    assertions.judge = _marked_judge  # where assert_no_false_death looks it up
+
+
+def pytest_unconfigure(config):
+    assertions.judge = _judge  # an in-process run (a collection of every example) leaves it as it was
 
 
 @pytest.hookimpl(tryfirst=True)
