@@ -365,7 +365,7 @@ def test_a_death_heard_of_late_is_judged_as_of_the_deadline(dumped: bool, after:
         return
     text = str(info.value)
     assert death["verdict"] == "SLOW" and judged["judged_at_deadline"] and judged["alive"], text
-    assert judged["cpu_cores"] > 0.5
+    assert judged["cpu_cores"] > 0.2  # computing (an idle worker is ~0), on a box however loaded
     assert re.search(r"step 3, batch 64, had run (1\.9|2\.0) s and was still running", text), text
     assert "afterwards: judged as of the deadline, from its own stack then; by the verdict " + {
         "gone": "the worker was gone", "step-ended": "its step had ended",
