@@ -66,8 +66,9 @@ def diagnose(model: str | None = None) -> list[Finding]:
     found.append(diagnosis.check_transformers(imported, error, extras))
     found.append(diagnosis.check_isa(fingerprint.isa_flags(fingerprint.read_cpuinfo())))
     if model is not None:
-        found.append(_memory(model))
-        found.extend(_moe_kernel(model))
+        config = _config(model)
+        found.append(_memory(model, config))
+        found.extend(_moe_kernel(config))
     found.append(diagnosis.check_preloads(environ.get("LD_PRELOAD", ""), fingerprint.find_preloads()))
     found.append(diagnosis.check_omp(environ, diagnosis.sched_cores()))
     found.append(diagnosis.check_plugin(_plugin_registered(), environ))
@@ -106,24 +107,27 @@ def _plugin_registered() -> bool:
     return any(ep.name == "enginedead" for ep in eps)
 
 
-def _memory(model: str) -> Finding:
-    """The model with dummy weights and one sequence's KV cache at its full context."""
+def _config(model: str) -> dict[str, Any]:
+    """The model's config.json, read once for every check of the model."""
     try:
-        config = read_config(Path(model) / "config.json")
+        return read_config(Path(model) / "config.json")
     except BadValue as exc:
         raise Refused(f"--model {model}: {exc}") from None
+
+
+def _memory(model: str, config: dict[str, Any]) -> Finding:
+    """The model with dummy weights and one sequence's KV cache at its full context."""
     kv = slices.kv_cache_gib(config, [shapes.model_max_len(config) or 2048])
     return diagnosis.check_memory(os.path.basename(model), slices.memory(config, kv),
                                   fingerprint.meminfo("MemAvailable"))
 
 
-def _moe_kernel(model: str) -> list[Finding]:
+def _moe_kernel(config: dict[str, Any]) -> list[Finding]:
     """For a MoE model: which tensor-parallel sizes keep its experts on vLLM's fused kernel.
 
     vLLM's own kernel checks answer, asked in a process of their own (they import vLLM and torch:
     seconds, and this command's process stays free of both).
     """
-    config = read_config(Path(model) / "config.json")
     shape = moe.expert_width(config)
     if shape is None or versions.installed_version() is None:
         return []
