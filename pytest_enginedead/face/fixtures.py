@@ -123,6 +123,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
         batch, seconds, faults = factory_arguments(batch_size, timeout_s, inject, what)
+        from_policy = seconds is None
         if seconds is None:
             seconds = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
@@ -138,7 +139,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
             if run.settings.guard else None)
     except BadMarker as exc:
         fail(str(exc))
-    return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
+    return Need(batch, Instructions(seconds, source, faults, from_policy), guard_spec, server)
 
 
 def _factory_model(model: Any, server: bool) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 from ..compat import versions
 from ..contract.names import CHECK_PLAN_ENV
+from ..harness.liveness import LivenessSettings
 from ..harness.preflight import model_problem, vllm_environment_problem
 from ..logic.checking import BadPlan, CheckPlan
 from ..logic.diagnosis import plugin_problem
@@ -25,7 +26,6 @@ from ..logic.optiontable import OPTIONS, Option
 from ..logic.policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
 from ..logic.sharding import Shard, durations_path
 from ..logic.values import BadValue, one_line, shorten_paths
-from ..logic.verdicts import LivenessSettings
 
 
 def check_model(model: str, source: str, max_model_len: int | None = None, server: bool = False) -> None:

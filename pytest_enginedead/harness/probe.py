@@ -25,15 +25,15 @@ from dataclasses import dataclass
 import psutil
 
 from ..compat import versions
+from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import GuardState, guard_state_path, read_guard_state, state_dir
+from ..process import reading
 
 #: The guard rewrites its state every 0.25 s while a step runs long: older is stale.
 STALE_S = 2.0
 
 #: How long the probe looks at a worker's CPU when it must judge for itself.
 LOOK_S = 0.2
-
-BUSY_CORES = 0.05
 
 
 @dataclass(frozen=True)
@@ -61,40 +61,19 @@ def listening_pid(port: int) -> int:
     raise NotFound(f"nothing listens on port {port}")
 
 
-def _title(proc: psutil.Process) -> str:
-    with contextlib.suppress(psutil.Error):
-        return " ".join(proc.cmdline()) or proc.name()
-    return ""
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-    except psutil.Error:
-        return False
-
-
 def engine_cores(front: psutil.Process) -> list[psutil.Process]:
     """The ``VLLM::EngineCore`` processes below a serving process."""
     with contextlib.suppress(psutil.Error):
         return [p for p in front.children(recursive=True)
-                if _title(p).startswith(versions.ENGINE_CORE_TITLE)]
+                if reading.command_line(p).startswith(versions.ENGINE_CORE_TITLE)]
     return []
 
 
 def workers(core: psutil.Process) -> list[psutil.Process]:
     with contextlib.suppress(psutil.Error):
-        return [p for p in core.children(recursive=True) if _title(p).startswith(versions.WORKER_TITLE)]
+        return [p for p in core.children(recursive=True)
+                if reading.command_line(p).startswith(versions.WORKER_TITLE)]
     return []
-
-
-def _cpu(procs: list[psutil.Process]) -> float:
-    total = 0.0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-    return total
 
 
 def _environ_of(core: psutil.Process) -> dict[str, str]:
@@ -132,17 +111,17 @@ def judge(state: GuardState | None, now: float, busy: bool | None) -> Answer:
         doing = "computing" if busy else "idle"
         return Answer(True, f"alive: the worker is {doing}; the guard is off here, so slow and hung "
                             "look alike (set ENGINEDEAD_GUARD=1 on the server)")
-    if state.ended == "HUNG":
+    if state.ended is GuardAction.END:
         return Answer(False, f"hung: the guard ended step {state.step} after VLLM::Worker pid "
                              f"{state.worker} sat idle {state.updated - state.busy_at:.1f} s in it")
-    if state.ended == "CAP":
+    if state.ended is GuardAction.CAP:
         return Answer(False, f"dead: step {state.step} outlived the guard's {state.cap_s:g} s cap")
     if not state.in_step:
         return Answer(True, "alive: no step is running long")
     ran = now - state.sent
     stale = now - state.updated > STALE_S
     busy_at = now if (stale and busy) else state.busy_at  # the probe saw it computing just now
-    if not stale and state.verdict == "SLOW":
+    if not stale and state.verdict is Verdict.SLOW:
         busy_at = max(busy_at, state.updated)
     idle = now - busy_at
     where = f"step {state.step} (batch {state.batch}) has run {ran:.1f} s (deadline {state.deadline_s:g} s)"
@@ -164,18 +143,18 @@ def probe(port: int | None = None, pid: int | None = None) -> Answer:
         return Answer(False, f"dead: {exc}")
     except psutil.Error:
         return Answer(False, f"dead: no process {pid}")
-    if not _alive(front):
+    if not reading.alive(front):
         return Answer(False, f"dead: the serving process pid {front.pid} has exited")
     cores = engine_cores(front)
     if not cores:
         return Answer(False, f"dead: no {versions.ENGINE_CORE_TITLE} below pid {front.pid}")
     answers = []
     for core in cores:
-        if not _alive(core):
+        if not reading.alive(core):
             answers.append(Answer(False, f"dead: {versions.ENGINE_CORE_TITLE} pid {core.pid} has exited"))
             continue
         procs = workers(core)
-        gone = [p.pid for p in procs if not _alive(p)]
+        gone = [p.pid for p in procs if not reading.alive(p)]
         if not procs or gone:
             answers.append(Answer(False, f"dead: {versions.WORKER_TITLE} of engine core {core.pid} "
                                          f"{'gone' if not procs else 'exited (pid ' + str(gone[0]) + ')'}"))
@@ -184,9 +163,7 @@ def probe(port: int | None = None, pid: int | None = None) -> Answer:
         now = time.monotonic()
         busy = None
         if state is None or (state.in_step and now - state.updated > STALE_S):
-            before = _cpu(procs)
-            time.sleep(LOOK_S)
-            busy = (_cpu(procs) - before) / LOOK_S >= BUSY_CORES
+            busy = reading.busy(sum(reading.look(procs, LOOK_S)))  # their compilers' CPU too
             now = time.monotonic()
         answers.append(judge(state, now, busy))
     dead = [a for a in answers if not a.alive]

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..contract.control import Injection
+from ..contract.decisions import Verdict
 from ..logic.planning import EngineSpec, GuardSpec, Instructions
 from ..logic.probes import PROBES, SAMPLE_S, SAMPLE_TIMEOUT_S, STATES, Run, Sample
 from . import probe as probe_mod
@@ -82,12 +83,12 @@ def _sample(fn: Callable[[], bool], out: list[Sample], lock: threading.Lock) -> 
         out.append(Sample(t, latency, ok))
 
 
-def measure(state: str, guarded: bool, model: str, window_s: float, hang_s: float,
+def measure(state: Verdict, guarded: bool, model: str, window_s: float, hang_s: float,
             progress: Progress | None = None) -> Run:
     """Start one server, put its engine in ``state``, sample every probe for ``window_s``."""
     from .server import PROMPT_WORDS, Server
 
-    slow = state == "SLOW"
+    slow = state is Verdict.SLOW
     guard = GuardSpec(hang_s, "reference", "enginedead probes") if guarded else None
     spec = EngineSpec(model, SLOW_CLIENTS if slow else 8, guard=guard, server=True)
     faults = Injection(slow_s_per_seq=SLOW_S_PER_SEQ) if slow else Injection(hang_at_step=2)
@@ -148,7 +149,7 @@ def measure(state: str, guarded: bool, model: str, window_s: float, hang_s: floa
 
 def measure_all(model: str, window_s: float = DEFAULT_WINDOW_S, hang_s: float = DEFAULT_HANG_S,
                 progress: Progress | None = None,
-                cases: Sequence[tuple[str, bool]] | None = None) -> list[Run]:
+                cases: Sequence[tuple[Verdict, bool]] | None = None) -> list[Run]:
     """Every state × guard (or ``cases``), one server each, one after the other."""
     cases = cases or [(state, guarded) for state in STATES for guarded in (False, True)]
     return [measure(state, guarded, model, window_s, hang_s, progress) for state, guarded in cases]

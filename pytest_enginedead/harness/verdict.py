@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..compat import versions
+from ..contract.decisions import Verdict, overall
 from ..contract.dumps import DeadlineStack
 from ..contract.steps import StepTime
 from ..logic.ranks import rank_label
-from ..logic.verdicts import LivenessSettings, Verdict, overall
 from . import slowpaths, stacks
-from .liveness import ProcessEvidence, Sampler, classify
+from .liveness import LivenessSettings, ProcessEvidence, Sampler, classify
 from .stacks import Where, innermost_frames
 
 

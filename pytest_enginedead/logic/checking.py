@@ -13,6 +13,7 @@ environment and writes one progress event per run to a file the command follows.
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import os
@@ -21,9 +22,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..compat import versions
+from ..contract.decisions import Verdict
 from ..contract.names import CHECK_PLAN_ENV
 from .modelconfig import BUNDLED_MODEL
-from .report import verdict_word
 
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
 #: would make one demo death take five minutes); a real model uses vLLM's own.
@@ -142,6 +143,18 @@ def plan_for(
     return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens, guard=guard, server=server)
 
 
+class RunResult(enum.Enum):
+    """What one check run came to, as its table row says it."""
+
+    OK = "ok"
+    FALSE_DEATH = "false death"
+    GENUINE_DEATH = "genuine death"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Row:
     batch_size: int
@@ -151,7 +164,7 @@ class Row:
     steps: int
     p50_s: float | None
     max_s: float | None
-    verdict: str  # ok / false death / genuine death / failed / skipped
+    verdict: RunResult
     nodeid: str
     #: the longest step had not finished: max_s is how long it had run
     max_running: bool = False
@@ -164,12 +177,12 @@ def mode_of(nodeid: str) -> str:
     return "?"
 
 
-def verdict_of(test: Mapping[str, Any]) -> str:
-    """A test row's verdict as the table says it; a failure with no verdict is "failed"."""
-    word = verdict_word(test.get("verdict"))
-    if test.get("verdict") is None and test.get("outcome") == "failed":
-        return "failed"
-    return word
+def verdict_of(test: Mapping[str, Any]) -> RunResult:
+    """A test row's result for the table; a failure with no verdict is ``FAILED``."""
+    found = Verdict.read(test.get("verdict"))
+    if found is None:
+        return RunResult.FAILED if test.get("outcome") == "failed" else RunResult.OK
+    return RunResult.FALSE_DEATH if found.false_death else RunResult.GENUINE_DEATH
 
 
 def rows_from_report(report: Mapping[str, Any]) -> list[Row]:
@@ -209,7 +222,7 @@ def format_table(rows: Sequence[Row]) -> str:
 
 def false_deaths_under_policy(rows: Sequence[Row]) -> list[Row]:
     """False deaths where the check promises none: under the policy, and under the guard."""
-    return [r for r in rows if r.mode in ("policy", "guard") and r.verdict == "false death"]
+    return [r for r in rows if r.mode in ("policy", "guard") and r.verdict is RunResult.FALSE_DEATH]
 
 
 def slow_paths_of(report: Mapping[str, Any]) -> list[str]:
@@ -244,8 +257,8 @@ def verdict_line(
     code = 0
     for mode in plan.modes:
         mine = [r for r in rows if r.mode == mode]
-        dead = [r.batch_size for r in mine if r.verdict == "false death"]
-        failed = [r.batch_size for r in mine if r.verdict == "failed"]
+        dead = [r.batch_size for r in mine if r.verdict is RunResult.FALSE_DEATH]
+        failed = [r.batch_size for r in mine if r.verdict is RunResult.FAILED]
         missing = [n for n in batch_sizes if n not in {r.batch_size for r in mine}]
         said = []
         if dead:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
+from ..contract.decisions import Verdict
 from . import fingerprint
 from .report import SCHEMA_VERSION
 
@@ -105,9 +106,8 @@ class Merged:
 
 def false_under_policy(row: Mapping[str, Any]) -> bool:
     """A false death whose deadline was the policy's, or whose engine had the guard on."""
-    if row.get("verdict") != "SLOW":
-        return False
-    return str(row.get("deadline_source", "")).startswith("policy") or "guard (" in str(row.get("engine", ""))
+    found = Verdict.read(row.get("verdict"))
+    return found is not None and found.false_death and bool(row.get("promised"))
 
 
 def _machine_index(machines: list[dict[str, Any]], m: dict[str, Any]) -> int:

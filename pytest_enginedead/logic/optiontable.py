@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..contract.decisions import BUSY_CORES, DEFAULT_INTERVAL_S
 from .modelconfig import validate_model
 from .values import (
     MAX_INTERVAL_S,
@@ -25,7 +26,6 @@ from .values import (
     validate_input_path,
     validate_output_path,
 )
-from .verdicts import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ OPTIONS = (
         "enginedead_busy_threshold",
         "CPU use, as a share of one core over the sample window, above which a live "
         "engine process counts as computing (default 0.05 = 5%).",
-        str(DEFAULT_BUSY_THRESHOLD), parse_fraction, "SHARE",
+        str(BUSY_CORES), parse_fraction, "SHARE",
     ),
     Option(
         "enginedead_tensor_parallel_size",

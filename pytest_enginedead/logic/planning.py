@@ -101,6 +101,8 @@ class Instructions:
     #: what set the deadline, for messages: "policy reference", "the enginedead_timeout marker"
     deadline_source: str = "policy"
     injection: Injection = Injection()
+    #: the deadline is the active policy's (not a marker's or a factory's fixed one)
+    from_policy: bool = True
 
     @property
     def deadline_env(self) -> str:

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..contract.decisions import Verdict
+
 #: how often each probe kind is sent while a state lasts
 SAMPLE_S = 0.5
 
@@ -18,7 +20,7 @@ SAMPLE_TIMEOUT_S = 20.0
 
 PROBES = ("GET /health", "GET /v1/models", "1-token completion", "enginedead probe")
 
-STATES = ("SLOW", "HUNG")
+STATES = (Verdict.SLOW, Verdict.HUNG)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def replay(samples: Sequence[Sample], setting: Setting, t0: float, window_s: flo
 class Run:
     """One state × guard measured on a real server."""
 
-    state: str
+    state: Verdict
     guard: bool
     window_s: float
     #: seconds from the state's start to the engine's death (None: it lived through the window)
@@ -126,7 +128,7 @@ def cell(run: Run, kind: str, setting: Setting) -> str:
     """What one setting of one probe did in one run, in a few words."""
     kill = run.kill_after(kind, setting)
     died = run.died_after_s
-    if run.state == "SLOW":
+    if run.state is Verdict.SLOW:
         if kill is None:
             return f"no kill in {run.window_s:g}s"
         if died is not None and kill >= died:
@@ -154,7 +156,7 @@ def to_json(runs: Sequence[Run], settings: Sequence[Setting] = SETTINGS) -> dict
     return {
         "settings": [asdict(s) for s in settings],
         "runs": [{
-            "state": r.state, "guard": r.guard, "window_s": r.window_s, "died_after_s": r.died_after_s,
+            "state": r.state.name, "guard": r.guard, "window_s": r.window_s, "died_after_s": r.died_after_s,
             "note": r.note,
             "probes": {kind: {
                 "first_failure_s": r.first_failure_s(kind),

@@ -11,10 +11,11 @@ import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
 from ..compat import versions
+from ..contract.decisions import Verdict
 from ..contract.guardfiles import GuardEvent
 from ..contract.steps import StepTime, summarize
 from .planning import EngineSpec, Instructions
@@ -158,6 +159,8 @@ class TestRow(TypedDict):
     deaths: list[dict[str, Any]]
     #: the guard's decisions while the test ran (empty without the guard)
     guard_events: list[dict[str, Any]]
+    #: a false death here breaks a promise: the deadline was the policy's, or the guard was on
+    promised: bool
 
 class EngineRow(TypedDict, total=False):
     """One engine this run started (``worker``: the xdist worker that ran it)."""
@@ -232,7 +235,8 @@ class Results:
             step_max_running=stats.max_running,
             verdict=deaths[-1]["verdict"] if deaths else None,
             deaths=deaths,
-            guard_events=[asdict(e) for e in handle.guard_events()],
+            guard_events=[e.to_dict() for e in handle.guard_events()],
+            promised=handle.instructions.from_policy or handle.spec.guard is not None,
         )
         self.tests.append(row)
         return row
@@ -277,27 +281,29 @@ def junit_properties(test: TestRow) -> list[tuple[str, object]]:
     return props
 
 def guard_tally(events: Iterable[Mapping[str, Any]]) -> str:
-    """The guard's decisions in a few words: ``2 SLOW (waited), 1 HUNG (ended)``."""
+    """The guard's decisions in a few words: ``2 SLOW (waited), 1 HUNG (ended)``.
+
+    Read from each event's verdict and action (``GuardEvent.to_dict``), never its words.
+    """
     counts: dict[str, int] = {}
-    for e in events:
-        outcome = str(e.get("outcome", ""))
-        what = ("waited" if outcome.startswith("waiting") else "cap" if outcome.startswith("past the cap")
-                else "ended" if outcome.startswith("ending the wait") else "noted")
-        key = f"{e.get('verdict')} ({what})"
+    for data in events:
+        e = GuardEvent.from_dict(data)
+        key = f"{e.verdict} ({e.action.tally_word})"
         counts[key] = counts.get(key, 0) + 1
     return ", ".join(f"{n} {key}" for key, n in counts.items())
 
-def verdict_word(verdict: str | None) -> str:
-    """ok / false death / genuine death, as the tables say it."""
-    if verdict is None:
+def verdict_word(verdict: object) -> str:
+    """ok / false death / genuine death, as the tables say it (``verdict``: as written, or None)."""
+    found = Verdict.read(verdict)
+    if found is None:
         return "ok"
-    return "false death" if verdict == "SLOW" else "genuine death"
+    return "false death" if found.false_death else "genuine death"
 
-def death_counts(deaths: Iterable[dict[str, Any]]) -> tuple[int, int]:
+def death_counts(deaths: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
     """(false deaths, genuine deaths) among verdict records."""
     false = genuine = 0
     for d in deaths:
-        if d.get("verdict") == "SLOW":
+        if Verdict.parse(d.get("verdict")).false_death:
             false += 1
         else:
             genuine += 1
@@ -328,7 +334,7 @@ def engine_row(engine: Started, tests: Sequence[str], restart: bool = False) -> 
         headroom=_r(deadline / stats.max_s) if stats.max_s and deadline else None,
         false_deaths=false,
         genuine_deaths=genuine,
-        guard_events=[asdict(e) for e in engine.evidence.guard_events()],
+        guard_events=[e.to_dict() for e in engine.evidence.guard_events()],
         tests=list(tests),
         pids=[{"pid": r.pid, "create_time": r.create_time} for r in engine.procs],
         shm=sorted(engine.shm),

@@ -69,8 +69,8 @@ def pytest_runtest_makereport(
         event = {
             "batch_size": handle.batch_size if handle else 0,
             "mode": mode_of(item.nodeid),
-            "verdict": verdict_of({"verdict": deaths[-1]["verdict"] if deaths else None,
-                                   "outcome": rep.outcome}),
+            "verdict": str(verdict_of({"verdict": deaths[-1]["verdict"] if deaths else None,
+                                       "outcome": rep.outcome})),
             "steps": stats.steps if stats else 0,
             "step_max_s": stats.max_s if stats else None,
             "duration_s": rep.duration,

@@ -13,6 +13,7 @@ from pytest_enginedead.logic import checking
 from pytest_enginedead.logic.checking import (
     CheckPlan,
     Row,
+    RunResult,
     false_deaths_under_policy,
     format_table,
     mode_of,
@@ -142,8 +143,8 @@ def test_rows_one_per_test_call_phase_first() -> None:
         (8, "stock"), (8, "policy"), (64, "stock"), (64, "policy"),
     ]
     stock8, _, stock64, policy64 = rows
-    assert stock8.verdict == "ok"  # the call phase's row, not the teardown's
-    assert stock64.verdict == "false death" and stock64.max_running and stock64.max_s == 2.04
+    assert stock8.verdict is RunResult.OK  # the call phase's row, not the teardown's
+    assert stock64.verdict is RunResult.FALSE_DEATH and stock64.max_running and stock64.max_s == 2.04
     assert policy64.steps == 0 and policy64.deadline_s == 1240.0
     assert stock64.deadline_source == "the enginedead_timeout marker"
     assert rows_from_report({}) == []
@@ -155,9 +156,9 @@ def test_rows_one_per_test_call_phase_first() -> None:
      ("HUNG", "passed", "genuine death"), ("DEAD", "failed", "genuine death")],
 )
 def test_verdict_of_a_row(verdict: str | None, outcome: str, word: str) -> None:
-    assert checking.verdict_of({"verdict": verdict, "outcome": outcome}) == word
+    assert checking.verdict_of({"verdict": verdict, "outcome": outcome}) is RunResult(word)
     [row] = rows_from_report({"tests": [report_row(f"{NODE}[bs8-stock]", verdict=verdict, outcome=outcome)]})
-    assert row.verdict == word
+    assert row.verdict is RunResult(word)
 
 
 def row(batch: int, mode: str, verdict: str = "ok", **kwargs: Any) -> Row:
@@ -165,7 +166,7 @@ def row(batch: int, mode: str, verdict: str = "ok", **kwargs: Any) -> Row:
         "deadline_s": 2.0, "deadline_source": "", "steps": 5, "p50_s": 0.711, "max_s": 0.715, "nodeid": "x",
         **kwargs,
     }
-    return Row(batch, mode, verdict=verdict, **fields)
+    return Row(batch, mode, verdict=RunResult(verdict), **fields)
 
 
 def test_format_table() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pytest_enginedead.contract.decisions import Verdict
 from pytest_enginedead.logic import probes
 
 
@@ -49,12 +50,12 @@ def test_replay_resets_on_a_success_and_skips_gaps() -> None:
 
 
 def test_cells_say_false_kill_dead_anyway_and_found() -> None:
-    run = probes.Run("SLOW", True, 60, samples={"GET /health": samples(5, 60)})
+    run = probes.Run(Verdict.SLOW, True, 60, samples={"GET /health": samples(5, 60)})
     assert probes.cell(run, "GET /health", K8S) == "FALSE KILL at 31s"
     run.died_after_s = 2.1
     assert probes.cell(run, "GET /health", K8S) == "dead at 2.1s anyway"
     assert probes.cell(run, "1-token completion", K8S) == "no kill in 60s"
-    hung = probes.Run("HUNG", True, 60, samples={"GET /health": samples(5, 60)})
+    hung = probes.Run(Verdict.HUNG, True, 60, samples={"GET /health": samples(5, 60)})
     assert probes.cell(hung, "GET /health", K8S) == "found at 31s"
     assert probes.cell(hung, "GET /v1/models", K8S) == "not found in 60s"
     text = probes.table([run, hung])
@@ -68,6 +69,6 @@ def test_cells_say_false_kill_dead_anyway_and_found() -> None:
 def test_a_setting_of_ones_own_is_replayed() -> None:
     mine = probes.parse_setting("mine=5/2/3")
     assert mine == probes.Setting("mine", 5.0, 2.0, 3, "--setting")
-    run = probes.Run("HUNG", True, 60, samples={"enginedead probe": samples(12, 60)})
+    run = probes.Run(Verdict.HUNG, True, 60, samples={"enginedead probe": samples(12, 60)})
     assert probes.cell(run, "enginedead probe", mine) == "found at 27s"  # 15, 20, 25 failed; +2 s timeout
     assert "mine (5s/2s/x3)" in probes.table([run], (*probes.SETTINGS, mine))

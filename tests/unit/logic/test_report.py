@@ -18,6 +18,7 @@ from pytest_enginedead.contract.control import Injection
 from pytest_enginedead.face import summary
 from pytest_enginedead.face.handles import Handle
 from pytest_enginedead.face.options import Settings
+from pytest_enginedead.harness.liveness import LivenessSettings
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.pool import EngineRecord
 from pytest_enginedead.logic.fingerprint import this_machine
@@ -34,7 +35,6 @@ from pytest_enginedead.logic.report import (
     time_lines,
     verdict_word,
 )
-from pytest_enginedead.logic.verdicts import LivenessSettings
 from tests.support.downstream import validated
 from tests.support.records import write_steps
 
@@ -46,9 +46,11 @@ def test_verdict_words() -> None:
 
 
 def test_death_counts() -> None:
-    deaths = [{"verdict": "SLOW"}, {"verdict": "HUNG"}, {"verdict": "SLOW"}, {"verdict": "DEAD"}, {}]
-    assert death_counts(deaths) == (2, 3)
+    deaths = [{"verdict": "SLOW"}, {"verdict": "HUNG"}, {"verdict": "SLOW"}, {"verdict": "DEAD"}]
+    assert death_counts(deaths) == (2, 2)
     assert death_counts([]) == (0, 0)
+    with pytest.raises(ValueError, match="not a verdict"):  # a record is read, never guessed
+        death_counts([{"verdict": "slow"}])
 
 
 def test_engine_row(engine: Engine) -> None:
