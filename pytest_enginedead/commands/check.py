@@ -147,7 +147,7 @@ def regression_environment(
 def check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
     """The policy loads, and gives every batch size a deadline vLLM can use."""
     try:
-        loaded = load_policy(spec, [os.getcwd()])
+        loaded = load_policy(spec, [os.getcwd()], versions.installed_version())
         for n in batch_sizes:
             planning.policy_deadline(loaded, policy_name(loaded, spec), n)
     except (PolicyError, planning.PolicyFailure) as exc:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ..compat import llm_config
+from ..compat import llm_config, versions
 from ..contract.control import Injection
 from ..harness.preflight import batch_problem
 from ..logic import planning, sharding
@@ -94,7 +94,8 @@ def guard_of(item: pytest.Item, run: Run, batch: int) -> GuardSpec | None:
     hang_s, policy = markers.guard(marker) if marker is not None else (None, None)
     if policy is not None:
         try:
-            loaded = load_policy(policy, [str(item.config.rootpath), os.getcwd()])
+            search = [str(item.config.rootpath), os.getcwd()]
+            loaded = load_policy(policy, search, versions.installed_version())
             planning.policy_deadline(loaded, policy_name(loaded, policy), batch)
         except (PolicyError, PolicyFailure) as exc:
             raise BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
@@ -227,7 +228,8 @@ def _add_budget(item: pytest.Item, test: TestPlan) -> None:
     cap = None
     if test.spec.guard is not None:  # a busy step may run up to the guard's cap
         with contextlib.suppress(PolicyError, PolicyFailure):
-            policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()])
+            policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()],
+                                 versions.installed_version())
             cap = planning.policy_deadline(policy, test.spec.guard.policy, test.batch_size)
     item.add_marker(pytest.mark.timeout(planning.budget_s(test.instructions, cap)))
 

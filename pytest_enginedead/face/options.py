@@ -298,7 +298,8 @@ def _resolve_policy(config: pytest.Config, chosen: Value) -> tuple[PolicyLike, s
     """(policy, its name, where it came from): the option, else the conftest hook, else reference."""
     if chosen.value is not None:
         try:
-            policy = load_policy(chosen.value, [str(config.rootpath), os.getcwd()])
+            search = [str(config.rootpath), os.getcwd()]
+            policy = load_policy(chosen.value, search, versions.installed_version())
         except PolicyError as exc:
             raise pytest.UsageError(f"enginedead: {chosen.where} (from {chosen.source}): {exc}") from None
         return policy, policy_name(policy, chosen.value), chosen.source

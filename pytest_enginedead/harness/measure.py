@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from ..compat import versions
 from ..contract.steps import StepTime
 from ..logic.planning import EngineSpec, Instructions
 from ..logic.policy import Backend, TimeoutPolicy
@@ -173,7 +174,7 @@ def size(
     finally:
         reaper.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    return sizing_result(plan, measured, headroom, deadline_s)
+    return sizing_result(plan, measured, headroom, deadline_s, versions.installed_version())
 
 
 def _link_tokenizer(model: str, directory: str) -> None:

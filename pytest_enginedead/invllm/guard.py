@@ -409,7 +409,7 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
     if not in_engine_core():
         return None
     run_dir = environ.get(ENV_DIR) or None
-    guard, problem = config_from_env(environ)
+    guard, problem = config_from_env(environ, versions.installed_version())
     if problem:
         logger.error("enginedead guard: %s; the guard stays off", problem)
     misplaced = misplaced_policy(environ)

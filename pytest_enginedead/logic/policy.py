@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, cast, runtime_checkable
 
-from ..compat import versions
+from . import releases
 
-STOCK_DEADLINE_S = versions.STOCK_DEADLINE_S
+STOCK_DEADLINE_S = releases.STOCK_DEADLINE_S
 
 
 class Backend(str, enum.Enum):
@@ -155,7 +155,7 @@ class TimeoutPolicy:
         cls, environ: Mapping[str, str] | None = None, version: str | None = None
     ) -> TimeoutPolicy:
         """vLLM's fixed deadline: ``VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS`` if set, else 300 s."""
-        seconds = versions.stock_deadline_s(environ, version)
+        seconds = releases.stock_deadline_s(environ, version)
         return cls.fixed(seconds, name="vllm-stock", origin=f"{seconds:g} s, vLLM's own")
 
     @classmethod
@@ -293,14 +293,14 @@ class PolicyNotFound(PolicyError):
         self.module = module
 
 
-def load_policy(spec: str, search_path: Iterable[str] = ()) -> PolicyLike:
-    """``reference``, ``vllm-stock`` or ``module:attr`` → a policy object."""
+def load_policy(spec: str, search_path: Iterable[str] = (), vllm_version: str | None = None) -> PolicyLike:
+    """``reference``, ``vllm-stock`` (the deadline of vLLM ``vllm_version``) or ``module:attr`` → a policy."""
     spec = spec.strip()
     if spec == "reference":
         return TimeoutPolicy.reference()
     if spec == "vllm-stock":
         try:
-            return TimeoutPolicy.vllm_stock(version=versions.installed_version())
+            return TimeoutPolicy.vllm_stock(version=vllm_version)
         except ValueError as exc:  # vLLM's own variable is bad, not the name: say which
             raise PolicyError(str(exc)) from None
     module_name, sep, attr = spec.partition(":")

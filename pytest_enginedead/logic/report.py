@@ -14,10 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
-from ..compat import versions
 from ..contract.decisions import Verdict
 from ..contract.guardfiles import GuardEvent
 from ..contract.steps import StepTime, summarize
+from . import releases
 from .planning import EngineSpec, Instructions
 
 SCHEMA_VERSION = 1
@@ -379,7 +379,7 @@ def build(results: Results, settings: RunFacts, machine: Mapping[str, Any]) -> d
     return {
         "schema_version": SCHEMA_VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "vllm": {"version": settings.vllm_version, "deadline_env": versions.DEADLINE_ENV},
+        "vllm": {"version": settings.vllm_version, "deadline_env": releases.DEADLINE_ENV},
         "machine": machine,
         "policy": {"name": settings.policy_name, "source": settings.policy_source},
         "batch_sizes": list(settings.batch_sizes),
