@@ -3,7 +3,7 @@
 A line ``<!-- generated: NAME -->`` in a page is replaced, before the page is rendered,
 by what the code says today:
 
-- ``options``: every plugin option (``pytest_enginedead.logic.optiontable.OPTIONS``):
+- ``options``: every plugin option (``pytest_enginedead.logic.inputs.optiontable.OPTIONS``):
   flag, ini key, environment variable (``opt.env``), default, help.
 - ``option-variables``: the options' environment variables alone (``opt.env``).
 - ``markers``: the markers (``pytest_enginedead.face.markers.DOCS``).
@@ -20,7 +20,7 @@ by what the code says today:
   ``--help`` (``FALLBACK_EXITS`` below for a command without one), pytest's (its ``ExitCode``),
   the serving process's (``contract.names.EXIT_DEAD`` / ``EXIT_HUNG``).
 - ``presets``: the model presets shipped with the package (``pytest_enginedead/models/``, as
-  ``logic.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
+  ``logic.inputs.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
 - ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, and the file.
 - ``rooms``: the package's folders and modules with the first line of their docstrings.
 - ``import-rules``: the ``[tool.importlinter]`` contracts of ``pyproject.toml``.
@@ -111,7 +111,7 @@ def first_paragraph(doc: str | None) -> str:
 
 
 def options() -> str:
-    from pytest_enginedead.logic.optiontable import OPTIONS
+    from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 
     rows = []
     for opt in OPTIONS:
@@ -127,7 +127,7 @@ def options() -> str:
 
 
 def option_variables() -> str:
-    from pytest_enginedead.logic.optiontable import OPTIONS
+    from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 
     return table(("variable", "flag", "ini key"),
                  [(f"`{opt.env}`", f"`{opt.flag}`", f"`{opt.name}`") for opt in OPTIONS])
@@ -333,8 +333,8 @@ def exit_codes() -> str:
 
 
 def presets() -> str:
-    from pytest_enginedead.logic.modelconfig import preset_summary, read_config
-    from pytest_enginedead.logic.modelconfig import presets as found
+    from pytest_enginedead.logic.inputs.modelconfig import preset_summary, read_config
+    from pytest_enginedead.logic.inputs.modelconfig import presets as found
 
     rows = []
     for name, directory in found().items():

@@ -26,12 +26,13 @@ from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
 from ..harness.outputs import Output
 from ..harness.server import has_tokenizer
-from ..logic import checking, planning
-from ..logic.arguments import BadMarker, fits_context
-from ..logic.fingerprint import preload_note, this_machine
-from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.policy import PolicyError, load_policy, policy_name
-from ..logic.values import DEFAULT_BATCH_SIZES
+from ..logic.inputs.arguments import BadMarker, fits_context
+from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.inputs.values import DEFAULT_BATCH_SIZES
+from ..logic.planning import engines as planning
+from ..logic.reporting import checking
+from ..logic.reporting.fingerprint import preload_note, this_machine
+from ..logic.timeouts.policies import PolicyError, load_policy, policy_name
 from .common import (
     GUARD_SWITCH,
     Refused,

@@ -1,7 +1,7 @@
 """``enginedead doctor``: the install and the machine checked in seconds, no engine started.
 
 One line per check (ok / warn / fail, and the line that fixes it); exit 0 when nothing
-failed, 1 when a check failed.  The judgements are ``logic.diagnosis``'s; this module reads
+failed, 1 when a check failed.  The judgements are ``logic.reporting.diagnosis``'s; this module reads
 what they judge: package versions, /proc, the environment, and ``import transformers`` in a
 process of its own (it imports torch: seconds).
 """
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from ..compat import moe, versions
-from ..logic import diagnosis, fingerprint
-from ..logic.diagnosis import Finding
-from ..logic.modelconfig import read_config, validate_model
+from ..logic.inputs.modelconfig import read_config, validate_model
+from ..logic.inputs.values import BadValue
+from ..logic.reporting import diagnosis, fingerprint
+from ..logic.reporting.diagnosis import Finding
 from ..logic.sizing import shapes, slices
-from ..logic.values import BadValue
 from .common import Refused, add_verbose, arg
 
 #: the longest ``import transformers`` may take in its own process

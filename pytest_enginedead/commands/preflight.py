@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 
 from ..compat import llm_config, versions
 from ..harness.outputs import Output
-from ..harness.preflight import batch_problem, model_problem, vllm_environment_problem
-from ..logic.diagnosis import plugin_problem
+from ..harness.startchecks import batch_problem, model_problem, vllm_environment_problem
+from ..logic.reporting.diagnosis import plugin_problem
 from .common import Refused, check_ranks, claim_outputs, release
 
 
@@ -61,7 +61,7 @@ def preflight(
 
 def refuse_batch_sizes(args: argparse.Namespace, server: bool) -> None:
     """``--batch-sizes`` within what vLLM builds and this machine holds, for the engines (or servers)
-    the command starts at them (``harness.preflight.batch_problem``)."""
+    the command starts at them (``harness.startchecks.batch_problem``)."""
     ranks = {"tensor_parallel_size": getattr(args, "tensor_parallel_size", 1)}
     for n in args.batch_sizes or ():
         problem = batch_problem(args.model, n, server, ranks)

@@ -9,12 +9,12 @@ import sys
 from typing import Any
 
 from ..compat import llm_config, versions
-from ..harness import probing
-from ..harness.preflight import model_problem, vllm_environment_problem
+from ..harness import probetrials as probing
 from ..harness.server import has_tokenizer
-from ..logic import probes
-from ..logic.diagnosis import plugin_problem
-from ..logic.modelconfig import BUNDLED_MODEL, validate_model
+from ..harness.startchecks import model_problem, vllm_environment_problem
+from ..logic.inputs.modelconfig import BUNDLED_MODEL, validate_model
+from ..logic.reporting import probereplay as probes
+from ..logic.reporting.diagnosis import plugin_problem
 from .common import Refused, add_verbose, arg, number, refused
 
 

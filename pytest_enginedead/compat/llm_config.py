@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from ..logic.planning import DEFAULT_MAX_MODEL_LEN as DEFAULT_MAX_MODEL_LEN
+from ..logic.planning.engines import DEFAULT_MAX_MODEL_LEN as DEFAULT_MAX_MODEL_LEN
 from .versions import MULTIPROCESSING_ENV, Version, as_version
 
 

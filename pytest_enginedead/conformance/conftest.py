@@ -9,11 +9,11 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_enginedead.harness import probing
+from pytest_enginedead.harness import probetrials as probing
 
 from ..contract.decisions import Verdict
-from ..logic import probes
-from ..logic.modelconfig import BUNDLED_MODEL
+from ..logic.inputs.modelconfig import BUNDLED_MODEL
+from ..logic.reporting import probereplay as probes
 
 KINDS = {"probe": "enginedead probe", "health": "GET /health", "models": "GET /v1/models",
          "completion": "1-token completion"}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ..contract.decisions import Verdict
-from ..logic import probes
+from ..logic.reporting import probereplay as probes
 
 if TYPE_CHECKING:
     from .conftest import Plan

@@ -13,19 +13,13 @@ import pytest
 
 from ..compat import llm_config, versions
 from ..contract.control import Injection
-from ..harness.preflight import batch_problem
-from ..logic import planning, sharding
-from ..logic.arguments import BadMarker
-from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.planning import (
-    EngineSpec,
-    GuardSpec,
-    Instructions,
-    Need,
-    PolicyFailure,
-    TestPlan,
-)
-from ..logic.policy import PolicyError, load_policy, policy_name
+from ..harness.startchecks import batch_problem
+from ..logic.inputs.arguments import BadMarker
+from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.planning import engines as planning
+from ..logic.planning import sharding
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
+from ..logic.timeouts.policies import PolicyError, load_policy, policy_name
 from . import distributed, markers, options
 from .options import Settings
 from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_key, run_of

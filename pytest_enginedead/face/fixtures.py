@@ -17,21 +17,14 @@ from ..compat import llm_config, versions
 from ..contract.control import Injection
 from ..harness.base import EngineBase, EngineStartError
 from ..harness.environment import owned_cores
-from ..harness.preflight import batch_problem, factory_engine_args, model_problem
-from ..logic import planning
-from ..logic.arguments import BadMarker, factory_arguments, rank_count
-from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.modelconfig import model_label, validate_model
-from ..logic.planning import (
-    EngineSpec,
-    GuardSpec,
-    Instructions,
-    Need,
-    PolicyFailure,
-    TestPlan,
-)
-from ..logic.policy import PolicyLike
-from ..logic.ranks import BIND_ENV, cores_problem
+from ..harness.startchecks import batch_problem, factory_engine_args, model_problem
+from ..logic.inputs.arguments import BadMarker, factory_arguments, rank_count
+from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.inputs.modelconfig import model_label, validate_model
+from ..logic.planning import engines as planning
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
+from ..logic.planning.ranks import BIND_ENV, cores_problem
+from ..logic.timeouts.policies import PolicyLike
 from .collection import guard_of, need_of
 from .handles import EngineHandle, Handle, ServerHandle
 from .run import Run, fail, handle_key, plan_key, run_of

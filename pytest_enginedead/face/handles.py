@@ -29,8 +29,8 @@ from ..harness.evidence import RunEvidence
 from ..harness.liveness import LivenessSettings, ProcessEvidence
 from ..harness.offline import Engine
 from ..harness.server import PROMPT_WORDS, Server, has_tokenizer
-from ..logic.arguments import BadMarker, complete_arguments, generate_arguments
-from ..logic.planning import EngineSpec, Instructions
+from ..logic.inputs.arguments import BadMarker, complete_arguments, generate_arguments
+from ..logic.planning.engines import EngineSpec, Instructions
 
 
 def refuse(exc: BadMarker) -> NoReturn:

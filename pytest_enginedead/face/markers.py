@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ..contract.control import Injection
-from ..logic import invariants
-from ..logic.arguments import INJECT_ARGS, BadMarker, injection, number, whole_seconds
-from ..logic.values import BadValue, check_batch_sizes
+from ..logic.inputs.arguments import INJECT_ARGS, BadMarker, injection, number, whole_seconds
+from ..logic.inputs.values import BadValue, check_batch_sizes
+from ..logic.timeouts import invariants
 
 DOCS = (
     "enginedead_batch_sizes(*sizes): run this test's engine fixtures at these batch "

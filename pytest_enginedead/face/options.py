@@ -18,14 +18,14 @@ import pytest
 from ..compat import versions
 from ..contract.names import CHECK_PLAN_ENV
 from ..harness.liveness import LivenessSettings
-from ..harness.preflight import model_problem, vllm_environment_problem
-from ..logic.checking import BadPlan, CheckPlan
-from ..logic.diagnosis import plugin_problem
-from ..logic.modelconfig import BUNDLED_MODEL, model_label
-from ..logic.optiontable import OPTIONS, Option
-from ..logic.policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
-from ..logic.sharding import Shard, durations_path
-from ..logic.values import BadValue, one_line, shorten_paths
+from ..harness.startchecks import model_problem, vllm_environment_problem
+from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_label
+from ..logic.inputs.optiontable import OPTIONS, Option
+from ..logic.inputs.values import BadValue, one_line, shorten_paths
+from ..logic.planning.sharding import Shard, durations_path
+from ..logic.reporting.checking import BadPlan, CheckPlan
+from ..logic.reporting.diagnosis import plugin_problem
+from ..logic.timeouts.policies import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
 
 
 def check_model(model: str, source: str, max_model_len: int | None = None, server: bool = False) -> None:

@@ -11,11 +11,9 @@ import pytest
 
 from ..harness import outputs
 from ..harness.pool import EnginePool
-from ..logic import sharding
-from ..logic.planning import (
-    TestPlan,
-)
-from ..logic.report import Results
+from ..logic.planning import sharding
+from ..logic.planning.engines import TestPlan
+from ..logic.reporting.report import Results
 from .handles import Handle
 from .options import Settings
 

@@ -18,11 +18,11 @@ from ..contract.names import GUARD_ENV
 from ..harness import outputs
 from ..harness.pool import EnginePool
 from ..harness.threads import Progress
-from ..logic import sharding
-from ..logic.fingerprint import this_machine
-from ..logic.modelconfig import BUNDLED_MODEL
-from ..logic.ranks import BIND_ENV, cores_problem
-from ..logic.report import Results
+from ..logic.inputs.modelconfig import BUNDLED_MODEL
+from ..logic.planning import sharding
+from ..logic.planning.ranks import BIND_ENV, cores_problem
+from ..logic.reporting.fingerprint import this_machine
+from ..logic.reporting.report import Results
 from . import distributed, markers, options, summary
 from .assertions import run_settings
 from .collection import check_run_model

@@ -19,11 +19,11 @@ from typing import Any
 
 from ..compat import versions
 from ..contract.steps import StepTime
-from ..logic.planning import EngineSpec, Instructions
-from ..logic.policy import Backend, TimeoutPolicy
+from ..logic.planning.engines import EngineSpec, Instructions
 from ..logic.sizing import shapes, slices
 from ..logic.sizing.plan import EnginePlan, SizingPlan
 from ..logic.sizing.result import WORST, Measured, duration_text, fit_of, quantile, samples_of, sizing_result
+from ..logic.timeouts.policies import Backend, TimeoutPolicy
 from .cleanup import Reaper
 from .offline import Engine
 from .threads import Progress

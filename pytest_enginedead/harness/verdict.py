@@ -17,7 +17,7 @@ from ..compat import versions
 from ..contract.decisions import Verdict, overall
 from ..contract.dumps import DeadlineStack
 from ..contract.steps import StepTime
-from ..logic.ranks import rank_label
+from ..logic.planning.ranks import rank_label
 from . import slowpaths, stacks
 from .liveness import LivenessSettings, ProcessEvidence, Sampler, classify
 from .stacks import Where, innermost_frames

@@ -31,7 +31,7 @@ from ..compat import in_server
 from ..contract.decisions import GuardAction
 from ..contract.guardfiles import guard_state_pid, read_guard_state, state_dir
 from ..contract.names import ENV_FRONT_PID, EXIT_DEAD, EXIT_ENV, EXIT_HUNG
-from ..logic.guardconfig import guard_asked
+from ..logic.inputs.guardconfig import guard_asked
 from .guard import remove_stale_states
 
 logger = logging.getLogger("vllm.enginedead")

@@ -52,8 +52,8 @@ from ..contract.guardfiles import (
 )
 from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV
 from ..contract.steps import steps_path
-from ..logic.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
-from ..logic.policy import Backend
+from ..logic.inputs.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
+from ..logic.timeouts.policies import Backend
 from ..process import reading
 
 #: The wait loop runs thousands of times a second; the worker is looked at this often.

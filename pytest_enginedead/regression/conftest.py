@@ -17,7 +17,7 @@ import pytest
 from pytest_enginedead.contract.names import CHECK_PROGRESS_ENV
 from pytest_enginedead.contract.steps import summarize
 from pytest_enginedead.face.run import handle_key, settings_of
-from pytest_enginedead.logic.checking import CheckPlan, mode_of, verdict_of
+from pytest_enginedead.logic.reporting.checking import CheckPlan, mode_of, verdict_of
 
 _started = time.monotonic()
 

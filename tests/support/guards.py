@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pytest_enginedead.contract.decisions import Verdict
 from pytest_enginedead.contract.guardfiles import GuardState
-from pytest_enginedead.logic.planning import GuardSpec
+from pytest_enginedead.logic.planning.engines import GuardSpec
 
 #: the engine core's line for a guard policy it cannot import
 NOT_IMPORTABLE = ("ENGINEDEAD_GUARD_POLICY='ednowhere_i23:cap': the policy module is not importable in "

@@ -10,8 +10,8 @@ import os
 from typing import Any
 
 from .. import releases
-from ..fingerprint import preload_note
-from ..policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
+from ..reporting.fingerprint import preload_note
+from ..timeouts.policies import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
 
 
 def calibration(

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...contract.steps import StepTime
-from ..fingerprint import preload_note, this_machine
-from ..policy import STOCK_DEADLINE_S
+from ..reporting.fingerprint import preload_note, this_machine
+from ..timeouts.policies import STOCK_DEADLINE_S
 from . import advice, shapes, slices
 from . import fit as fit_
 from .forecast import Forecast, fit_slices

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead import command
-from pytest_enginedead.harness import probing
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.harness import probetrials as probing
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
 
 @pytest.mark.parametrize(("argv", "says"), [

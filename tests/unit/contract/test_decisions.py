@@ -7,7 +7,7 @@ import pytest
 from pytest_enginedead import Verdict
 from pytest_enginedead.contract.decisions import BUSY_CORES, GuardAction, overall
 from pytest_enginedead.contract.guardfiles import GuardEvent
-from pytest_enginedead.logic.report import guard_tally
+from pytest_enginedead.logic.reporting.report import guard_tally
 
 
 def test_default_threshold_is_five_percent() -> None:

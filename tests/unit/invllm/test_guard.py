@@ -26,7 +26,7 @@ from pytest_enginedead.contract.guardfiles import (
 )
 from pytest_enginedead.contract.names import ENV_DIR
 from pytest_enginedead.invllm import guard
-from pytest_enginedead.logic.guardconfig import GuardConfig
+from pytest_enginedead.logic.inputs.guardconfig import GuardConfig
 from tests.support import procs
 from tests.support.guards import NOT_IMPORTABLE, state
 

