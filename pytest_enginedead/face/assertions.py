@@ -18,7 +18,7 @@ import pytest
 
 from ..compat import versions
 from ..harness.liveness import LivenessSettings, Sampler
-from ..harness.verdict import Inspectable, JudgesErrors, NotesDeaths, Watchable, judge
+from ..harness.verdict import Inspectable, JudgesErrors, NotesDeaths, Watchable, judge_death
 
 #: The active pytest run's liveness options, for engines that carry none of their own.
 _run_settings: ContextVar[LivenessSettings] = ContextVar(
@@ -69,7 +69,7 @@ def assert_no_false_death(
             died = versions.is_engine_death(exc)
         if not (died or (extra and isinstance(exc, extra))):
             raise
-        finding = judge(engine, sampler, started, type(exc).__name__, settings)
+        finding = judge_death(engine, sampler, started, type(exc).__name__, settings)
         if isinstance(engine, NotesDeaths):
             engine.note_death(finding.to_dict())
         if not finding.false_death:

@@ -16,8 +16,7 @@ from ..contract.control import Injection
 from ..harness.startchecks import batch_problem
 from ..logic.inputs.arguments import BadMarker
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
-from ..logic.planning import engines as planning
-from ..logic.planning import sharding
+from ..logic.planning import engines, sharding
 from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
 from ..logic.timeouts.policies import PolicyError, load_policy, policy_name
 from . import distributed, markers, options
@@ -53,7 +52,7 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
         if timeout is not None:
             deadline, source = markers.timeout(timeout), "the enginedead_timeout marker"
         else:
-            deadline = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            deadline = engines.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         server = "vllm_server" in getattr(item, "fixturenames", ())
         _check_batch(item, run, batch, server)
@@ -90,12 +89,12 @@ def guard_of(item: pytest.Item, run: Run, batch: int) -> GuardSpec | None:
         try:
             search = [str(item.config.rootpath), os.getcwd()]
             loaded = load_policy(policy, search, versions.installed_version())
-            planning.policy_deadline(loaded, policy_name(loaded, policy), batch)
+            engines.policy_deadline(loaded, policy_name(loaded, policy), batch)
         except (PolicyError, PolicyFailure) as exc:
             raise BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
     else:
         try:  # the run's policy is the guard's cap
-            planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            engines.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
         except PolicyFailure as exc:
             source = "the enginedead_guard marker" if marker is not None else run.settings.guard_where
             raise BadMarker(f"the guard's cap ({source}): {exc}") from None
@@ -151,7 +150,7 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
         options.check_late_policy_hooks(config, run.settings)
     if run.settings.shard is not None:
         _keep_shard(config, run, items)
-    plan = planning.plan(
+    plan = engines.plan(
         [need_of(item, run) if uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
     )
@@ -184,7 +183,7 @@ def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> No
     xdist worker and every machine deals the same collection the same way.
     """
     assert run.settings.shard is not None
-    plan = planning.plan(
+    plan = engines.plan(
         [need_of(item, run) if uses_engine(item) else None for item in items], run.settings.model, None
     )
     keys = [t.spec if t is not None and t.spec is not None else None for t in plan.tests]
@@ -224,8 +223,8 @@ def _add_budget(item: pytest.Item, test: TestPlan) -> None:
         with contextlib.suppress(PolicyError, PolicyFailure):
             policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()],
                                  versions.installed_version())
-            cap = planning.policy_deadline(policy, test.spec.guard.policy, test.batch_size)
-    item.add_marker(pytest.mark.timeout(planning.budget_s(test.instructions, cap)))
+            cap = engines.policy_deadline(policy, test.spec.guard.policy, test.batch_size)
+    item.add_marker(pytest.mark.timeout(engines.budget_s(test.instructions, cap)))
 
 
 def planned_spec(item: pytest.Item) -> EngineSpec | None:

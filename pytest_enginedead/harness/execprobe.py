@@ -101,7 +101,7 @@ def _state_of(core: psutil.Process) -> GuardState | None:
     return read_guard_state(guard_state_path(directory, core.pid))
 
 
-def judge(state: GuardState | None, now: float, busy: bool | None) -> Answer:
+def answer_for(state: GuardState | None, now: float, busy: bool | None) -> Answer:
     """The answer for one engine core from its guard state (None: the guard is off).
 
     ``busy`` is the probe's own look at the worker's CPU, taken only when the state
@@ -165,6 +165,6 @@ def probe(port: int | None = None, pid: int | None = None) -> Answer:
         if state is None or (state.in_step and now - state.updated > STALE_S):
             busy = reading.busy(sum(reading.look(procs, LOOK_S)))  # their compilers' CPU too
             now = time.monotonic()
-        answers.append(judge(state, now, busy))
+        answers.append(answer_for(state, now, busy))
     dead = [a for a in answers if not a.alive]
     return dead[0] if dead else answers[0]

@@ -28,7 +28,7 @@ from ..contract.control import Injection
 from ..contract.decisions import Verdict
 from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions
 from ..logic.reporting.probereplay import PROBES, SAMPLE_S, SAMPLE_TIMEOUT_S, STATES, Run, Sample
-from . import execprobe as probe_mod
+from . import execprobe
 from .cleanup import Reaper
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def _probe_fn(kind: str, port: int, model: str) -> Callable[[], bool]:
     if kind == "1-token completion":
         return lambda: _http(port, "POST", "/v1/completions",
                              {"model": model, "prompt": "the", "max_tokens": 1})
-    return lambda: probe_mod.probe(port=port).alive
+    return lambda: execprobe.probe(port=port).alive
 
 
 def _sample(fn: Callable[[], bool], out: list[Sample], lock: threading.Lock) -> None:
@@ -83,7 +83,7 @@ def _sample(fn: Callable[[], bool], out: list[Sample], lock: threading.Lock) -> 
         out.append(Sample(t, latency, ok))
 
 
-def measure(state: Verdict, guarded: bool, model: str, window_s: float, hang_s: float,
+def run_trial(state: Verdict, guarded: bool, model: str, window_s: float, hang_s: float,
             progress: Progress | None = None) -> Run:
     """Start one server, put its engine in ``state``, sample every probe for ``window_s``."""
     from .server import PROMPT_WORDS, Server
@@ -147,9 +147,9 @@ def measure(state: Verdict, guarded: bool, model: str, window_s: float, hang_s: 
     return run
 
 
-def measure_all(model: str, window_s: float = DEFAULT_WINDOW_S, hang_s: float = DEFAULT_HANG_S,
+def run_trials(model: str, window_s: float = DEFAULT_WINDOW_S, hang_s: float = DEFAULT_HANG_S,
                 progress: Progress | None = None,
                 cases: Sequence[tuple[Verdict, bool]] | None = None) -> list[Run]:
     """Every state × guard (or ``cases``), one server each, one after the other."""
     cases = cases or [(state, guarded) for state in STATES for guarded in (False, True)]
-    return [measure(state, guarded, model, window_s, hang_s, progress) for state, guarded in cases]
+    return [run_trial(state, guarded, model, window_s, hang_s, progress) for state, guarded in cases]

