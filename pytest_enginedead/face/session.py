@@ -14,12 +14,14 @@ from collections.abc import Callable
 import pytest
 
 from ..compat import versions
+from ..compat.in_node import multi_node_problem
 from ..contract.names import GUARD_ENV
 from ..harness import outputs
 from ..harness.pool import EnginePool
 from ..harness.threads import Progress
 from ..logic.inputs.modelconfig import BUNDLED_MODEL
 from ..logic.planning import sharding
+from ..logic.planning.nodes import spread_problem
 from ..logic.planning.ranks import BIND_ENV, cores_problem
 from ..logic.reporting.fingerprint import this_machine
 from ..logic.reporting.report import Results
@@ -66,7 +68,12 @@ def configure_run(config: pytest.Config) -> None:
 
 
 def _check_ranks(config: pytest.Config, settings: Settings) -> None:
-    """The run's ranks each get a core of those its engines may use (unless the user binds them)."""
+    """The run's ranks each get a core of those its engines may use (unless the user binds them),
+    and spread evenly over its nodes."""
+    if settings.nodes > 1:
+        problem = spread_problem(settings.tensor_parallel, settings.nodes) or multi_node_problem()
+        if problem:
+            raise pytest.UsageError(f"enginedead: {settings.nodes_where}: {problem}")
     if settings.tensor_parallel < 2 or BIND_ENV in os.environ:
         return
     cores, owner = distributed.core_budget(config)

@@ -17,9 +17,12 @@ from ..compat import versions
 from ..contract.decisions import Verdict, overall
 from ..contract.dumps import DeadlineStack
 from ..contract.steps import StepTime
+from ..logic.planning.nodes import node_label
 from ..logic.planning.ranks import rank_label
+from ..process.remote import RemoteLook
 from . import slowpaths, stacks
 from .liveness import LivenessSettings, ProcessEvidence, Sampler, classify
+from .remoteverdict import computing, remote_dicts, remote_lines, remote_looks, remote_where
 from .stacks import Where, innermost_frames
 
 
@@ -103,6 +106,10 @@ class Finding:
     ranks: dict[int, tuple[str, str]] = field(default_factory=dict)
     #: slow paths the configuration sent the step down (``slowpaths``), one line each with the fix
     slow_paths: list[str] = field(default_factory=list)
+    #: on several nodes: the other nodes' ranks, judged from the progress they publish
+    remote: list[RemoteLook] = field(default_factory=list)
+    #: the rank ``where`` was read from, when it is another node's (``node 1 TP1``)
+    where_rank: str | None = None
 
     @property
     def false_death(self) -> bool:
@@ -129,6 +136,7 @@ class Finding:
                 }
                 for e in self.judged.values()
             ],
+            **({"remote_ranks": remote_dicts(self.remote)} if self.remote else {}),
             "stack": self.stack,
             "where": self.where.to_dict() if self.where else None,
             **({"slow_paths": self.slow_paths} if self.slow_paths else {}),
@@ -157,6 +165,7 @@ class Finding:
                     f"  afterwards: judged as of the deadline, from its own stack then; by the verdict "
                     f"{self.at_deadline[pid]}"
                 )
+        lines.extend(remote_lines(self.remote))
         f = self.facts
         if f.get("deadline_s") is not None:
             lines.append(f"  deadline:   {f['deadline_s']:g} s ({f.get('deadline_source', 'unknown')})")
@@ -173,8 +182,8 @@ class Finding:
                 f"{allowed:.0f} s at batch {f.get('batch_size')} on CPU"
             )
         if self.where:
-            computing = [rank for rank, state in self.ranks.values() if state == COMPUTING]
-            rank = f"rank {computing[0]}: " if computing else ""
+            busy = [rank for rank, state in self.ranks.values() if state == COMPUTING]
+            rank = (f"rank {self.where_rank}: " if self.where_rank else f"rank {busy[0]}: " if busy else "")
             lines.append(f"  where:      {rank}{self.where.describe()}")
         lines.extend(f"  slow path:  {path}" for path in self.slow_paths)
         if self.stack:
@@ -252,15 +261,22 @@ def judge_death(
             if v is Verdict.SLOW and step is not None:
                 steps[pid] = step
         verdicts.append(v)
-    finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps,
-                      at_deadline=at_deadline)
-    if inspectable is not None and len(workers) > 1:  # several ranks: say what each was doing
-        finding.ranks = rank_states(judged, dict(zip(judged, verdicts, strict=True)), in_step)
+    remote = remote_looks(inspectable)  # the other nodes' ranks: their progress, never /proc
+    finding = Finding(overall([*verdicts, *(lk.verdict for lk in remote)]), error, t0 - started, judged,
+                      settings, steps, at_deadline=at_deadline, remote=remote)
+    if inspectable is not None and (len(workers) > 1 or remote):  # several ranks: what each was doing
+        finding.ranks = rank_states(judged, dict(zip(judged, verdicts, strict=True)), in_step,
+                                    node=0 if remote else None, peer_computes=bool(computing(remote)))
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
         if finding.false_death:  # a genuine death propagates without waiting for a stack
-            pid, step = next(iter(steps.items()), (next(iter(judged)), None))
-            finding.stack, finding.where, paths = where_it_was(inspectable, pid, step)
+            if not steps and computing(remote):  # another node's rank computed: ask it for its stack
+                look = computing(remote)[0]
+                finding.where_rank = look.label
+                finding.stack, finding.where, paths = remote_where(inspectable, look)
+            else:
+                pid, step = next(iter(steps.items()), (next(iter(judged)), None))
+                finding.stack, finding.where, paths = where_it_was(inspectable, pid, step)
             finding.slow_paths = paths + slowpaths.oversubscribed(judged)
         summary = step_summary(inspectable.step_times_since_start())
         facts = {**inspectable.death_facts(), "step_summary": summary}
@@ -274,17 +290,21 @@ WAITING = "waiting for a peer rank inside its step (a collective waits for the r
 
 
 def rank_states(
-    judged: dict[int, ProcessEvidence], verdicts: dict[int, Verdict], in_step: set[int]
+    judged: dict[int, ProcessEvidence], verdicts: dict[int, Verdict], in_step: set[int],
+    node: int | None = None, peer_computes: bool = False,
 ) -> dict[int, tuple[str, str]]:
     """Per worker of a multi-rank engine: its rank (from its title) and what it was doing.
 
     A rank idle inside its step while a peer computes is waiting for it in a collective
-    (tensor parallel ranks meet at every all-reduce): not hung.
+    (tensor parallel ranks meet at every all-reduce): not hung.  On several nodes the ranks
+    are named with their ``node``, and a peer on another node that computes
+    (``peer_computes``) counts as well.
     """
-    someone_computes = any(v is Verdict.SLOW for v in verdicts.values())
+    someone_computes = peer_computes or any(v is Verdict.SLOW for v in verdicts.values())
     out = {}
     for pid, ev in judged.items():
         rank = rank_label(ev.title) or f"pid {pid}"
+        rank = node_label(node, rank) if node is not None else rank
         if not ev.alive:
             state = "gone"
         elif verdicts[pid] is Verdict.SLOW:
