@@ -18,16 +18,16 @@ from typing import Any
 import psutil
 
 from ..compat import versions
-from ..contract.control import Control, write_control
+from ..contract.control import Control
 from ..contract.guardfiles import CoreReady, read_core_ready
 from ..contract.names import GUARD_ENV
 from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions
 from . import cleanup, ledger
 from .cleanup import ProcRef, Reaper, mapped_shm, started_children, terminate, unlink_shm
-from .environment import engine_arguments, engine_environment, owned_cores, process_environment
+from .environment import engine_environment
 from .evidence import RunEvidence
 from .liveness import ProcessEvidence, snapshot
-from .nodes import NodeSet
+from .nodes import OnNodes
 from .threads import Progress, Ticker
 
 
@@ -70,7 +70,7 @@ def guard_refusal(run_dir: str, asked: GuardSpec | None) -> str | None:
     return None if ready is None else guard_problem(asked, ready)
 
 
-class EngineBase:
+class EngineBase(OnNodes):
     """A vLLM engine's process tree and run directory; kinds say how they launch and stop."""
 
     kind = "engine"
@@ -93,46 +93,16 @@ class EngineBase:
         self._epoch = 0
         self._reaper = reaper
         self.hurry = False  # the run was interrupted: stop without vLLM's graceful shutdown
-        #: on several nodes: the headless ones (the head is this engine's own tree)
-        self.nodes = NodeSet(spec, self.run_dir, reaper) if spec.nodes > 1 else None
-        if self.nodes is not None:
-            self.evidence.watch_remote(self.nodes.progress_dir)
 
     def environment(self, first: Instructions) -> dict[str, str]:
-        """The variables the engine's processes start with (``environment.engine_environment``);
-        on several nodes, the head's share of the cores and the directory the ranks publish in."""
-        env = engine_environment(self.spec, self.run_dir, first)
-        if self.nodes is not None:
-            env.update(self.nodes.head_environment(self._node_cores()))
-        return env
-
-    def _node_cores(self) -> list[int] | None:
-        """The cores the nodes share out, or None where the user binds the ranks themselves."""
-        from ..logic.planning.ranks import BIND_ENV
-
-        return None if BIND_ENV in os.environ else owned_cores(self.spec)
-
-    def multi_node_arguments(self) -> dict[str, object]:
-        """vLLM's arguments that make this engine the head of several nodes (none on one)."""
-        return self.nodes.head_arguments() if self.nodes is not None else {}
-
-    def launch_nodes(self, first: Instructions) -> None:
-        """Start the headless nodes (before the head, which waits for them at the master's port)."""
-        if self.nodes is None:
-            return
-        env = process_environment(self.environment(first), self.spec, os.environ)
-        self.nodes.launch(env, engine_arguments(self.spec), self._node_cores())
-
-    def node_failure(self) -> str | None:
-        return self.nodes.failure() if self.nodes is not None else None
+        """The variables the engine's processes start with (``environment.engine_environment``)."""
+        return self.head_environment(engine_environment(self.spec, self.run_dir, first))
 
     def instruct(self, instructions: Instructions) -> None:
         """From the next RPC on, the engine runs under this deadline and these faults."""
         self._epoch += 1
         control = Control(self._epoch, instructions.deadline_whole_s, instructions.injection)
-        write_control(self.run_dir, control)
-        if self.nodes is not None:
-            self.nodes.instruct(control)
+        self.write_control(control)  # in the run directory, and where the other nodes read it
         self.instructions.append(instructions)
 
     def check_core_ready(self) -> None:
@@ -161,11 +131,6 @@ class EngineBase:
     @property
     def alive(self) -> bool:
         return not self.stopped and not self.broken and self.nodes_alive
-
-    @property
-    def nodes_alive(self) -> bool:
-        """Every headless node still runs (True on one node)."""
-        return self.nodes is None or self.nodes.alive()
 
     def start(self, first: Instructions, progress: Progress | None = None) -> EngineBase:
         """Start vLLM under ``first``: the one start sequence (kinds fill in ``launch``,
@@ -211,8 +176,7 @@ class EngineBase:
 
     def ready_message(self) -> str:
         """What follows "<kind> ready in N s" in the progress line."""
-        nodes = f"; {self.nodes.describe()}" if self.nodes is not None else ""
-        return f"({self.spec.label()}; pids {', '.join(map(str, self.pids))}{nodes})"
+        return f"({self.spec.label()}; pids {', '.join(map(str, self.pids))}{self.nodes_message()})"
 
     def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
         """Ask vLLM to stop (each kind); ``stop`` ends what it leaves, by pid.
@@ -238,8 +202,7 @@ class EngineBase:
             if self.graceful_stop and not fast():
                 self.shutdown(give_up=fast)
             leftover = terminate(self.procs, grace_s=self.stop_grace_s, at_once=fast(), shm=self.shm)
-            if self.nodes is not None:  # a headless node outlives its head (vLLM #32136): ended by pid
-                leftover += self.nodes.stop()
+            leftover += self.stop_nodes()  # a headless node outlives its head (vLLM #32136)
             self.shutdown()
             unlink_shm(self.shm)
             self.evidence.freeze()  # the records outlive their run directory

@@ -23,6 +23,7 @@ the harness checks that none is left and removes the shared memory they had mapp
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import socket
@@ -35,11 +36,13 @@ import psutil
 from ..compat import in_server, llm_config
 from ..contract.control import Control, write_control
 from ..contract.names import ENV_DIR, PROGRESS_DIR_ENV
-from ..logic.planning.engines import EngineSpec
+from ..logic.planning.engines import EngineSpec, Instructions
 from ..logic.planning.nodes import node_arguments, node_bindings
 from ..logic.planning.ranks import BIND_ENV
 from ..process import reading
 from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
+from .environment import engine_arguments, owned_cores, process_environment
+from .evidence import RunEvidence
 
 #: every node reaches the others here on one machine
 LOOPBACK = "127.0.0.1"
@@ -240,3 +243,77 @@ class NodeSet:
             if node.exited() is not None or init is None or not reading.alive(init):
                 return False
         return True
+
+
+class OnNodes:
+    """What an engine spread over several nodes adds to one (``base.EngineBase``): its headless
+    nodes, started before it and stopped after it, by pid."""
+
+    spec: EngineSpec
+    run_dir: str
+    evidence: RunEvidence
+    _reaper: Reaper | None
+
+    def environment(self, first: Instructions) -> dict[str, str]:
+        raise NotImplementedError
+
+    @functools.cached_property
+    def nodes(self) -> NodeSet | None:
+        """The headless nodes of this engine's spec (None on one node); their ranks' progress is
+        the engine's evidence of them."""
+        if self.spec.nodes < 2:
+            return None
+        nodes = NodeSet(self.spec, self.run_dir, self._reaper)
+        self.evidence.watch_remote(nodes.progress_dir)
+        return nodes
+
+    def head_environment(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` and, on several nodes, the head's share of the cores and the progress directory."""
+        if self.nodes is not None:
+            env.update(self.nodes.head_environment(self.node_cores()))
+        return env
+
+    def write_control(self, control: Control) -> None:
+        """The control in the run directory, and where the other nodes' ranks read it."""
+        write_control(self.run_dir, control)
+        if self.nodes is not None:
+            self.nodes.instruct(control)
+
+    def stop_nodes(self) -> list[ProcRef]:
+        """Stop every headless node by pid; what survived (none)."""
+        return self.nodes.stop() if self.nodes is not None else []
+
+    def nodes_message(self) -> str:
+        return f"; {self.nodes.describe()}" if self.nodes is not None else ""
+
+    def node_cores(self) -> list[int] | None:
+        """The cores the nodes share out, or None where the user binds the ranks themselves."""
+        return None if BIND_ENV in os.environ else owned_cores(self.spec)
+
+    def multi_node_arguments(self) -> dict[str, object]:
+        """vLLM's arguments that make this engine the head of several nodes (none on one)."""
+        return self.nodes.head_arguments() if self.nodes is not None else {}
+
+    def launch_nodes(self, first: Instructions) -> None:
+        """Start the headless nodes (before the head, which waits for them at the master's port)."""
+        if self.nodes is not None:
+            env = process_environment(self.environment(first), self.spec, os.environ)
+            self.nodes.launch(env, engine_arguments(self.spec), self.node_cores())
+
+    def node_failure(self) -> str | None:
+        return self.nodes.failure() if self.nodes is not None else None
+
+    @property
+    def nodes_alive(self) -> bool:
+        """Every headless node still runs (True on one node)."""
+        return self.nodes is None or self.nodes.alive()
+
+    @property
+    def node_procs(self) -> list[ProcRef]:
+        """The headless nodes' processes (none on one node): stopped with the engine, never judged
+        from here (their ranks publish their progress)."""
+        return self.nodes.procs if self.nodes is not None else []
+
+    @property
+    def node_shm(self) -> set[str]:
+        return set(self.nodes.shm) if self.nodes is not None else set()

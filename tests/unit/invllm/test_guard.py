@@ -187,7 +187,7 @@ def test_the_guard_waits_for_a_computing_rank_on_another_node_and_names_it(tmp_p
         assert watch._judged()[2] == "VLLM::Worker rank 1 of 2 on node 1"
 
 
-def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_and_calls_it_dead(tmp_path: Path) -> None:
+def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tmp_path: Path) -> None:
     """Node 1's rank stopped publishing (its last record is old) and the head's rank idles: no rank
     shows progress, so after hang_s the wait ends, as DEAD: vLLM's monitor cannot see that node."""
     cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=0.5)  # type: ignore[arg-type]

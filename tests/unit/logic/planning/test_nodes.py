@@ -50,7 +50,8 @@ def test_the_head_and_the_headless_nodes_get_vllms_multi_node_arguments() -> Non
 def test_an_engine_spec_on_several_nodes_says_so_in_its_label() -> None:
     spec = EngineSpec("/m/tiny", 64, tensor_parallel=2, nodes=2)
     assert spec.label().startswith("n2, tp2, bs64") and spec.ranks_per_node == 1
-    assert EngineSpec("/m/tiny", 64, tensor_parallel=2, nodes=2, server=True).label().startswith("server, n2, tp2")
+    served = EngineSpec("/m/tiny", 64, tensor_parallel=2, nodes=2, server=True)
+    assert served.label().startswith("server, n2, tp2")
     assert spec != EngineSpec("/m/tiny", 64, tensor_parallel=2)  # not shared with a one-node engine
 
 
