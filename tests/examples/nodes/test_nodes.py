@@ -6,8 +6,10 @@ from the progress it publishes.  ``test_stock_deadline_false_death`` is meant to
 the evidence, naming node 1.
 """
 
+import os
 import time
 
+import psutil
 import pytest
 
 from pytest_enginedead import Verdict, assert_no_false_death
@@ -25,8 +27,16 @@ def test_two_nodes_start_and_answer(vllm_engine):
     (remote,) = vllm_engine.evidence.remote_ranks()
     assert (remote.record.node, remote.record.rank, remote.record.title) == (1, 1, "VLLM::Worker_TP1")
     assert remote.record.pid != 0 and not remote.gone and remote.record.steps >= 2
-    # node 1's rank lives in a PID namespace of its own: its pid there is not its pid here
     print(f"NODES {remote.label} pid {remote.record.pid} in its node")
+    # each node's rank on a core of its own, bound by the harness (seen from this namespace, which
+    # sees every process: the check a test may make, never the verdict)
+    cores = {}
+    for proc in psutil.process_iter(["cmdline"]):
+        title = " ".join(proc.info["cmdline"] or [])
+        if title in ("VLLM::Worker_TP0", "VLLM::Worker_TP1"):
+            cores[title[-3:]] = sorted(os.sched_getaffinity(proc.pid))
+    print(f"BOUND {sorted(cores.items())}")
+    assert len(cores) == 2 and all(len(c) == 1 for c in cores.values()) and cores["TP0"] != cores["TP1"]
 
 
 @pytest.mark.enginedead_timeout(2)
