@@ -36,7 +36,7 @@ def test_two_nodes_start_and_answer(vllm_engine):
         if title in ("VLLM::Worker_TP0", "VLLM::Worker_TP1"):
             cores[title[-3:]] = sorted(os.sched_getaffinity(proc.pid))
     print(f"BOUND {sorted(cores.items())}")
-    assert len(cores) == 2 and all(len(c) == 1 for c in cores.values()) and cores["TP0"] != cores["TP1"]
+    assert len(cores) == 2 and not set(cores["TP0"]) & set(cores["TP1"]), cores
 
 
 @pytest.mark.enginedead_timeout(2)
