@@ -24,6 +24,7 @@ The formats are ``record.py``'s, shared with the harness that reads them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import functools
@@ -212,9 +213,11 @@ class StepRecorder:
             os.write(self._fd, line)
 
     def publish_as(self, node: int, rank: int) -> None:
-        """Start publishing this rank's progress (once), if there is a directory for it."""
+        """Start publishing this rank's progress (once), if there is a directory for it; at a clean
+        exit its last record says so."""
         if self.publisher is None and self.progress_dir:
             self.publisher = Publisher(self.progress_dir, node, rank, self)
+            atexit.register(self.publisher.close)
 
     def run_sample(self, call: Callable[[], Any]) -> Any:
         """The step's second RPC (sampling): same step index, its own begin and end."""

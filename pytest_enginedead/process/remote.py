@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..contract.decisions import BUSY_CORES, Verdict
 from ..contract.progress import (
@@ -144,18 +144,26 @@ class RemoteRanks:
         self, limit_s: float = SILENT_AFTER_S + PUBLISH_EVERY_S, poll_s: float = 0.05,
         sleep: Callable[[float], None] = time.sleep,
     ) -> list[RemoteLook]:
-        """Looks once every remote rank has published since this call, or has gone silent.
+        """Each remote rank as of its first record since this call, or gone if it sent none.
 
-        After an engine death: a record from before it says nothing of now, so each rank
-        gets one interval to speak; one that does not for ``SILENT_AFTER_S`` is gone.
+        After an engine death: a record from before it says nothing of the moment, so each
+        rank gets one interval to speak.  Its first record after the death is what it was
+        doing then (its CPU over its last second): alive, whatever it does next — a headless
+        node's rank may well exit once its head has died.  One that sends nothing for
+        ``SILENT_AFTER_S`` is gone.
         """
         start = {look.key: look.record.seq for look in self.look()}
+        first: dict[tuple[int, int], RemoteLook] = {}
         until = self._clock() + limit_s
         while True:
             looks = self.look()
-            waiting = [lk for lk in looks if not lk.gone and start.get(lk.key) == lk.record.seq]
+            for lk in looks:
+                if lk.key not in first and start.get(lk.key) != lk.record.seq:
+                    alive = replace(lk.record, ended=False)  # it spoke after the death
+                    first[lk.key] = RemoteLook(lk.record, lk.silent_s, judge(alive, 0.0, self.threshold))
+            waiting = [lk for lk in looks if lk.key not in first and not lk.gone]
             if not waiting or self._clock() >= until:
-                return looks
+                return [first.get(lk.key, lk) for lk in looks]
             sleep(poll_s)
 
     def stack(

@@ -125,3 +125,20 @@ def test_a_look_describes_a_computing_remote_rank() -> None:
     assert remote.RemoteLook(record(step=0), 0.2, Verdict.HUNG).step_words() == "no step yet"
 
 
+
+
+def test_after_a_death_a_rank_is_judged_by_its_first_record_since_then(tmp_path: Path) -> None:
+    """A headless node's rank may exit once its head died: its first record after the death says it
+    was computing then (its last second's CPU), and that is the verdict; only silence is gone."""
+    clocks = Clocks()
+    d = str(tmp_path)
+    progress.write_progress(d, record(seq=1, cores=1.0))
+    ranks = reader(tmp_path, clocks)
+
+    def sleep(seconds: float) -> None:
+        clocks.sleep(seconds)
+        progress.write_progress(d, record(seq=2, cores=0.9, ended=True))  # computing, then exiting
+
+    (look,) = ranks.fresh(sleep=sleep)
+    assert look.verdict is Verdict.SLOW and look.record.ended
+    assert clocks.now - 1000.0 < 0.1  # no wait for a silence: it spoke
