@@ -177,10 +177,15 @@ class NodeSet:
             flags = [word for key, value in kwargs.items() for word in in_server.server_tokens(key, value)]
             log_path = os.path.join(self.run_dir, f"node-{k}.log")
             with open(log_path, "wb") as log:
-                proc = subprocess.Popen(
-                    namespace_command([sys.executable, "-m", HEADLESS_MODULE, *flags]), env=dict(env),
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                )
+                try:
+                    proc = subprocess.Popen(
+                        namespace_command([sys.executable, "-m", HEADLESS_MODULE, *flags]), env=dict(env),
+                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    raise RuntimeError(f"headless node {k} could not start in a PID namespace of its own "
+                                       f"(util-linux's unshare): {exc}") from None
             self.nodes.append(Node(k, proc, log_path, scratch))
         self.adopt()
 
