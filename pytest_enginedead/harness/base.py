@@ -123,7 +123,7 @@ class EngineBase(OnNodes):
 
     def adopt(self, me: psutil.Process, before: set[int]) -> None:
         """Record the processes this start created (our own tree, by pid)."""
-        self.procs += started_children(me, before, self.procs)
+        self.procs += started_children(me, before | self.node_tree(), self.procs)  # the head's alone
         self.shm |= mapped_shm(self.procs)
         if self._reaper is not None:
             self._reaper.track(self.run_dir, self.procs, self.shm, self.run_dir)

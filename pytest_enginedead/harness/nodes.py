@@ -200,6 +200,15 @@ class NodeSet:
     def procs(self) -> list[ProcRef]:
         return [r for node in self.nodes for r in node.procs]
 
+    def tree(self) -> set[int]:
+        """Every pid of the nodes' process trees as they are now."""
+        pids: set[int] = set()
+        for node in self.nodes:
+            with contextlib.suppress(psutil.Error):
+                root = psutil.Process(node.proc.pid)
+                pids |= {root.pid, *(p.pid for p in root.children(recursive=True))}
+        return pids
+
     @property
     def pids(self) -> list[int]:
         return [r.pid for r in self.procs]
@@ -289,7 +298,17 @@ class OnNodes:
         return self.nodes.stop() if self.nodes is not None else []
 
     def nodes_message(self) -> str:
-        return f"; {self.nodes.describe()}" if self.nodes is not None else ""
+        """The nodes as the ready message names them; recorded now, their workers all started (the
+        head is ready only once every node's ranks joined it)."""
+        if self.nodes is None:
+            return ""
+        self.nodes.adopt()
+        return f"; {self.nodes.describe()}"
+
+    def node_tree(self) -> set[int]:
+        """The pids of every headless node's process tree now (``unshare`` and all below it): never
+        the head's own, though the harness started them too."""
+        return self.nodes.tree() if self.nodes is not None else set()
 
     def node_cores(self) -> list[int] | None:
         """The cores the nodes share out, or None where the user binds the ranks themselves."""
