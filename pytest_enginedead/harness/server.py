@@ -114,7 +114,7 @@ class Server(EngineBase):
         self.adopt_tree()
 
     def ready_message(self) -> str:
-        return f"on {self.base_url} (pids {', '.join(map(str, self.pids))})"
+        return f"on {self.base_url} (pids {', '.join(map(str, self.pids))}{self.nodes_message()})"
 
     def _track_early(self) -> None:
         """The server's own pid goes to the reaper at once: a kill during start-up leaves nothing."""

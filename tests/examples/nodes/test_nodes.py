@@ -32,7 +32,7 @@ def test_two_nodes_start_and_answer(vllm_engine):
     # sees every process: the check a test may make, never the verdict)
     cores = {}
     for proc in psutil.process_iter(["cmdline"]):
-        title = " ".join(proc.info["cmdline"] or [])
+        title = ((proc.info["cmdline"] or [""])[0].split() or [""])[0]  # setproctitle pads it
         if title in ("VLLM::Worker_TP0", "VLLM::Worker_TP1"):
             cores[title[-3:]] = sorted(os.sched_getaffinity(proc.pid))
     print(f"BOUND {sorted(cores.items())}")
