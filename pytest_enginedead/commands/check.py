@@ -29,10 +29,9 @@ from ..harness.server import has_tokenizer
 from ..logic.inputs.arguments import BadMarker, fits_context
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.values import DEFAULT_BATCH_SIZES
-from ..logic.planning import engines
+from ..logic.machine import preload_note, this_machine
 from ..logic.reporting import checking
-from ..logic.reporting.fingerprint import preload_note, this_machine
-from ..logic.timeouts.policies import PolicyError, load_policy, policy_name
+from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from .common import (
     GUARD_SWITCH,
     Refused,
@@ -150,8 +149,8 @@ def check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
     try:
         loaded = load_policy(spec, [os.getcwd()], versions.installed_version())
         for n in batch_sizes:
-            engines.policy_deadline(loaded, policy_name(loaded, spec), n)
-    except (PolicyError, engines.PolicyFailure) as exc:
+            policy_deadline(loaded, policy_name(loaded, spec), n)
+    except (PolicyError, PolicyFailure) as exc:
         raise Refused(f"--policy {spec!r}: {exc}") from None
 
 

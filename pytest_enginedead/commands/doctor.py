@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from ..compat import moe, versions
+from ..logic import machine
 from ..logic.inputs.modelconfig import read_config, validate_model
 from ..logic.inputs.values import BadValue
-from ..logic.reporting import diagnosis, fingerprint
+from ..logic.reporting import diagnosis
 from ..logic.reporting.diagnosis import Diagnosis
 from ..logic.sizing import shapes, slices
 from .common import Refused, add_verbose, arg
@@ -64,12 +65,12 @@ def diagnose(model: str | None = None) -> list[Diagnosis]:
     extras = {name: v for name in diagnosis.CUDA_EXTRAS if (v := _dist_version(name)) is not None}
     imported, error = _imports("transformers")
     found.append(diagnosis.check_transformers(imported, error, extras))
-    found.append(diagnosis.check_isa(fingerprint.isa_flags(fingerprint.read_cpuinfo())))
+    found.append(diagnosis.check_isa(machine.isa_flags(machine.read_cpuinfo())))
     if model is not None:
         config = _config(model)
         found.append(_memory(model, config))
         found.extend(_moe_kernel(config))
-    found.append(diagnosis.check_preloads(environ.get("LD_PRELOAD", ""), fingerprint.find_preloads()))
+    found.append(diagnosis.check_preloads(environ.get("LD_PRELOAD", ""), machine.find_preloads()))
     found.append(diagnosis.check_omp(environ, diagnosis.sched_cores()))
     found.append(diagnosis.check_plugin(_plugin_registered(), environ))
     found.extend(diagnosis.check_deadline(environ, version))
@@ -119,7 +120,7 @@ def _memory(model: str, config: dict[str, Any]) -> Diagnosis:
     """The model with dummy weights and one sequence's KV cache at its full context."""
     kv = slices.kv_cache_gib(config, [shapes.model_max_len(config) or 2048])
     return diagnosis.check_memory(os.path.basename(model), slices.memory(config, kv),
-                                  fingerprint.meminfo("MemAvailable"))
+                                  machine.meminfo("MemAvailable"))
 
 
 def _moe_kernel(config: dict[str, Any]) -> list[Diagnosis]:

@@ -17,8 +17,8 @@ from ..harness.startchecks import batch_problem
 from ..logic.inputs.arguments import BadMarker
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.planning import engines, sharding
-from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
-from ..logic.timeouts.policies import PolicyError, load_policy, policy_name
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
+from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from . import distributed, markers, options
 from .options import Settings
 from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_key, run_of
@@ -52,7 +52,7 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
         if timeout is not None:
             deadline, source = markers.timeout(timeout), "the enginedead_timeout marker"
         else:
-            deadline = engines.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            deadline = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         server = "vllm_server" in getattr(item, "fixturenames", ())
         _check_batch(item, run, batch, server)
@@ -89,12 +89,12 @@ def guard_of(item: pytest.Item, run: Run, batch: int) -> GuardSpec | None:
         try:
             search = [str(item.config.rootpath), os.getcwd()]
             loaded = load_policy(policy, search, versions.installed_version())
-            engines.policy_deadline(loaded, policy_name(loaded, policy), batch)
+            policy_deadline(loaded, policy_name(loaded, policy), batch)
         except (PolicyError, PolicyFailure) as exc:
             raise BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
     else:
         try:  # the run's policy is the guard's cap
-            engines.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            policy_deadline(run.settings.policy, run.settings.policy_name, batch)
         except PolicyFailure as exc:
             source = "the enginedead_guard marker" if marker is not None else run.settings.guard_where
             raise BadMarker(f"the guard's cap ({source}): {exc}") from None
@@ -223,7 +223,7 @@ def _add_budget(item: pytest.Item, test: TestPlan) -> None:
         with contextlib.suppress(PolicyError, PolicyFailure):
             policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()],
                                  versions.installed_version())
-            cap = engines.policy_deadline(policy, test.spec.guard.policy, test.batch_size)
+            cap = policy_deadline(policy, test.spec.guard.policy, test.batch_size)
     item.add_marker(pytest.mark.timeout(engines.budget_s(test.instructions, cap)))
 
 

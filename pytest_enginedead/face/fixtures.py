@@ -22,9 +22,9 @@ from ..logic.inputs.arguments import BadMarker, factory_arguments, rank_count
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.modelconfig import model_label, validate_model
 from ..logic.planning import engines
-from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
 from ..logic.planning.ranks import BIND_ENV, cores_problem
-from ..logic.timeouts.policies import PolicyLike
+from ..logic.timeouts.policies import PolicyFailure, PolicyLike, policy_deadline
 from .collection import guard_of, need_of
 from .handles import EngineHandle, Handle, ServerHandle
 from .run import Run, fail, handle_key, plan_key, run_of
@@ -59,7 +59,7 @@ def _started(start: Callable[[], EngineBase]) -> EngineBase:
 
 def _handle(run: Run, engine: EngineBase, batch_size: int, instructions: Instructions) -> Handle:
     try:
-        allowed: float | None = engines.policy_deadline(
+        allowed: float | None = policy_deadline(
             run.settings.policy, run.settings.policy_name, batch_size
         )
     except PolicyFailure:
@@ -118,7 +118,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
         batch, seconds, faults = factory_arguments(batch_size, timeout_s, inject, what)
         from_policy = seconds is None
         if seconds is None:
-            seconds = engines.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            seconds = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         else:
             source = f"{what}(timeout_s=...)"

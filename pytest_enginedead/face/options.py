@@ -21,8 +21,8 @@ from ..harness.liveness import LivenessSettings
 from ..harness.startchecks import model_problem, vllm_environment_problem
 from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_label
 from ..logic.inputs.optiontable import OPTIONS, Option
-from ..logic.inputs.values import BadValue, one_line, shorten_paths
-from ..logic.planning.sharding import Shard, durations_path
+from ..logic.inputs.values import BadValue, Shard, one_line, shorten_paths
+from ..logic.planning.sharding import durations_path
 from ..logic.reporting.checking import BadPlan, CheckPlan
 from ..logic.reporting.diagnosis import plugin_problem
 from ..logic.timeouts.policies import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name

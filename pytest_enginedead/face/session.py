@@ -19,9 +19,9 @@ from ..harness import outputs
 from ..harness.pool import EnginePool
 from ..harness.threads import Progress
 from ..logic.inputs.modelconfig import BUNDLED_MODEL
+from ..logic.machine import this_machine
 from ..logic.planning import sharding
 from ..logic.planning.ranks import BIND_ENV, cores_problem
-from ..logic.reporting.fingerprint import this_machine
 from ..logic.reporting.report import Results
 from . import distributed, markers, options, summary
 from .assertions import run_settings

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..harness.outputs import Output, claim
-from ..logic.reporting.fingerprint import this_machine
+from ..logic.machine import this_machine
 from ..logic.reporting.report import (
     Results,
     RunFacts,

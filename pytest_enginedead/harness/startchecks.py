@@ -26,8 +26,8 @@ from ..logic.inputs.modelconfig import (
     validate_model,
 )
 from ..logic.inputs.values import BadValue, one_line
-from ..logic.planning import batchbound
-from ..logic.reporting.fingerprint import meminfo
+from ..logic.machine import meminfo
+from ..logic.sizing import batchbound
 from .server import has_tokenizer
 
 

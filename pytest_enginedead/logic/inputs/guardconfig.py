@@ -12,8 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...contract.names import GUARD_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
-from ..planning.engines import PolicyFailure, policy_deadline
-from ..timeouts.policies import PolicyError, PolicyLike, PolicyNotFound, load_policy, policy_name
+from ..timeouts.policies import (
+    PolicyError,
+    PolicyFailure,
+    PolicyLike,
+    PolicyNotFound,
+    load_policy,
+    policy_deadline,
+    policy_name,
+)
 
 DEFAULT_HANG_S = 60.0
 

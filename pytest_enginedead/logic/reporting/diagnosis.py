@@ -17,8 +17,8 @@ from typing import Any
 from ...contract.names import GUARD_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
 from .. import releases
 from ..inputs.guardconfig import config_from_env, misplaced_policy
+from ..machine import PRELOADS, preloaded
 from ..timeouts.policies import Backend
-from .fingerprint import PRELOADS, preloaded
 
 #: the vLLM CPU releases this harness is tested against (the CI matrix)
 TESTED = ((0, 27, 1), (0, 32, 0))

@@ -16,7 +16,7 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from ...contract.decisions import Verdict
-from . import fingerprint
+from .. import machine
 from .report import SCHEMA_VERSION
 
 
@@ -112,7 +112,7 @@ def false_under_policy(row: Mapping[str, Any]) -> bool:
 
 def _machine_index(machines: list[dict[str, Any]], m: dict[str, Any]) -> int:
     for i, known in enumerate(machines):
-        if fingerprint.same_machine(known, m):
+        if machine.same_machine(known, m):
             return i
     machines.append(m)
     return len(machines) - 1
@@ -123,7 +123,7 @@ def merge(inputs: Sequence[Loaded]) -> Merged:
     merged = Merged(list(inputs))
     calibrations = [x for x in inputs if x.kind == "calibration"]
     for x in calibrations[1:]:
-        differ = fingerprint.differences(calibrations[0].machine, x.machine)
+        differ = machine.differences(calibrations[0].machine, x.machine)
         if differ:
             raise MergeError(
                 f"{x.path} and {calibrations[0].path} are calibrations from different machines "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..reporting.fingerprint import meminfo
+from ..machine import meminfo
 from . import shapes, slices
 
 

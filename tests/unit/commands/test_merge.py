@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_enginedead import command
+from pytest_enginedead.logic.machine import this_machine
 from pytest_enginedead.logic.reporting import merging
-from pytest_enginedead.logic.reporting.fingerprint import this_machine
 from tests.support.downstream import enginedead, validated
 
 Capture = pytest.CaptureFixture[str]

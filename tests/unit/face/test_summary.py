@@ -13,8 +13,8 @@ from pytest_enginedead.harness.liveness import LivenessSettings
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.pool import EngineRecord
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.machine import Machine, same_machine, this_machine
 from pytest_enginedead.logic.planning.engines import Instructions
-from pytest_enginedead.logic.reporting.fingerprint import Machine, same_machine, this_machine
 from pytest_enginedead.logic.reporting.report import Results
 from pytest_enginedead.logic.timeouts.policies import TimeoutPolicy
 from tests.support import examples

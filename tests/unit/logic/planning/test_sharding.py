@@ -12,27 +12,11 @@ import re
 
 import pytest
 
+from pytest_enginedead.logic.inputs.values import Shard
 from pytest_enginedead.logic.planning import sharding
-from pytest_enginedead.logic.planning.sharding import (
-    Durations,
-    Shard,
-    ShardError,
-    deal,
-    parse_shard,
-    split,
-    units,
-)
+from pytest_enginedead.logic.planning.sharding import Durations, ShardError, deal, split, units
 
 # --- the deal --------------------------------------------------------------------------------------
-
-
-def test_parse_shard() -> None:
-    assert parse_shard("1/2") == Shard(1, 2) and str(parse_shard(" 3 / 3 ")) == "3/3"
-    for bad, why in [("1-2", "is not K/N"), ("0/2", "no shard 0 of 2"), ("3/2", "no shard 3 of 2"),
-                     ("1/0", "from 1 to 1000"), ("1/1001", "from 1 to 1000"), ("", "is not K/N"),
-                     ("1.5/2", "is not K/N"), ("-1/2", "is not K/N")]:
-        with pytest.raises(ShardError, match=re.escape(why)):
-            parse_shard(bad)
 
 
 def test_tests_of_one_configuration_form_one_unit_in_collection_order() -> None:
