@@ -3,8 +3,9 @@
 A dump lists each thread's frames, innermost first (``File "...", line N in fn``); the
 worker writes ``main-thread 0x…`` before it so that the main thread (the one that runs
 the model step) can be picked out.  ``where`` names the model code a step was in: the
-deepest frame inside the model's own modules (``versions.MODEL_CODE``), with its class
-and source line, and beside it the innermost frame of vLLM's (or our) code.
+deepest function of the model's own modules (``versions.MODEL_CODE``) most of the samples
+ran under, with its class and the source lines they were at, and beside it the innermost
+frame of vLLM's (or our) code.
 """
 
 from __future__ import annotations

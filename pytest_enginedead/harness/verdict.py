@@ -287,9 +287,10 @@ def _judge_by_step(
 ) -> Verdict:
     """The verdict on a worker that keeps a step record, given ``verdict`` from its CPU now.
 
-    Busy inside a model step is SLOW; busy outside one is HUNG.  A worker not computing a
-    step now (its step ended, it sat idle, or it is gone) is judged as of the deadline when
-    its own dump then proves it was in the step: its evidence in ``judged`` becomes that.
+    Busy inside a model step is SLOW.  Any other worker (its step ended, it sat idle, it is
+    gone, or it is busy outside a step) is judged as of the deadline when its own dump then
+    proves it was in the step: its evidence in ``judged`` becomes that.  Failing that, busy
+    outside a step is HUNG.
     """
     ev = judged[pid]
     running = engine.evidence.running_step(pid)

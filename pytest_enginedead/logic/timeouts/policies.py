@@ -321,8 +321,9 @@ def _module_and_attribute(spec: str) -> tuple[str, str]:
 
 def _import_policy_module(module_name: str, search_path: Iterable[str]) -> ModuleType:
     """The policy's module, imported with ``search_path`` ahead of ``sys.path`` for the import
-    only.  A module on no path is ``PolicyNotFound``; any failure of its own code (even an
-    exit) is a ``PolicyError`` that says what it raised."""
+    only.  The module (or a package above it) on no path is ``PolicyNotFound``; a module it
+    imports that is missing, or any failure of its own code (even an exit), is a
+    ``PolicyError`` that says what it raised."""
     added = [p for p in search_path if p not in sys.path]
     sys.path[:0] = added
     try:
