@@ -26,7 +26,7 @@ from typing import Any
 
 from ..contract.control import Injection
 from ..contract.guardfiles import GuardEvent
-from ..contract.steps import StepTime, parse_steps, steps_path
+from ..contract.steps import END_LINE, StepTime, parse_steps, steps_path
 from ..logic.planning import EngineSpec, GuardSpec, Instructions
 from ..logic.soak.judge import Limits, Window, judge, past_deadline
 from ..logic.soak.schedule import Fault, Schedule
@@ -40,7 +40,7 @@ from .traffic import Traffic
 #: RSS is compared from this long after each start (the first requests allocate) ...
 WARMUP_S = 30.0
 #: ... in starts that served at least this long after it
-DRIFT_LEAST_S = 60.0
+DRIFT_LEAST_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,7 @@ class Soak:
         self.t0 = time.monotonic()
         self.until: float | None = None
         self._last_line = 0.0
+        self._counter: StepCounter | None = None
 
     def _pointed(self, base_url: str) -> None:
         self.traffic.base_url = base_url
@@ -118,7 +119,10 @@ class Soak:
         failed = sum(1 for r in reqs if r.failed)
         ran = (time.monotonic() - self.t0) / 60
         total = f"/{self.plan.minutes:g}" if self.plan.minutes else ""
-        steps = sum(len(_steps(inc.server)) for inc in self.supervisor.incarnations[-1:])
+        inc = self.supervisor.current
+        if inc is not None and (self._counter is None or self._counter.server is not inc.server):
+            self._counter = StepCounter(inc.server)
+        steps = self._counter.count() if self._counter is not None else 0
         return (f"[{self.plan.name}] {ran:.1f}{total} min: {len(self.windows)} faults, "
                 f"requests {ok} served / {failed} failed, restarts {self.supervisor.restarts}, "
                 f"steps {steps} in this start")
@@ -152,7 +156,7 @@ class Soak:
         start = time.monotonic()
         tail = StepsSince(inc.server)
         self.instruct(Injection(slow_s_per_seq=per_seq, ranks=fault.ranks))
-        limits = self.limits()
+        limits = self.limits(median=False)
         probe_w = Window("slow", "", start, math.inf, inc.number)
 
         def enough() -> bool:
@@ -209,9 +213,9 @@ class Soak:
                            fault.get("requests"), fault.get("streams"), server.run_dir, self.wait)
         self.guidellm.append(out)
 
-    def limits(self) -> Limits:
+    def limits(self, median: bool = True) -> Limits:
         steps = [s.seconds for inc in self.supervisor.incarnations for s in _steps(inc.server)
-                 if s.seconds is not None]
+                 if s.seconds is not None] if median else []
         return Limits(float(self.sched.deadline_s), self.sched.hang_s, self.plan.guard,
                       self.sched.tensor_parallel_size, statistics.median(steps) if steps else 0.0)
 
@@ -256,6 +260,29 @@ def _vocab(model: str) -> int:
 def _steps(server: Any) -> list[StepTime]:
     steps: list[StepTime] = server.evidence.steps()
     return steps
+
+
+class StepCounter:
+    """Finished steps of a server so far, counted from its records' new bytes at each look."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        self.offsets: dict[int, int] = {}
+        self.ends: dict[int, int] = {}
+
+    def count(self) -> int:
+        for ref in list(self.server.procs):
+            with contextlib.suppress(OSError), open(steps_path(self.server.run_dir, ref.pid), "rb") as f:
+                f.seek(self.offsets.get(ref.pid, 0))
+                data = f.read()
+                whole = data[:data.rfind(b"\n") + 1]
+                self.offsets[ref.pid] = self.offsets.get(ref.pid, 0) + len(whole)
+                self.ends[ref.pid] = self.ends.get(ref.pid, 0) + whole.count(END_MARK)
+        return max(self.ends.values(), default=0)
+
+
+#: how a step's end line begins in the record (``contract.steps.END_LINE``)
+END_MARK = END_LINE.split(b",")[0]
 
 
 class StepsSince:

@@ -177,7 +177,8 @@ def rss_of(server: Server) -> tuple[int, int] | None:
 
 
 class Monitor:
-    """A thread that samples RSS every ``every_s`` and asks the probe every ``probe_every_s``."""
+    """A thread that samples RSS every ``every_s`` and asks the probe every ``probe_every_s`` (every
+    second while a hang or kill is in force, to see when it says so)."""
 
     def __init__(self, supervisor: Supervisor, every_s: float = 2.0, probe_every_s: float = 3.0) -> None:
         self.supervisor = supervisor
@@ -198,7 +199,7 @@ class Monitor:
 
     def _run(self) -> None:
         next_probe = time.monotonic()
-        while not self._stop.wait(self.every_s):
+        while not self._stop.wait(1.0 if self.fatal_open else self.every_s):
             inc = self.supervisor.current
             if inc is None or inc.exit is not None or inc.ready_at == 0.0:
                 continue
@@ -209,7 +210,7 @@ class Monitor:
                     inc.rss.append((time.monotonic(), *sample))
             now = time.monotonic()
             if now >= next_probe and server.proc is not None and server.exit_code is None:
-                next_probe = now + self.probe_every_s
+                next_probe = now + (1.0 if self.fatal_open else self.probe_every_s)
                 with contextlib.suppress(Exception):
                     answer = probe(pid=server.proc.pid)
                     if server.exit_code is None and not server.stopped:

@@ -125,13 +125,6 @@ def _tally(events: Iterable[GuardEvent]) -> Counter[str]:
     return Counter(e.action.value for e in events)
 
 
-def _died_in(exits: Sequence[Exit], w: Window) -> Exit | None:
-    for x in exits:
-        if not x.by_us and x.incarnation == w.incarnation and w.start <= x.t <= w.end + DEATH_GRACE_S:
-            return x
-    return None
-
-
 def past_deadline(steps: Iterable[StepTime], w: Window, limits: Limits, now: float) -> int:
     """Steps that began in the window and ran past the deadline by two looks or more (the
     guard must have looked at them there); the most on any one worker (ranks record each step)."""
@@ -145,12 +138,11 @@ def past_deadline(steps: Iterable[StepTime], w: Window, limits: Limits, now: flo
     return max(per_pid.values(), default=0)
 
 
-def judge_slow(w: Window, events: list[GuardEvent], steps: Sequence[StepTime], exits: Sequence[Exit],
+def judge_slow(w: Window, events: list[GuardEvent], steps: Sequence[StepTime], died: Exit | None,
                limits: Limits, now: float) -> WindowResult:
     past = past_deadline(steps, w, limits, now)
     ends = [e for e in events if e.action.ends]
     waits = [e for e in events if e.action is GuardAction.WAIT and e.verdict is Verdict.SLOW]
-    died = _died_in(exits, w)
     if not limits.guarded:
         why = (f"the server died (exit {died.code}) at {past} step(s) past the deadline" if died
                else f"lived through {past} step(s) past the deadline")
@@ -177,12 +169,11 @@ def hung_step(steps: Sequence[StepTime], w: Window) -> StepTime | None:
     return min(hung, key=lambda s: s.started, default=None)
 
 
-def judge_hang(w: Window, events: list[GuardEvent], steps: Sequence[StepTime], exits: Sequence[Exit],
+def judge_hang(w: Window, events: list[GuardEvent], steps: Sequence[StepTime], died: Exit | None,
                limits: Limits) -> WindowResult:
     stuck = hung_step(steps, w)
     ends = [e for e in events if e.action is GuardAction.END and e.verdict is Verdict.HUNG]
     if not limits.guarded:
-        died = _died_in(exits, w)
         why = f"vLLM's deadline ended it (exit {died.code})" if died else "the server lived on (hung)"
         return WindowResult(w, True, why, _tally(events))
     if stuck is None:
@@ -200,10 +191,9 @@ def judge_hang(w: Window, events: list[GuardEvent], steps: Sequence[StepTime], e
                                  f"{limits.hang_s:g} s)", _tally(events), ended_after_s=after)
 
 
-def judge_other(w: Window, events: list[GuardEvent], exits: Sequence[Exit], limits: Limits) -> WindowResult:
+def judge_other(w: Window, events: list[GuardEvent], died: Exit | None, limits: Limits) -> WindowResult:
     """A kill (the engine dies; no END/CAP of the guard's) or a load fault (nothing ends, nothing dies)."""
     ends = [e for e in events if e.action.ends]
-    died = _died_in(exits, w)
     if limits.guarded and ends:
         e = ends[0]
         return WindowResult(w, False, f"FALSE END: the guard decided {e.action.value} ({e.verdict}) at step "
@@ -219,14 +209,15 @@ def judge_other(w: Window, events: list[GuardEvent], exits: Sequence[Exit], limi
     return WindowResult(w, True, "served through it", _tally(events))
 
 
-def judge_window(w: Window, events: Sequence[GuardEvent], steps: Sequence[StepTime], exits: Sequence[Exit],
+def judge_window(w: Window, events: Sequence[GuardEvent], steps: Sequence[StepTime], died: Exit | None,
                  limits: Limits, now: float) -> WindowResult:
+    """One window; ``died``: the server's death that belongs to it (``death_cause``), if any."""
     inside = _in(events, w)
     if w.kind == "slow":
-        return judge_slow(w, inside, steps, exits, limits, now)
+        return judge_slow(w, inside, steps, died, limits, now)
     if w.kind == "hang":
-        return judge_hang(w, inside, steps, exits, limits)
-    return judge_other(w, inside, exits, limits)
+        return judge_hang(w, inside, steps, died, limits)
+    return judge_other(w, inside, died, limits)
 
 
 def _false_end(r: WindowResult, limits: Limits) -> bool:
@@ -239,10 +230,13 @@ def _false_end(r: WindowResult, limits: Limits) -> bool:
 
 
 def death_cause(x: Exit, windows: Sequence[Window]) -> tuple[str, Window | None]:
-    """(``genuine`` / ``false``, its window) for a server's death."""
+    """(``genuine`` / ``false``, its window) for a server's death: the last window of that server
+    that began before it, if the death came within ``DEATH_GRACE_S`` of its close."""
     for w in reversed(windows):
-        if w.incarnation == x.incarnation and w.start <= x.t <= w.end + DEATH_GRACE_S:
-            return ("genuine" if w.kind in FATAL else "false"), w
+        if w.incarnation == x.incarnation and w.start <= x.t:
+            if x.t <= w.end + DEATH_GRACE_S:
+                return ("genuine" if w.kind in FATAL else "false"), w
+            break
     return "false", None
 
 
@@ -263,7 +257,12 @@ def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequen
           exits: Sequence[Exit], requests: Sequence[Request], limits: Limits, t0: float,
           now: float) -> Judgement:
     """The run judged: each window, the deaths and the requests they cost."""
-    results = [judge_window(w, events, steps, exits, limits, now) for w in windows]
+    owned: dict[int, Exit] = {}
+    for x in exits:
+        w = death_cause(x, windows)[1] if not x.by_us else None
+        if w is not None:
+            owned.setdefault(id(w), x)
+    results = [judge_window(w, events, steps, owned.get(id(w)), limits, now) for w in windows]
     stray = [e for e in events if e.action.ends and not any(w.start <= e.t <= w.end for w in windows)]
     false_ends = sum(1 for r in results if _false_end(r, limits)) + (len(stray) if limits.guarded else 0)
     missed = sum(1 for r in results if r.window.kind == "hang" and not r.ok) if limits.guarded else None

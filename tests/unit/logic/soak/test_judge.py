@@ -122,3 +122,15 @@ def test_requests_lost_are_charged_to_the_death_that_cost_them() -> None:
     assert j.failures["HTTP 400 BadRequestError"] == 1 and CUT not in j.failures
     assert j.false_ends == 0 and j.missed_hangs is None  # no guard: nothing of the guard's to judge
     assert not j.windows[0].ok  # stock died in its slow window
+
+
+def test_a_death_belongs_to_the_last_window_before_it_not_to_an_earlier_one_still_in_its_grace() -> None:
+    """A burst that closed 5 s before a kill was delivered did not kill the server: the kill did."""
+    burst = Window("burst", "faults[3] burst", 100.0, 104.0, 0)
+    kill = Window("kill", "faults[4] kill", 109.0, 110.5, 0)
+    j = judge([burst, kill], [], [], [Exit(0, 110.0, 70, False)], [], GUARDED, 0.0, 200.0)
+    assert [r.ok for r in j.windows] == [True, True]
+    assert j.false_ends == 0 and [d["cause"] for d in j.deaths] == ["genuine"]
+    # with no kill in force, the same death is the burst's: a false death
+    alone = judge([burst], [], [], [Exit(0, 110.0, 70, False)], [], GUARDED, 0.0, 200.0)
+    assert not alone.windows[0].ok and alone.false_ends == 1 and alone.deaths[0]["cause"] == "false"
