@@ -127,12 +127,13 @@ def _num(value: Any) -> str:
 
 def table(records: list[dict[str, Any]]) -> list[str]:
     head = ("run", "guard", "min", "steps", "sent", "served", "failed", "lost to false death",
-            "false ends", "missed hangs", "restarts", "exits", "RSS core", "RSS workers", "leaked p/shm/fd")
+            "false ends", "missed hangs", "restarts", "died with", "RSS core", "RSS workers",
+            "leaked p/shm/fd")
     rows = [head]
     for r in records:
         drift = r["rss_drift_pct"]
         leaked = r["leaked"]
-        exits = ",".join(str(c) for c in r["server_exits"])
+        exits = ",".join(str(c) for c in r["server_exits"]) or "none"
         reqs = r["requests"]
         rows.append((r["name"], "on" if r["guard"] else "off", f"{r['minutes']:.1f}", str(r["steps"]),
                      str(reqs["sent"]), str(reqs["completed"]), str(reqs["failed"]),

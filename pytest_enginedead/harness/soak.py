@@ -355,7 +355,8 @@ def record(run: Soak, leaked: dict[str, Any], now: float) -> dict[str, Any]:
         "steps": sum(_engine_steps(_steps(inc.server)) for inc in sup.incarnations),
         "step_p50_ms": round(statistics.median(finished) * 1000, 1) if finished else None,
         "restarts": sup.restarts, "deaths": j.deaths,
-        "server_exits": [x.code for x in sup.exits], "probe": _probe(run),
+        "server_exits": [x.code for x in sup.exits if not x.by_us],
+        "stopped_by_soak": [x.code for x in sup.exits if x.by_us], "probe": _probe(run),
         "rss_drift_pct": rss_drift(sup.incarnations, WARMUP_S, DRIFT_LEAST_S),
         "leaked": leaked, "guidellm": run.guidellm or None, "notes": run.notes,
     }

@@ -87,6 +87,7 @@ class WindowResult:
     decisions: Counter[str]
     steps_past_deadline: int = 0
     ended_after_s: float | None = None  # a hang: from the hung step's start to the guard's END
+    events: tuple[GuardEvent, ...] = ()  # the guard's decisions in the window
 
     def to_dict(self, t0: float) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -98,6 +99,10 @@ class WindowResult:
             out["steps_past_deadline"] = self.steps_past_deadline
         if self.ended_after_s is not None:
             out["ended_after_s"] = round(self.ended_after_s, 2)
+        if self.window.kind in ("hang", "kill") or not self.ok:  # the evidence, decision by decision
+            out["events"] = [{"at_s": round(e.t - t0, 2), "action": e.action.value, "verdict": e.verdict.name,
+                              "step": e.step, "batch": e.batch, "waited_s": e.waited_s, "rank": e.rank,
+                              "ranks": e.ranks} for e in self.events[:20]]
         return out
 
 
@@ -214,10 +219,13 @@ def judge_window(w: Window, events: Sequence[GuardEvent], steps: Sequence[StepTi
     """One window; ``died``: the server's death that belongs to it (``death_cause``), if any."""
     inside = _in(events, w)
     if w.kind == "slow":
-        return judge_slow(w, inside, steps, died, limits, now)
-    if w.kind == "hang":
-        return judge_hang(w, inside, steps, died, limits)
-    return judge_other(w, inside, died, limits)
+        result = judge_slow(w, inside, steps, died, limits, now)
+    elif w.kind == "hang":
+        result = judge_hang(w, inside, steps, died, limits)
+    else:
+        result = judge_other(w, inside, died, limits)
+    result.events = tuple(inside)
+    return result
 
 
 def _false_end(r: WindowResult, limits: Limits) -> bool:
