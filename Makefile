@@ -67,10 +67,10 @@ bench: setup
 # The guard proven under traffic (bench/soak.py, not part of `make test`): vLLM's own server with
 # ENGINEDEAD_GUARD=1 under steady clients and the default fault schedule (bench/schedules/) for
 # SOAK_MINUTES, stock vLLM beside it under the same restart-on-exit supervisor, the shrunk
-# Gemma-4 MoE, two ranks, and the guard's per-step cost side by side: ~40 minutes in all on a
+# Gemma-4 MoE, two ranks, and the guard's per-step cost side by side: ~37 minutes in all on a
 # 2-core box.  guidellm joins as a second client when installed: `pip install ".[bench]"` in a
 # venv of its own and GUIDELLM=that-venv/bin/guidellm.  Run engines under the machine's lock.
-SOAK_MINUTES ?= 25
+SOAK_MINUTES ?= 20
 SOAK_ARGS    ?=
 soak: setup
 	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --json bench/soak-results.json $(SOAK_ARGS)

@@ -1,7 +1,7 @@
 """The guard proven under traffic: vLLM's own server, real clients, scheduled faults, every decision judged.
 
     python bench/soak.py [--minutes N] [--schedule FILE] [--model M] [--runs LIST]
-                         [--restarts N] [--guidellm PATH] [--json PATH]      (make soak: 25 minutes)
+                         [--restarts N] [--guidellm PATH] [--json PATH]      (make soak: 20 minutes)
 
 Runs, one server at a time, each under a restart-on-exit supervisor (as systemd or
 Kubernetes runs a server) with the same clients and fault schedule:
@@ -32,7 +32,8 @@ from typing import Any
 from pytest_enginedead.harness.base import EngineStartError
 from pytest_enginedead.harness.cleanup import Reaper
 from pytest_enginedead.harness.guidellm import find_guidellm
-from pytest_enginedead.harness.soak import Plan, soak
+from pytest_enginedead.harness.soak import soak
+from pytest_enginedead.harness.soakfaults import Plan
 from pytest_enginedead.logic import fingerprint
 from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL, presets
 from pytest_enginedead.logic.soak.schedule import ScheduleError, load

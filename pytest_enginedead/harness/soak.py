@@ -1,4 +1,4 @@
-"""One soak run: a served engine under steady clients, a fault schedule, every decision judged.
+"""One soak run (``Plan``): a served engine under steady clients, a fault schedule, every decision judged.
 
 ``soak(plan)`` starts the server under a ``Supervisor`` (restart on exit), keeps the
 clients of ``traffic.Traffic`` on it, and goes through the schedule: each fault is told to
@@ -11,28 +11,23 @@ what was left behind (processes, ``/dev/shm`` entries, file descriptors).
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import dataclasses
 import itertools
 import json
-import math
 import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from ..contract.control import Injection
 from ..contract.guardfiles import GuardEvent
-from ..contract.steps import END_LINE, StepTime, parse_steps, steps_path
+from ..contract.steps import END_LINE, StepTime, steps_path
 from ..logic.planning import EngineSpec, GuardSpec, Instructions
-from ..logic.soak.judge import Limits, Window, judge, past_deadline
-from ..logic.soak.schedule import Fault, Schedule
+from ..logic.soak.judge import Limits, Window, judge
+from ..logic.soak.schedule import SLOW_FAULT
 from .cleanup import Reaper
-from .guidellm import run_guidellm
 from .leaks import Leaks
+from .soakfaults import Faults, Plan, Stop
 from .supervisor import Monitor, Supervisor, rss_drift
 from .threads import Progress
 from .traffic import Traffic
@@ -43,24 +38,7 @@ WARMUP_S = 30.0
 DRIFT_LEAST_S = 30.0
 
 
-@dataclass(frozen=True)
-class Plan:
-    """One run of the soak: which engine, guarded or not, which schedule, for how long."""
-
-    name: str
-    model: str
-    schedule: Schedule
-    guard: bool
-    minutes: float | None = None  # None: one pass through the schedule
-    restarts: int | None = None  # the supervisor's budget (None: no limit)
-    guidellm: str | None = None  # the guidellm executable, if installed
-
-
-class Stop(Exception):
-    """The run's time is up, or the server is gone for good."""
-
-
-class Soak:
+class Soak(Faults):
     """The state of one run while it goes (see ``soak``)."""
 
     def __init__(self, plan: Plan, progress: Progress, reaper: Reaper | None) -> None:
@@ -128,90 +106,6 @@ class Soak:
                 f"steps {steps} in this start")
 
     # --- the faults ------------------------------------------------------------------------
-
-    def instruct(self, injection: Injection) -> None:
-        server = self.supervisor.server
-        if server is not None:
-            server.instruct(dataclasses.replace(self.first, injection=injection))
-
-    def run_fault(self, fault: Fault) -> None:
-        inc = self.supervisor.current
-        assert inc is not None
-        start = time.monotonic()
-        self.progress(f"[{self.plan.name}] {fault.label()}", done=True)
-        if fault.fatal:
-            self.monitor.fatal_open = True
-        try:
-            getattr(self, f"_{fault.kind}")(fault)
-        finally:
-            self.monitor.fatal_open = False
-            self.windows.append(Window(fault.kind, fault.label(), start, time.monotonic(), inc.number))
-
-    def _slow(self, fault: Fault) -> None:
-        """Every step burns ``over`` x the deadline at the clients' batch, until ``steps`` ran past it."""
-        deadline = float(self.sched.deadline_s)
-        per_seq = fault.get("over") * deadline / max(1, self.sched.clients)
-        inc = self.supervisor.current
-        assert inc is not None
-        start = time.monotonic()
-        tail = StepsSince(inc.server)
-        self.instruct(Injection(slow_s_per_seq=per_seq, ranks=fault.ranks))
-        limits = self.limits(median=False)
-        probe_w = Window("slow", "", start, math.inf, inc.number)
-
-        def enough() -> bool:
-            if inc.exit is not None or inc.server.exit_code is not None:
-                return True
-            past = past_deadline(tail.steps(), probe_w, limits, time.monotonic())
-            return past >= int(fault.get("steps"))
-
-        self.wait(fault.get("steps") * fault.get("over") * deadline * 4 + 30, enough, restart=False)
-        self.instruct(Injection())
-        # the step that was running when the fault was lifted finishes slow
-        self.wait(fault.get("over") * deadline * 3 + 5,
-                  lambda: inc.server.exit_code is not None or not any(s.running for s in tail.steps()),
-                  restart=False)
-
-    def _hang(self, fault: Fault) -> None:
-        self._fatal(Injection(hang_at_step=1, ranks=fault.ranks), self.sched.hang_s + 60.0)
-
-    def _kill(self, fault: Fault) -> None:
-        self._fatal(Injection(crash_at_step=1, ranks=fault.ranks), 60.0)
-
-    def _fatal(self, injection: Injection, limit_s: float) -> None:
-        inc = self.supervisor.current
-        assert inc is not None
-        self.instruct(injection)
-        gone = self.wait(limit_s, lambda: inc.server.exit_code is not None, restart=False)
-        if not gone:
-            self.notes.append(f"the server outlived its fault by {limit_s:.0f} s: the soak stopped it")
-            self.supervisor.end_current(by_us=True)
-        else:
-            self.supervisor.end_current(by_us=False)
-
-    def _await(self, fut: concurrent.futures.Future[None], limit_s: float) -> None:
-        self.wait(limit_s, fut.done)
-
-    def _context_limit(self, fault: Fault) -> None:
-        max_tokens = fault.get("max_tokens")
-        self._await(self.traffic.context_limit(fault.get("requests"), self.sched.max_model_len - max_tokens,
-                                               max_tokens), 600)
-
-    def _disconnect(self, fault: Fault) -> None:
-        self._await(self.traffic.disconnect(fault.get("requests"), fault.get("after_chunks")), 300)
-
-    def _burst(self, fault: Fault) -> None:
-        n = math.ceil(fault.get("factor") * self.sched.max_num_seqs)
-        self._await(self.traffic.burst(n, fault.get("max_tokens")), 600)
-
-    def _guidellm(self, fault: Fault) -> None:
-        server = self.supervisor.server
-        if self.plan.guidellm is None or server is None:
-            self.notes.append(f"{fault.label()}: skipped (guidellm is not installed)")
-            return
-        out = run_guidellm(self.plan.guidellm, server.port, server.served_name, self.plan.model,
-                           fault.get("requests"), fault.get("streams"), server.run_dir, self.wait)
-        self.guidellm.append(out)
 
     def limits(self, median: bool = True) -> Limits:
         steps = [s.seconds for inc in self.supervisor.incarnations for s in _steps(inc.server)
@@ -283,30 +177,6 @@ class StepCounter:
 
 #: how a step's end line begins in the record (``contract.steps.END_LINE``)
 END_MARK = END_LINE.split(b",")[0]
-
-
-class StepsSince:
-    """The steps a server's workers record from now on; each look reads only the records' new lines."""
-
-    def __init__(self, server: Any) -> None:
-        self.server = server
-        self.offsets: dict[int, int] = {}
-        self.lines: dict[int, list[str]] = {}
-        for ref in server.procs:
-            with contextlib.suppress(OSError):
-                self.offsets[ref.pid] = os.path.getsize(steps_path(server.run_dir, ref.pid))
-
-    def steps(self) -> list[StepTime]:
-        out: list[StepTime] = []
-        for ref in list(self.server.procs):
-            with contextlib.suppress(OSError), open(steps_path(self.server.run_dir, ref.pid), "rb") as f:
-                f.seek(self.offsets.get(ref.pid, 0))
-                data = f.read()
-                whole = data[:data.rfind(b"\n") + 1]
-                self.offsets[ref.pid] = self.offsets.get(ref.pid, 0) + len(whole)
-                self.lines.setdefault(ref.pid, []).extend(whole.decode(errors="replace").splitlines())
-            out.extend(parse_steps(self.lines.get(ref.pid, []), ref.pid))
-        return out
 
 
 def soak(plan: Plan, progress: Progress, reaper: Reaper | None = None) -> dict[str, Any]:
@@ -383,7 +253,7 @@ def _by_kind(requests: list[Any]) -> dict[str, dict[str, int]]:
 def _probe(run: Soak) -> dict[str, Any]:
     tally = run.monitor.probes
     changes = [{"at_s": round(t - run.t0, 1), "alive": alive, "said": why} for t, alive, why in tally.changes]
-    slow = [w for w in run.windows if w.kind == "slow"]
+    slow = [w for w in run.windows if w.kind == SLOW_FAULT]
     dead_while_slow = sum(1 for t, alive in tally.answers if not alive
                           and any(w.start <= t <= w.end for w in slow))
     return {"runs": tally.runs, "alive": tally.alive, "not_alive": tally.not_alive,

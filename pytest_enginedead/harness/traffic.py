@@ -70,7 +70,7 @@ class Traffic:
     def disconnect(self, n: int, after_chunks: int = 2, max_tokens: int = 64) -> Done:
         """``n`` streams the client closes after ``after_chunks`` chunks (vLLM must abort them)."""
         return self._submit(self._batch("disconnect", n,
-                                        lambda i: self._cut_stream(after_chunks, max_tokens)))
+                                        lambda i: cut_stream(self, after_chunks, max_tokens)))
 
     def stop(self, grace_s: float = 5.0) -> None:
         """Stop the clients: requests in flight get ``grace_s``, then are cut (``CUT``)."""
@@ -150,28 +150,6 @@ class Traffic:
         self._record(kind, start, OK)
         return True
 
-    async def _cut_stream(self, after_chunks: int, max_tokens: int) -> None:
-        start = time.monotonic()
-        self._inflight += 1
-        try:
-            stream = await self._client().completions.create(
-                model=self.model, prompt=self._prompt(8), max_tokens=max_tokens, temperature=0.0,
-                extra_body={"ignore_eos": True}, stream=True)
-            seen = 0
-            async for _ in stream:
-                seen += 1
-                if seen >= after_chunks:
-                    break
-            await stream.close()  # the client goes away mid-stream
-            self._record("disconnect", start, DISCONNECTED if seen >= after_chunks else OK)
-        except asyncio.CancelledError:
-            self._record("disconnect", start, CUT)
-            raise
-        except Exception as exc:
-            self._record("disconnect", start, CUT if self._stopping else describe_client_error(exc))
-        finally:
-            self._inflight -= 1
-
     async def _close(self) -> None:
         for fut in self._steady:
             fut.cancel()
@@ -183,3 +161,27 @@ class Traffic:
             with contextlib.suppress(Exception):
                 await api.close()
         self._api.clear()
+
+
+async def cut_stream(traffic: Traffic, after_chunks: int, max_tokens: int) -> None:
+    """One stream its client closes after ``after_chunks`` chunks: ``DISCONNECTED`` (on purpose)."""
+    start = time.monotonic()
+    traffic._inflight += 1
+    try:
+        stream = await traffic._client().completions.create(
+            model=traffic.model, prompt=traffic._prompt(8), max_tokens=max_tokens, temperature=0.0,
+            extra_body={"ignore_eos": True}, stream=True)
+        seen = 0
+        async for _ in stream:
+            seen += 1
+            if seen >= after_chunks:
+                break
+        await stream.close()  # the client goes away mid-stream
+        traffic._record("disconnect", start, DISCONNECTED if seen >= after_chunks else OK)
+    except asyncio.CancelledError:
+        traffic._record("disconnect", start, CUT)
+        raise
+    except Exception as exc:
+        traffic._record("disconnect", start, CUT if traffic._stopping else describe_client_error(exc))
+    finally:
+        traffic._inflight -= 1

@@ -29,7 +29,7 @@ from typing import Any
 from ...contract.decisions import GuardAction, Verdict
 from ...contract.guardfiles import GuardEvent
 from ...contract.steps import StepTime
-from .schedule import FATAL
+from .schedule import FATAL, HANG_FAULT, KILL_FAULT, SLOW_FAULT
 
 #: the guard looks at the worker every 0.25 s (``invllm.guard.PROBE_EVERY_S``): two looks
 TWO_LOOKS_S = 0.5
@@ -95,11 +95,11 @@ class WindowResult:
             "lasted_s": round(self.window.end - self.window.start, 1), "ok": self.ok, "why": self.why,
             "decisions": dict(self.decisions),
         }
-        if self.window.kind == "slow":
+        if self.window.kind == SLOW_FAULT:
             out["steps_past_deadline"] = self.steps_past_deadline
         if self.ended_after_s is not None:
             out["ended_after_s"] = round(self.ended_after_s, 2)
-        if self.window.kind in ("hang", "kill") or not self.ok:  # the evidence, decision by decision
+        if self.window.kind in FATAL or not self.ok:  # the evidence, decision by decision
             out["events"] = [{"at_s": round(e.t - t0, 2), "action": e.action.value, "verdict": e.verdict.name,
                               "step": e.step, "batch": e.batch, "waited_s": e.waited_s, "rank": e.rank,
                               "ranks": e.ranks} for e in self.events[:20]]
@@ -203,7 +203,7 @@ def judge_other(w: Window, events: list[GuardEvent], died: Exit | None, limits: 
         e = ends[0]
         return WindowResult(w, False, f"FALSE END: the guard decided {e.action.value} ({e.verdict}) at step "
                                       f"{e.step}", _tally(events))
-    if w.kind == "kill":
+    if w.kind == KILL_FAULT:
         monitor = sum(1 for e in events if e.action is GuardAction.MONITOR)
         how = "left to vLLM's worker monitor" + (f" ({monitor} DEAD decision)" if monitor else "")
         return WindowResult(w, died is not None, f"{how}; exit {died.code if died else 'none'}",
@@ -218,9 +218,9 @@ def judge_window(w: Window, events: Sequence[GuardEvent], steps: Sequence[StepTi
                  limits: Limits, now: float) -> WindowResult:
     """One window; ``died``: the server's death that belongs to it (``death_cause``), if any."""
     inside = _in(events, w)
-    if w.kind == "slow":
+    if w.kind == SLOW_FAULT:
         result = judge_slow(w, inside, steps, died, limits, now)
-    elif w.kind == "hang":
+    elif w.kind == HANG_FAULT:
         result = judge_hang(w, inside, steps, died, limits)
     else:
         result = judge_other(w, inside, died, limits)
@@ -230,9 +230,9 @@ def judge_window(w: Window, events: Sequence[GuardEvent], steps: Sequence[StepTi
 
 def _false_end(r: WindowResult, limits: Limits) -> bool:
     """A guarded window the guard got wrong: it ended (or let die) what computed, or never saw it."""
-    if not limits.guarded or r.window.kind == "hang":
+    if not limits.guarded or r.window.kind == HANG_FAULT:
         return False
-    if r.window.kind == "kill":
+    if r.window.kind == KILL_FAULT:
         return any(GuardAction.parse(a).ends for a in r.decisions)
     return not r.ok
 
@@ -273,7 +273,7 @@ def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequen
     results = [judge_window(w, events, steps, owned.get(id(w)), limits, now) for w in windows]
     stray = [e for e in events if e.action.ends and not any(w.start <= e.t <= w.end for w in windows)]
     false_ends = sum(1 for r in results if _false_end(r, limits)) + (len(stray) if limits.guarded else 0)
-    missed = sum(1 for r in results if r.window.kind == "hang" and not r.ok) if limits.guarded else None
+    missed = sum(1 for r in results if r.window.kind == HANG_FAULT and not r.ok) if limits.guarded else None
     deaths, lost_false, lost_genuine = [], 0, 0
     failed = [r for r in requests if r.failed]
     claimed: set[int] = set()

@@ -30,19 +30,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+#: the kinds the judge treats apart (a fault kind, not a verdict: ``contract.decisions`` has those)
+SLOW_FAULT, HANG_FAULT, KILL_FAULT = "slow", "hang", "kill"
+
 #: fields every fault takes, and each kind's own with their defaults
 COMMON = {"kind": None, "after_s": 15.0}
 KINDS: dict[str, dict[str, Any]] = {
-    "slow": {"steps": 3, "over": 1.5, "ranks": None},
-    "hang": {"ranks": None},
-    "kill": {"ranks": None},
+    SLOW_FAULT: {"steps": 3, "over": 1.5, "ranks": None},
+    HANG_FAULT: {"ranks": None},
+    KILL_FAULT: {"ranks": None},
     "context_limit": {"requests": 4, "max_tokens": 8},
     "disconnect": {"requests": 8, "after_chunks": 2},
     "burst": {"factor": 2.0, "max_tokens": 16},
     "guidellm": {"requests": 32, "streams": 32},
 }
 #: the kinds whose window ends the engine: the server exits and the supervisor restarts it
-FATAL = ("hang", "kill")
+FATAL = (HANG_FAULT, KILL_FAULT)
 
 #: the schedule's own settings and their defaults
 SETTINGS: dict[str, Any] = {
