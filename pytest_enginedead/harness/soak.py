@@ -229,6 +229,8 @@ def record(run: Soak, leaked: dict[str, Any], now: float) -> dict[str, Any]:
         "stopped_by_soak": [x.code for x in sup.exits if x.by_us], "probe": _probe(run),
         "rss_drift_pct": rss_drift(sup.incarnations, WARMUP_S, DRIFT_LEAST_S),
         "leaked": leaked, "guidellm": run.guidellm or None, "notes": run.notes,
+        "workers_during_hangs": [{"at_s": round(t - run.t0, 1), "cores": cores}
+                                 for t, cores in run.monitor.fault_cpu[:60]],
     }
 
 

@@ -186,6 +186,9 @@ class Monitor:
         self.probe_every_s = probe_every_s
         self.probes = ProbeTally()
         self.fatal_open = False  # a hang or kill is in force: RSS then says nothing of leaks
+        #: while a hang or kill is in force: (t, {worker: cores}) each second, what each worker did
+        self.fault_cpu: list[tuple[float, dict[str, float]]] = []
+        self._cpu_last: tuple[float, dict[str, float]] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="enginedead-soak-monitor", daemon=True)
 
@@ -196,6 +199,17 @@ class Monitor:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
+
+    def _worker_cpu(self, server: Server) -> None:
+        """While a hang or kill is in force: each worker's CPU use (cores) since the last look."""
+        if not self.fatal_open:
+            self._cpu_last = None
+            return
+        now, seconds = time.monotonic(), worker_cpu_seconds(server)
+        last, self._cpu_last = self._cpu_last, (now, seconds)
+        if last is not None and now > last[0]:
+            cores = {k: round((v - last[1].get(k, v)) / (now - last[0]), 2) for k, v in seconds.items()}
+            self.fault_cpu.append((now, cores))
 
     def _run(self) -> None:
         next_probe = time.monotonic()
@@ -208,6 +222,8 @@ class Monitor:
                 sample = rss_of(server)
                 if sample is not None and not self.fatal_open:
                     inc.rss.append((time.monotonic(), *sample))
+            with contextlib.suppress(Exception):
+                self._worker_cpu(server)
             now = time.monotonic()
             if now >= next_probe and server.proc is not None and server.exit_code is None:
                 next_probe = now + (1.0 if self.fatal_open else self.probe_every_s)
@@ -215,6 +231,16 @@ class Monitor:
                     answer = probe(pid=server.proc.pid)
                     if server.exit_code is None and not server.stopped:
                         self.probes.add(now, answer.alive, answer.why)
+
+
+def worker_cpu_seconds(server: Server) -> dict[str, float]:
+    """CPU seconds (children counted) of each worker of ``server``, by its title and pid."""
+    out = {}
+    for ref in list(server.procs):
+        proc = ref.process()
+        if proc is not None and reading.command_line(proc).startswith(versions.WORKER_TITLE):
+            out[f"{reading.title(proc).split()[0]} pid {proc.pid}"] = reading.cpu_seconds(proc)
+    return out
 
 
 def rss_drift(incarnations: list[Incarnation], warmup_s: float, least_s: float) -> dict[str, Any]:
