@@ -34,8 +34,8 @@ from pytest_enginedead.harness.cleanup import Reaper
 from pytest_enginedead.harness.guidellm import find_guidellm
 from pytest_enginedead.harness.soak import soak
 from pytest_enginedead.harness.soakfaults import Plan
-from pytest_enginedead.logic import fingerprint
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL, presets
+from pytest_enginedead.logic import machine as fingerprint
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL, presets
 from pytest_enginedead.logic.soak.schedule import ScheduleError, load
 
 HERE = Path(__file__).resolve().parent

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..contract.guardfiles import GuardEvent
 from ..contract.steps import END_LINE, StepTime, steps_path
-from ..logic.planning import EngineSpec, GuardSpec, Instructions
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions
 from ..logic.soak.judge import Limits, Window, judge
 from ..logic.soak.schedule import SLOW_FAULT
 from .cleanup import Reaper

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..contract.control import Injection
 from ..contract.steps import StepTime, parse_steps, steps_path
-from ..logic.planning import Instructions
+from ..logic.planning.engines import Instructions
 from ..logic.soak.judge import Limits, Window, past_deadline
 from ..logic.soak.schedule import SLOW_FAULT, Fault, Schedule
 from .guidellm import run_guidellm

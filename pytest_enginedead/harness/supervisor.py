@@ -21,11 +21,11 @@ import psutil
 
 from ..compat import versions
 from ..contract.names import EXIT_ENV
-from ..logic.planning import EngineSpec, Instructions
+from ..logic.planning.engines import EngineSpec, Instructions
 from ..logic.soak.judge import Exit
 from ..process import reading
 from .cleanup import ProcRef, Reaper
-from .probe import probe
+from .execprobe import probe
 from .server import Server
 from .threads import Progress
 
