@@ -14,6 +14,7 @@ from ..harness.preflight import model_problem, vllm_environment_problem
 from ..harness.server import has_tokenizer
 from ..logic import probes
 from ..logic.diagnosis import plugin_problem
+from ..logic.guardconfig import HANG_FLOOR_S
 from ..logic.modelconfig import BUNDLED_MODEL, validate_model
 from .common import Refused, add_verbose, arg, number, refused
 
@@ -31,10 +32,12 @@ def add_parser(sub: Any, verbose: bool) -> None:
     prb.verbose = verbose
     prb.add_argument("--model", type=arg(validate_model), default=BUNDLED_MODEL,
                      metavar="DIR", help="model directory with a tokenizer (default: the bundled tiny Llama)")
-    prb.add_argument("--window", type=number(float, 0, "a number of seconds", "", 3600.0, "an hour"),
+    prb.add_argument("--window", type=number(float, 0, "a number of seconds", "", 3600.0, " s, an hour"),
                      default=60.0, metavar="SECONDS",
                      help="how long each state is probed (default 60; the slowest setting needs 90)")
-    prb.add_argument("--hang-s", type=number(float, 0, "a number of seconds", "", 3600.0, "an hour"),
+    prb.add_argument("--hang-s", type=number(float, HANG_FLOOR_S, "a number of seconds",
+                                             f" (the guard looks at the worker every {HANG_FLOOR_S:g} s)",
+                                             3600.0, " s, an hour"),
                      default=10.0, metavar="SECONDS",
                      help="the guard's hang_s in the guarded runs (default 10)")
     prb.add_argument("--setting", type=_probe_setting, action="append", default=[],

@@ -15,6 +15,7 @@ import pytest
 from ..contract.control import Injection
 from ..logic import invariants
 from ..logic.arguments import INJECT_ARGS, BadMarker, injection, number, whole_seconds
+from ..logic.guardconfig import HANG_FLOOR_S
 from ..logic.values import BadValue, check_batch_sizes
 
 DOCS = (
@@ -28,7 +29,7 @@ DOCS = (
     "deadline instead of the policy (to reproduce vLLM's stock behaviour).",
     "enginedead_guard(hang_s=None, policy=None): run this test's engine with the guard on: "
     "vLLM's deadline becomes the point of suspicion; a busy worker gets up to the policy's "
-    "cap, a worker idle for hang_s (default 60) ends the wait.",
+    "cap, a worker idle for hang_s (default 60, at least 0.25) ends the wait.",
     "enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None, ranks=None): "
     "fault injection inside the engine's worker: each step first burns CPU for "
     "slow_s_per_seq x its batch size; at step N (from 1) it blocks idle forever, or "
@@ -84,6 +85,9 @@ def guard(marker: pytest.Mark) -> tuple[float | None, str | None]:
         hang = number(what, "hang_s", hang)
         if hang <= 0:
             raise BadMarker(f"{what}: hang_s={marker.kwargs['hang_s']!r} must be above 0")
+        if hang < HANG_FLOOR_S:
+            raise BadMarker(f"{what}: hang_s={marker.kwargs['hang_s']!r} is below {HANG_FLOOR_S:g} s, how "
+                            "often the guard looks at the worker: a wait would end at its first idle sample")
     if policy is not None and (not isinstance(policy, str) or not policy.strip()):
         raise BadMarker(f"{what}: policy={policy!r} must be reference, vllm-stock or module:attr")
     return hang, policy.strip() if isinstance(policy, str) else None
