@@ -56,8 +56,8 @@ def config_from_env(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str
     if not (math.isfinite(hang_s) and hang_s > 0):
         return None, f"{GUARD_HANG_ENV}={hang_raw!r} is not a number of seconds above 0"
     if hang_s < HANG_FLOOR_S:
-        return None, (f"{GUARD_HANG_ENV}={hang_raw!r} is below {HANG_FLOOR_S:g} s, how often the guard looks at "
-                      "the worker: a wait would end at its first idle sample")
+        return None, (f"{GUARD_HANG_ENV}={hang_raw!r} is below {HANG_FLOOR_S:g} s, how often the guard "
+                      "looks at the worker: a wait would end at its first idle sample")
     spec = environ.get(GUARD_POLICY_ENV, "").strip() or "reference"
     search = [os.getcwd(), *filter(None, environ.get(GUARD_PATH_ENV, "").split(os.pathsep))]
     try:

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.logic.guardconfig import HANG_FLOOR_S, PROBED_BATCHES, config_from_env, misplaced_policy
+from pytest_enginedead.logic.guardconfig import (
+    HANG_FLOOR_S,
+    PROBED_BATCHES,
+    config_from_env,
+    misplaced_policy,
+)
 from tests.support.doors import returning
 from tests.support.guards import NOT_IMPORTABLE
 
