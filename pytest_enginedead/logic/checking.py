@@ -24,6 +24,7 @@ from ..compat import versions
 from ..contract.names import CHECK_PLAN_ENV
 from .modelconfig import BUNDLED_MODEL
 from .report import verdict_word
+from .words import plural
 
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
 #: would make one demo death take five minutes); a real model uses vLLM's own.
@@ -263,7 +264,7 @@ def verdict_line(
 
 def progress_line(event: Mapping[str, Any]) -> str:
     """One run as the command reports it while it works."""
-    steps = f"{event.get('steps', 0)} steps"
+    steps = plural(int(event.get("steps", 0)), "step")
     if event.get("step_max_s") is not None:
         steps += f", longest {event['step_max_s']:.2f} s"
     return (

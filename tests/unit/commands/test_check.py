@@ -255,7 +255,7 @@ def test_check_exits_on_its_verdict_not_on_pytests(
     args = build_parser().parse_args(["check"])
     assert check.judged(args, regression_report(verdicts), pytest_exit, "/tmp/x.log") == code
     out = capsys.readouterr().out.splitlines()
-    assert last in out[-1] and out[-2].startswith("engines started: 1 (0 restart(s) after a death); log: ")
+    assert last in out[-1] and out[-2].startswith("engines started: 1 (0 restarts after a death); log: ")
 
 
 # --- 36.2: the same words as the plugin ---------------------------------------------------------------
