@@ -187,7 +187,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
                             args.pytest_args, planned)
             if problem:
                 raise Refused(problem)
-        say(
+        progress(
             f"enginedead check: vLLM {versions.installed_version()}, model {model_name(args.model)}, "
             f"{'API server, ' if plan.server else ''}"
             + (f"{args.tensor_parallel_size} ranks, " if args.tensor_parallel_size > 1 else "")
@@ -197,8 +197,8 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
             + f"; {plural(runs, 'run')}; {preload_note(this_machine()['preloads'])}"
         )
         if cleared:
-            say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
-                "and policy runs are unguarded" + (
+            progress(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the "
+                     "stock and policy runs are unguarded" + (
                     f", the guard run has policy {args.policy} and hang_s {DEFAULT_HANG_S:g} s"
                     if plan.guard else " (--guard adds a guarded run)"))
         code, tail = run_logged(cmd, env, log, args.verbose, progress)
@@ -265,13 +265,19 @@ def _copy(source: IO[bytes], log: IO[bytes], verbose: bool, tail: bytearray) -> 
             sys.stdout.flush()
 
 
+def progress(message: str) -> None:
+    """A line of what the check is doing, on stderr (the table and the verdict go to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _show_progress(path: str, shown: int) -> int:
-    """Print the progress events not shown yet; return how many are shown now."""
+    """Print the progress events not shown yet (a run's result, or a note on an engine's start);
+    return how many are shown now."""
     with contextlib.suppress(FileNotFoundError), open(path) as f:
-        lines = f.read().splitlines()
+        lines = f.read().split("\n")[:-1]  # a line still being written has no newline yet
         for line in lines[shown:]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                say(checking.progress_line(json.loads(line)))
+                progress(checking.progress_line(json.loads(line)))
         return len(lines)
     return shown
 
@@ -287,7 +293,8 @@ def verdict(
                 log.discard()  # the log of a run refused before it began holds only the refusal
             print(f"enginedead check: error: pytest refused the run: {refusal}", file=sys.stderr)
             return 2
-        say(f"enginedead check: pytest exited {code} before writing a report; see {log_path}")
+        print(f"enginedead check: pytest exited {code} before writing a report; see {log_path}",
+              file=sys.stderr)
         return code or 1
     with open(report, "rb") as f:
         raw = f.read()

@@ -263,7 +263,9 @@ def verdict_line(
 
 
 def progress_line(event: Mapping[str, Any]) -> str:
-    """One run as the command reports it while it works."""
+    """One run as the command reports it while it works, or a note on the way (an engine's start)."""
+    if "note" in event:
+        return f"  {event['note']}  [{event['elapsed_s']:.0f} s]"
     steps = plural(int(event.get("steps", 0)), "step")
     if event.get("step_max_s") is not None:
         steps += f", longest {event['step_max_s']:.2f} s"

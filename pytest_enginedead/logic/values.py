@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .sharding import Shard, ShardError
-from .sharding import parse_shard as _parse_shard
+if TYPE_CHECKING:
+    from .sharding import Shard
 
 DEFAULT_BATCH_SIZES = (8, 64)
 
@@ -141,6 +141,9 @@ def parse_seconds(raw: str) -> float:
 
 def parse_shard(raw: str) -> Shard:
     """``"1/2"``: shard K of N, 1 <= K <= N."""
+    from .sharding import ShardError
+    from .sharding import parse_shard as _parse_shard
+
     try:
         return _parse_shard(raw)
     except ShardError as exc:
