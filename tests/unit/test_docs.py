@@ -61,6 +61,42 @@ def test_the_recording_rule_finds_what_a_note_lacks() -> None:
     assert hooks.recording_problems("```text\nenginedead probe: alive\n```\n", "p.md") == []
 
 
+# --- the reference tables, committed -----------------------------------------------------------------
+
+
+def test_the_committed_tables_are_what_the_code_makes() -> None:
+    """Every generated table of every page, as committed, is what the code makes now: a page read
+    as a plain file (no site built) is complete and current.  ``make docs-tables`` rewrites them."""
+    stale = docs.hooks().write_tables(check=True)
+    assert stale == [], f"stale tables in {', '.join(stale)}: run `make docs-tables` and commit the pages"
+
+
+def test_every_table_marker_holds_its_table() -> None:
+    """A page has a table between each marker and its end marker, never a bare marker (which only
+    a site build would fill); and there are tables to check."""
+    hooks = docs.hooks()
+    pages = hooks.table_pages()
+    assert len(pages) >= 8
+    for page in pages:
+        text = page.read_text()
+        names = hooks.MARKER.findall(text)
+        blocks = [m.group("name") for m in hooks.BLOCK.finditer(text)]
+        assert names and names == blocks, (docs.rel(page), names, blocks)
+        assert all(m.group("body").strip() for m in hooks.BLOCK.finditer(text)), docs.rel(page)
+
+
+def test_a_stale_or_bare_table_is_found_and_rewritten() -> None:
+    hooks = docs.hooks()
+    fresh = hooks.with_tables("# P\n\n<!-- generated: markers -->\n\nafter\n", "p.md")
+    assert fresh.startswith("# P\n\n<!-- generated: markers -->\n\n| marker | what |")
+    assert "\n<!-- end generated: markers -->\n\nafter\n" in fresh
+    assert hooks.with_tables(fresh, "p.md") == fresh  # written once, it stays
+    stale = fresh.replace("| marker | what |", "| marker | what it did |")
+    assert hooks.with_tables(stale, "p.md") == fresh
+    with pytest.raises(hooks.PluginError, match="unknown <!-- generated: nope -->"):
+        hooks.with_tables("<!-- generated: nope -->\n", "p.md")
+
+
 # --- every name the docs give exists ----------------------------------------------------------------
 
 

@@ -179,7 +179,8 @@ def test_header_names_policy_and_vllm(downstream: Downstream) -> None:
     """The run's header, after pytest's "collected" line, says which policy and which vLLM are in
     force."""
     result = downstream.copy(examples.USES_PLUGIN).run()
-    result.stdout.fnmatch_lines(["collected 1 item", "enginedead: policy=reference*, batch_sizes=8,64, vllm=*"])
+    result.stdout.fnmatch_lines(["collected 1 item",
+                                 "enginedead: policy=reference*, batch_sizes=8,64, vllm=*"])
 
 
 def test_a_run_without_a_test_of_the_plugins_hears_nothing_of_it(
