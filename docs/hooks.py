@@ -1,7 +1,11 @@
-"""mkdocs hook: the reference tables, built from the code at every build.
+"""The reference tables, built from the code: written into the pages, and fresh at every build.
 
-A line ``<!-- generated: NAME -->`` in a page is replaced, before the page is rendered,
-by what the code says today:
+A line ``<!-- generated: NAME -->`` in a page is followed by what the code says today, up to
+``<!-- end generated: NAME -->``.  ``make docs-tables`` (``python docs/hooks.py``) writes them
+into the pages, which are committed so that a page read as a plain file is complete;
+``tests/unit/test_docs.py`` fails when a committed table differs from what the code makes
+(``python docs/hooks.py --check`` says which).  As an mkdocs hook it makes them again before
+each page is rendered.  The tables:
 
 - ``options``: every plugin option (``pytest_enginedead.logic.optiontable.OPTIONS``):
   flag, ini key, environment variable (``opt.env``), default, help.
