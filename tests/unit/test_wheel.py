@@ -170,10 +170,12 @@ def test_the_wheel_installs_in_a_fresh_venv_and_its_console_script_runs(venv: Pa
     assert version.returncode == 0, version.stderr[-3000:]
     assert version.stdout.startswith(f"enginedead (pytest-enginedead) {pytest_enginedead.__version__}")
     listed = _in(venv, tmp_path, str(venv / "bin" / "enginedead"), "calibrate", "--list-models")
-    assert listed.returncode == 0 and [ln.split()[0] for ln in listed.stdout.splitlines()[:-1]] == list(PRESETS)
+    assert listed.returncode == 0
+    assert [ln.split()[0] for ln in listed.stdout.splitlines()[:-1]] == list(PRESETS)
     # the entry points are the venv's own: pytest's plugin, vLLM's general plugin, the console script
     code = ("import importlib.metadata as m, json; d = m.distribution('pytest-enginedead'); "
-            "print(json.dumps([str(d.locate_file('')), sorted((e.group, e.name, e.value) for e in d.entry_points)]))")
+            "eps = sorted((e.group, e.name, e.value) for e in d.entry_points); "
+            "print(json.dumps([str(d.locate_file('')), eps]))")
     where, entry_points = json.loads(_in(venv, tmp_path, str(venv / "bin" / "python"), "-c", code).stdout)
     assert Path(where).resolve().is_relative_to(venv.resolve())
     assert entry_points == [["console_scripts", "enginedead", "pytest_enginedead.command:main"],
