@@ -143,13 +143,20 @@ def machine_note(wall_s: float) -> str:
             f"{time.strftime('%Y-%m-%d')} ({took}):")
 
 
-def shown(output: str) -> str:
-    """The output as written into the page: the recording machine's checkout and prefix shortened."""
-    text = output.replace(str(ROOT) + "/", "./").replace(str(ROOT), ".")
+def shown(output: str, commands: Sequence[str] = ()) -> str:
+    """The output as written into the page: the recording machine's checkout and prefix shortened
+    in what the commands printed (the commands themselves stay as written)."""
+    echoed = {f"{'$' if i == 0 else '>'} {part}" for command in commands
+              for i, part in enumerate(command.split("\n"))}
     prefix = str(Path(sys.prefix))
-    if prefix != "/usr" and len(prefix) > 1:
-        text = text.replace(prefix + "/", ".venv/").replace(prefix, ".venv")
-    return text
+    lines = []
+    for line in output.split("\n"):
+        if line not in echoed:
+            line = line.replace(str(ROOT) + "/", "./").replace(str(ROOT), ".")
+            if prefix != "/usr" and len(prefix) > 1:
+                line = line.replace(prefix + "/", ".venv/").replace(prefix, ".venv")
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def excerpt(transcript: str, keep: str | None) -> str:
@@ -192,7 +199,8 @@ def write(name: str, note: str, transcript: str, pages: Sequence[Path] = PAGES) 
         def replace(block: re.Match[str]) -> str:
             if block.group("name") != name:
                 return block.group(0)
-            return block_text(name, block.group("opts"), note, excerpt(transcript, _keep(block.group("opts"))))
+            opts = block.group("opts")
+            return block_text(name, opts, note, excerpt(transcript, _keep(opts)))
 
         fresh = BLOCK.sub(replace, text)
         if fresh != text:
@@ -204,7 +212,8 @@ def write(name: str, note: str, transcript: str, pages: Sequence[Path] = PAGES) 
 def record(name: str, timeout_s: float) -> int:
     found = [r for r in recordings() if r.name == name]
     if not found:
-        print(f"docs/record.py: no recording named {name!r}; `python docs/record.py` lists them", file=sys.stderr)
+        print(f"docs/record.py: no recording named {name!r}; `python docs/record.py` lists them",
+              file=sys.stderr)
         return 2
     commands = {r.commands for r in found}
     if len(commands) > 1 or not found[0].commands:
@@ -214,7 +223,7 @@ def record(name: str, timeout_s: float) -> int:
         return 2
     print(f"recording {name}: {' ; '.join(found[0].commands)}", file=sys.stderr, flush=True)
     output, wall_s, code = run(found[0].commands, timeout_s)
-    transcript = shown(output)
+    transcript = shown(output, found[0].commands)
     pages = write(name, machine_note(wall_s), transcript)
     print(f"recorded {name} in {wall_s:.0f} s (exit {code}): "
           + ", ".join(str(p.relative_to(ROOT)) for p in pages), file=sys.stderr)
@@ -231,8 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = sorted({r.name for r in recordings()}) if args.all else args.names
     if not names:
         for r in recordings():
-            print(f"{r.name:<16} {r.page.relative_to(ROOT)}: " + " ; ".join(c.replace("\n", " ") for c in r.commands)
-                  + (f"  (keep={r.keep})" if r.keep else ""))
+            commands = " ; ".join(c.replace("\n", " ") for c in r.commands)
+            keep = f"  (keep={r.keep})" if r.keep else ""
+            print(f"{r.name:<16} {r.page.relative_to(ROOT)}: {commands}{keep}")
         return 0
     status = 0
     for name in names:

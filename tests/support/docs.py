@@ -42,6 +42,17 @@ def hooks() -> ModuleType:
     return module
 
 
+@functools.lru_cache(maxsize=1)
+def recorder() -> ModuleType:
+    """``docs/record.py``, which makes the console recordings again (loaded by path, as the hooks)."""
+    spec = importlib.util.spec_from_file_location("enginedead_docs_record", ROOT / "docs" / "record.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def rel(page: Path) -> str:
     return page.relative_to(ROOT).as_posix()
 
