@@ -29,7 +29,7 @@ def suite(directory: Path, tests: int) -> None:
 
 
 def one_run(directory: Path, *extra: str) -> tuple[float, str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *extra]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=directory, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - t0
