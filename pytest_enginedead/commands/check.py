@@ -187,7 +187,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
                             args.pytest_args, planned)
             if problem:
                 raise Refused(problem)
-        progress(
+        report_progress(
             f"enginedead check: vLLM {versions.installed_version()}, model {model_name(args.model)}, "
             f"{'API server, ' if plan.server else ''}"
             + (f"{args.tensor_parallel_size} ranks, " if args.tensor_parallel_size > 1 else "")
@@ -197,8 +197,9 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
             + f"; {plural(runs, 'run')}; {preload_note(this_machine()['preloads'])}"
         )
         if cleared:
-            progress(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the "
-                     "stock and policy runs are unguarded" + (
+            report_progress(
+                f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
+                "and policy runs are unguarded" + (
                     f", the guard run has policy {args.policy} and hang_s {DEFAULT_HANG_S:g} s"
                     if plan.guard else " (--guard adds a guarded run)"))
         code, tail = run_logged(cmd, env, log, args.verbose, progress)
@@ -265,7 +266,7 @@ def _copy(source: IO[bytes], log: IO[bytes], verbose: bool, tail: bytearray) -> 
             sys.stdout.flush()
 
 
-def progress(message: str) -> None:
+def report_progress(message: str) -> None:
     """A line of what the check is doing, on stderr (the table and the verdict go to stdout)."""
     print(message, file=sys.stderr, flush=True)
 
@@ -277,7 +278,7 @@ def _show_progress(path: str, shown: int) -> int:
         lines = f.read().split("\n")[:-1]  # a line still being written has no newline yet
         for line in lines[shown:]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                progress(checking.progress_line(json.loads(line)))
+                report_progress(checking.progress_line(json.loads(line)))
         return len(lines)
     return shown
 

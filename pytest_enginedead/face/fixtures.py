@@ -221,9 +221,9 @@ def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[
 
 def engine_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., EngineHandle]]:
     """``vllm_engine_factory``."""
-    yield from _factory(request, server=False)  # type: ignore[misc]
+    yield from _factory(request, server=False)
 
 
 def server_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerHandle]]:
     """``vllm_server_factory``."""
-    yield from _factory(request, server=True)  # type: ignore[misc]
+    yield from _factory(request, server=True)

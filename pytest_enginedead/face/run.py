@@ -18,7 +18,9 @@ if TYPE_CHECKING:  # what an engine test needs is imported when one runs: a run 
     from ..harness.pool import EnginePool
     from ..harness.threads import Progress
     from ..logic import sharding
+    from ..logic.planning import TestPlan
     from ..logic.report import Results
+    from .handles import Handle
     from .options import Settings
 
 
@@ -95,9 +97,9 @@ class Run:
 
 run_key = pytest.StashKey[Run]()
 
-plan_key = pytest.StashKey["TestPlan"]()
+plan_key: pytest.StashKey[TestPlan] = pytest.StashKey()
 
-handle_key = pytest.StashKey["Handle"]()
+handle_key: pytest.StashKey[Handle] = pytest.StashKey()
 
 ENGINE_FIXTURES = ("vllm_engine", "vllm_server")
 
