@@ -9,8 +9,10 @@ import contextlib
 import gc
 import os
 import sys
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -210,30 +212,50 @@ def collection_lines(config: pytest.Config) -> list[str]:
 
 
 def progress_writer(config: pytest.Config) -> Progress | None:
-    """Progress lines straight to the terminal, even while output is captured (an engine starts
-    in a fixture's setup), each on a line of its own: pytest starts its row of results again after
-    them (the test's path, then its dots), as after any plugin's line."""
+    """Progress lines on the terminal while an engine starts (in a fixture's setup, output
+    captured), each on a line of its own, through pytest's terminal reporter with capture
+    suspended (as pytest's live logging writes): pytest's row of results is ended before them and
+    begun again after them (the file's path, then its dots and its [ 50%]), never broken."""
     if config.getoption("verbose") < 0 or hasattr(config, "workerinput"):
         return None  # xdist workers share the controller's terminal: keep it tidy
     try:
-        fd = os.dup(2)  # captured output is suspended while plugins configure
+        fd = os.dup(2)  # without a terminal reporter (-p no:terminal): the terminal's stderr
     except OSError:
         return None
     config.add_cleanup(lambda: os.close(fd))
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    lock = threading.Lock()  # the start's ticker thread and the test's own
+    rows: list[object] = []  # pytest's row these lines interrupted, begun again after the last
 
     def write(message: str, done: bool = False) -> None:
-        if reporter is not None:
-            with contextlib.suppress(Exception):
-                reporter.flush()  # pytest's row so far, before this line
-        with contextlib.suppress(OSError):
-            os.write(fd, f"\nenginedead: {message}".encode())
-        if reporter is not None:
-            # the next result starts a new row with its path: the row's width and its [ 50%] stay
-            # pytest's own, and the line above ends where pytest begins the row
-            reporter.currentfspath = None
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            with lock, contextlib.suppress(OSError):
+                os.write(fd, f"enginedead: {message}\n".encode())
+            return
+        capman = config.pluginmanager.get_plugin("capturemanager")
+        suspended = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
+        with lock, suspended:
+            if reporter.currentfspath:
+                rows.append(reporter.currentfspath)
+            reporter.write_line(f"enginedead: {message}")  # ends pytest's row first
+            if done and rows:
+                _resume_row(reporter, rows.pop())
+                rows.clear()
+            reporter.flush()
 
     return write
+
+
+def _resume_row(reporter: Any, row: object) -> None:
+    """Begin pytest's row again as it was: the file's path before its dots, or (``-v``) the test's
+    location before its PASSED."""
+    if isinstance(row, Path):
+        reporter.write(f"{os.path.relpath(row, reporter.startpath)} ")
+    elif isinstance(row, str):
+        reporter.write(row)
+    else:
+        return
+    reporter.currentfspath = row
 
 
 def finish_session(session: pytest.Session) -> None:
