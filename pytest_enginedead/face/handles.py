@@ -29,6 +29,7 @@ from ..harness.liveness import ProcessEvidence
 from ..harness.offline import Engine
 from ..harness.server import PROMPT_WORDS, Server, has_tokenizer
 from ..logic.arguments import BadMarker, complete_arguments, generate_arguments
+from ..logic.modelconfig import model_name
 from ..logic.planning import EngineSpec, Instructions
 from ..logic.verdicts import LivenessSettings
 
@@ -124,6 +125,7 @@ class Handle:
             "deadline_source": self.deadline_source,
             "policy": self.policy_name or None,
             "policy_deadline_s": self.policy_deadline_s,
+            "model": model_name(self.spec.model),
         }
         if self.spec.guard is not None:
             events = self.guard_events()

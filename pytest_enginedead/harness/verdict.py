@@ -7,6 +7,7 @@ its CPU time sampled in the background, whether the process exists.  Anything wi
 
 from __future__ import annotations
 
+import shlex
 import statistics
 import time
 from collections.abc import Sequence
@@ -180,12 +181,14 @@ class Finding:
         if self.stack:
             lines.append("  worker stack (innermost first):")
             lines.extend("    " + ln for ln in innermost_frames(self.stack))
+        model = f" --model {shlex.quote(str(f['model']))}" if f.get("model") else ""
+        calibrate = f"`enginedead calibrate{model}`"
         cap = f.get("guard_cap_s")
         if cap is not None:
             lines.append(
                 f"  what to change: the guard's cap ({cap:g} s) is shorter than one step of this batch. "
                 "Give the guard a policy whose cap covers it (ENGINEDEAD_GUARD_POLICY, or "
-                "enginedead_guard(policy=...)), or size it with `enginedead calibrate`."
+                f"enginedead_guard(policy=...)), or size it with {calibrate}."
             )
             return "\n".join(lines)
         setting = (
@@ -194,7 +197,7 @@ class Finding:
         )
         lines.append(
             "  what to change: the deadline is shorter than one step of this batch. Set "
-            f"{setting} before the engine starts, or size it with `enginedead calibrate`."
+            f"{setting} before the engine starts, or size it with {calibrate}."
         )
         return "\n".join(lines)
 

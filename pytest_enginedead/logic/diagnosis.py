@@ -131,7 +131,9 @@ def check_isa(flags: Iterable[str]) -> Finding:
     if "avx2" in have:
         return Finding(WARN, "isa", "AVX2 only: bf16 matmuls have no native path, so a step takes several "
                        "times as long as on a CPU with AVX-512 or AMX; a deadline sized on another machine "
-                       "may be too short here", "size deadlines on this machine: enginedead calibrate")
+                       "may be too short here",
+                       "size deadlines on this machine: enginedead calibrate --model DIR (your model's "
+                       "directory, or a preset: enginedead models)")
     return Finding(FAIL, "isa", "no AVX2: vLLM's CPU backend needs at least AVX2")
 
 
