@@ -74,7 +74,7 @@ def check_plot(path: str) -> None:
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        raise Refused("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
+        raise Refused("--plot needs matplotlib: pip install matplotlib") from None
     formats = FigureCanvasBase.get_supported_filetypes()
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
     if suffix not in formats:
