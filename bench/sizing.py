@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_enginedead.logic.modelconfig import presets
+from pytest_enginedead.logic.inputs.modelconfig import presets
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

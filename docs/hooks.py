@@ -7,7 +7,7 @@ into the pages, which are committed so that a page read as a plain file is compl
 (``python docs/hooks.py --check`` says which).  As an mkdocs hook it makes them again before
 each page is rendered.  The tables:
 
-- ``options``: every plugin option (``pytest_enginedead.logic.optiontable.OPTIONS``):
+- ``options``: every plugin option (``pytest_enginedead.logic.inputs.optiontable.OPTIONS``):
   flag, ini key, environment variable (``opt.env``), default, help.
 - ``option-variables``: the options' environment variables alone (``opt.env``).
 - ``markers``: the markers (``pytest_enginedead.face.markers.DOCS``).
@@ -24,7 +24,7 @@ each page is rendered.  The tables:
   ``--help`` (``FALLBACK_EXITS`` below for a command without one), pytest's (its ``ExitCode``),
   the serving process's (``contract.names.EXIT_DEAD`` / ``EXIT_HUNG``).
 - ``presets``: the model presets shipped with the package (``pytest_enginedead/models/``, as
-  ``logic.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
+  ``logic.inputs.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
 - ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, and the file.
 - ``rooms``: the package's folders and modules with the first line of their docstrings.
 - ``import-rules``: the ``[tool.importlinter]`` contracts of ``pyproject.toml``.
@@ -118,7 +118,7 @@ def first_paragraph(doc: str | None) -> str:
 
 
 def options() -> str:
-    from pytest_enginedead.logic.optiontable import OPTIONS
+    from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 
     rows = []
     for opt in OPTIONS:
@@ -134,7 +134,7 @@ def options() -> str:
 
 
 def option_variables() -> str:
-    from pytest_enginedead.logic.optiontable import OPTIONS
+    from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 
     return table(("variable", "flag", "ini key"),
                  [(f"`{opt.env}`", f"`{opt.flag}`", f"`{opt.name}`") for opt in OPTIONS])
@@ -339,8 +339,8 @@ def exit_codes() -> str:
 
 
 def presets() -> str:
-    from pytest_enginedead.logic.modelconfig import preset_summary, read_config
-    from pytest_enginedead.logic.modelconfig import presets as found
+    from pytest_enginedead.logic.inputs.modelconfig import preset_summary, read_config
+    from pytest_enginedead.logic.inputs.modelconfig import presets as found
 
     rows = []
     for name, directory in found().items():

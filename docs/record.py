@@ -120,7 +120,7 @@ def machine_note(wall_s: float) -> str:
     """The note above a recording: where and when it was made, and how long it took."""
     sys.path.insert(0, str(ROOT))
     from pytest_enginedead.compat import versions
-    from pytest_enginedead.logic.fingerprint import this_machine
+    from pytest_enginedead.logic.machine import this_machine
 
     m = this_machine()
     flags = set(m.get("isa_flags") or ())

@@ -26,13 +26,13 @@ from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
 from ..harness.outputs import Output
 from ..harness.server import has_tokenizer
-from ..logic import checking, planning
-from ..logic.arguments import BadMarker, fits_context
-from ..logic.fingerprint import preload_note, this_machine
-from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.modelconfig import model_name
-from ..logic.policy import PolicyError, load_policy, policy_name
-from ..logic.values import DEFAULT_BATCH_SIZES
+from ..logic.inputs.arguments import BadMarker, fits_context
+from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.inputs.modelconfig import model_name
+from ..logic.inputs.values import DEFAULT_BATCH_SIZES
+from ..logic.machine import preload_note, this_machine
+from ..logic.reporting import checking
+from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from ..logic.words import plural
 from .common import (
     GUARD_SWITCH,
@@ -149,10 +149,10 @@ def regression_environment(
 def check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
     """The policy loads, and gives every batch size a deadline vLLM can use."""
     try:
-        loaded = load_policy(spec, [os.getcwd()])
+        loaded = load_policy(spec, [os.getcwd()], versions.installed_version())
         for n in batch_sizes:
-            planning.policy_deadline(loaded, policy_name(loaded, spec), n)
-    except (PolicyError, planning.PolicyFailure) as exc:
+            policy_deadline(loaded, policy_name(loaded, spec), n)
+    except (PolicyError, PolicyFailure) as exc:
         raise Refused(f"--policy {spec!r}: {exc}") from None
 
 

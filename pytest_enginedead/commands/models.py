@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..logic.modelconfig import preset_summary, presets, read_config
+from ..logic.inputs.modelconfig import preset_summary, presets, read_config
 from .common import Refused, add_verbose
 
 EPILOG = ("exit status: 0 listed (or the directory printed); 2 bad usage: no preset of that name.  "

@@ -8,9 +8,9 @@ import os
 from typing import Any
 
 from ..harness.outputs import Output, claim
-from ..logic.policy import TimeoutPolicy
 from ..logic.sizing import advice, shapes
 from ..logic.sizing import fit as fit_
+from ..logic.timeouts.policies import TimeoutPolicy
 
 
 def plot(out: Output | str, results: list[dict[str, Any]], stock: float, policy: TimeoutPolicy) -> None:

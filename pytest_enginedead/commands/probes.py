@@ -9,13 +9,13 @@ import sys
 from typing import Any
 
 from ..compat import llm_config, versions
-from ..harness import probing
-from ..harness.preflight import model_problem, vllm_environment_problem
+from ..harness import probetrials
 from ..harness.server import has_tokenizer
-from ..logic import probes
-from ..logic.diagnosis import plugin_problem
-from ..logic.guardconfig import HANG_FLOOR_S
-from ..logic.modelconfig import BUNDLED_MODEL, model_name, validate_model
+from ..harness.startchecks import model_problem, vllm_environment_problem
+from ..logic.inputs.guardconfig import HANG_FLOOR_S
+from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_name, validate_model
+from ..logic.reporting import probereplay
+from ..logic.reporting.diagnosis import plugin_problem
 from .common import Refused, add_verbose, arg, number, refused
 
 
@@ -48,9 +48,9 @@ def add_parser(sub: Any, verbose: bool) -> None:
     add_verbose(prb)
 
 
-def _probe_setting(raw: str) -> probes.Setting:
+def _probe_setting(raw: str) -> probereplay.Setting:
     try:
-        return probes.parse_setting(raw)
+        return probereplay.parse_setting(raw)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -80,12 +80,12 @@ def run_probes(args: argparse.Namespace) -> int:
     def progress(message: str, done: bool = False) -> None:
         print(f"enginedead probes: {message}", file=sys.stderr, flush=True)
 
-    settings = (*probes.SETTINGS, *args.setting)
-    runs = probing.measure_all(args.model, args.window, args.hang_s, progress)
+    settings = (*probereplay.SETTINGS, *args.setting)
+    runs = probetrials.run_trials(args.model, args.window, args.hang_s, progress)
     if args.json:
-        print(json.dumps(probes.to_json(runs, settings), indent=2))
+        print(json.dumps(probereplay.to_json(runs, settings), indent=2))
     else:
-        print(probes.table(runs, settings))
+        print(probereplay.table(runs, settings))
         for setting in settings:
             print(f"  {setting.describe()}: {setting.source}")
     return 0

@@ -15,13 +15,12 @@ from dataclasses import replace
 import pytest
 
 from ..compat import versions
-from ..harness.liveness import Sampler
-from ..harness.verdict import Inspectable, JudgesErrors, NotesDeaths, Watchable, judge
+from ..harness.liveness import LivenessSettings, Sampler
+from ..harness.verdict import Inspectable, JudgesErrors, NotesDeaths, Watchable, judge_death
 from .run import liveness_defaults
 from .run import run_settings as run_settings  # the run's defaults, set at configure
 
 
-#: The active pytest run's liveness options, for engines that carry none of their own.
 @contextmanager
 def assert_no_false_death(
     engine: Watchable,
@@ -38,7 +37,8 @@ def assert_no_false_death(
     (``HUNG``, ``DEAD``) lets the original exception propagate unchanged.
     """
     __tracebackhide__ = True
-    settings = engine.liveness_settings if isinstance(engine, Inspectable) else liveness_defaults.get()
+    settings = (engine.liveness_settings if isinstance(engine, Inspectable)
+                else liveness_defaults.get() or LivenessSettings())
     if threshold is not None:
         settings = replace(settings, threshold=threshold)
     if interval_s is not None:
@@ -55,7 +55,7 @@ def assert_no_false_death(
             died = versions.is_engine_death(exc)
         if not (died or (extra and isinstance(exc, extra))):
             raise
-        finding = judge(engine, sampler, started, type(exc).__name__, settings)
+        finding = judge_death(engine, sampler, started, type(exc).__name__, settings)
         if isinstance(engine, NotesDeaths):
             engine.note_death(finding.to_dict())
         if not finding.false_death:

@@ -37,8 +37,8 @@ from typing import IO, Any
 
 import pytest
 
-from ..logic.planning import EngineSpec
-from ..logic.report import Results
+from ..logic.planning.engines import EngineSpec
+from ..logic.reporting.report import Results
 
 WIRE_KEY = "enginedead"
 

@@ -13,7 +13,7 @@ import pytest
 from .run import run_of
 
 if TYPE_CHECKING:
-    from ..logic.policy import PolicyLike
+    from ..logic.timeouts.policies import PolicyLike
     from .handles import EngineHandle, ServerHandle
 
 

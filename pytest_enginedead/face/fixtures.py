@@ -18,20 +18,14 @@ from ..compat import llm_config, versions
 from ..contract.control import Injection
 from ..harness.base import EngineBase, EngineStartError
 from ..harness.environment import owned_cores
-from ..harness.preflight import batch_problem, factory_engine_args, model_problem
-from ..logic import planning
-from ..logic.arguments import BadMarker, factory_arguments, rank_count
-from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.modelconfig import model_label, validate_model
-from ..logic.planning import (
-    EngineSpec,
-    GuardSpec,
-    Instructions,
-    Need,
-    PolicyFailure,
-    TestPlan,
-)
-from ..logic.ranks import BIND_ENV, cores_problem
+from ..harness.startchecks import batch_problem, factory_engine_args, model_problem
+from ..logic.inputs.arguments import BadMarker, factory_arguments, rank_count
+from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.inputs.modelconfig import model_label, validate_model
+from ..logic.planning import engines
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
+from ..logic.planning.ranks import BIND_ENV, cores_problem
+from ..logic.timeouts.policies import PolicyFailure, policy_deadline
 from .collection import guard_of, need_of
 from .handles import EngineHandle, Handle, ServerHandle
 from .run import Run, fail, handle_key, plan_key, run_of
@@ -54,7 +48,7 @@ def _started(start: Callable[[], EngineBase]) -> EngineBase:
 
 def _handle(run: Run, engine: EngineBase, batch_size: int, instructions: Instructions) -> Handle:
     try:
-        allowed: float | None = planning.policy_deadline(
+        allowed: float | None = policy_deadline(
             run.settings.policy, run.settings.policy_name, batch_size
         )
     except PolicyFailure:
@@ -72,7 +66,7 @@ def _shared(request: pytest.FixtureRequest, batch_size: int) -> Iterator[Handle]
         need = need_of(request.node, run, batch_size)  # asked for outside collection's plan
         if isinstance(need, str):
             pytest.fail(need, pytrace=False)
-        test = TestPlan(batch_size, planning.spec_for(need, run.settings.model, run.cpu_bind),
+        test = TestPlan(batch_size, engines.spec_for(need, run.settings.model, run.cpu_bind),
                         need.instructions)
     spec, instructions = test.spec, test.instructions
     assert spec is not None and instructions is not None
@@ -109,8 +103,9 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
         batch, seconds, faults = factory_arguments(batch_size, timeout_s, inject, what)
+        from_policy = seconds is None
         if seconds is None:
-            seconds = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            seconds = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         else:
             source = f"{what}(timeout_s=...)"
@@ -124,7 +119,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
             if run.settings.guard else None)
     except BadMarker as exc:
         fail(str(exc))
-    return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
+    return Need(batch, Instructions(seconds, source, faults, from_policy), guard_spec, server)
 
 
 def _factory_model(model: Any, server: bool) -> str:
@@ -179,7 +174,7 @@ def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any],
         pp = rank_count(what, "pipeline_parallel_size", args.pop("pipeline_parallel_size", 1))
     except BadMarker as exc:
         fail(str(exc))
-    spec = replace(planning.spec_for(need, model_dir, run.cpu_bind), extra_args=tuple(sorted(args.items())),
+    spec = replace(engines.spec_for(need, model_dir, run.cpu_bind), extra_args=tuple(sorted(args.items())),
                    tensor_parallel=tp, pipeline_parallel=pp)
     if spec.ranks > 1 and BIND_ENV not in os.environ:
         cores = owned_cores(spec)

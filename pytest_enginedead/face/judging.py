@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from ..contract.steps import worst_by_batch
-from ..logic import invariants
-from ..logic.arguments import BadMarker
-from ..logic.report import junit_properties
+from ..logic.inputs.arguments import BadMarker
+from ..logic.reporting.report import junit_properties
+from ..logic.timeouts import invariants
 from ..logic.words import plural
 from . import markers
 from .collection import uses_factory

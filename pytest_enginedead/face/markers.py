@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from ..contract.control import Injection
-from ..logic import invariants
-from ..logic.arguments import INJECT_ARGS, BadMarker, injection, number, whole_seconds
-from ..logic.guardconfig import HANG_FLOOR_S
-from ..logic.values import BadValue, check_batch_sizes
+from ..logic.inputs.arguments import INJECT_ARGS, BadMarker, injection, number, whole_seconds
+from ..logic.inputs.guardconfig import HANG_FLOOR_S
+from ..logic.inputs.values import BadValue, check_batch_sizes
+from ..logic.timeouts import invariants
 from .markerdocs import DOCS as DOCS  # their one definition, read at every configure
 
 

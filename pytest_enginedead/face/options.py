@@ -11,20 +11,17 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from ..compat import versions
 from ..contract.names import CHECK_PLAN_ENV
-from ..logic.modelconfig import BUNDLED_MODEL, model_label
-from ..logic.optiontable import OPTIONS, Option
-from ..logic.policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
-from ..logic.values import BadValue, one_line, shorten_paths
-from ..logic.verdicts import LivenessSettings
-
-if TYPE_CHECKING:
-    from ..logic.sharding import Shard
+from ..logic.inputs.liveness import LivenessSettings
+from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_label
+from ..logic.inputs.optiontable import OPTIONS, Option
+from ..logic.inputs.values import BadValue, Shard, one_line, shorten_paths
+from ..logic.timeouts.policies import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
 
 # What only an engine run reads (the model's checks, vLLM's plugin list, the check's plan, shard
 # durations) is imported where it is read: every pytest run of the environment resolves these
@@ -38,7 +35,7 @@ def check_model(model: str, source: str, max_model_len: int | None = None, serve
     the context the fixtures' engines start with (None: no fixture engine is planned); ``server``:
     an API server is planned, which loads the model's tokenizer.
     """
-    from ..harness.preflight import model_problem
+    from ..harness.startchecks import model_problem
 
     problem = model_problem(model, max_model_len=max_model_len, server=server)
     if problem:
@@ -48,7 +45,7 @@ def check_model(model: str, source: str, max_model_len: int | None = None, serve
 def check_plugins() -> None:
     """``VLLM_PLUGINS`` that leaves our plugin out: nothing of the harness would run inside vLLM
     (``enginedead doctor``'s wording, with its fix), refused before the first engine starts."""
-    from ..logic.diagnosis import plugin_problem
+    from ..logic.reporting.diagnosis import plugin_problem
 
     problem = plugin_problem(os.environ) if versions.vllm_missing_reason() is None else None
     if problem:
@@ -221,7 +218,7 @@ def _with_release(path: str | None) -> str | None:
     """A durations path with ``{vllm}`` replaced by the installed vLLM release."""
     if path is None:
         return None
-    from ..logic.sharding import durations_path
+    from ..logic.planning.sharding import durations_path
 
     return durations_path(path, versions.installed_version())
 
@@ -242,7 +239,7 @@ def check_vllm_environment() -> None:
     """vLLM's deadline variable, checked once at the start, before any policy reads it."""
     if versions.DEADLINE_ENV not in os.environ:  # vLLM's default: nothing to check
         return
-    from ..harness.preflight import vllm_environment_problem
+    from ..harness.startchecks import vllm_environment_problem
 
     problem = vllm_environment_problem()
     if problem:
@@ -254,7 +251,7 @@ def check_internal_variables() -> None:
     one is one line naming it, at the start (the suite would read it while collecting)."""
     raw = os.environ.get(CHECK_PLAN_ENV)
     if raw is not None:
-        from ..logic.checking import BadPlan, CheckPlan
+        from ..logic.reporting.checking import BadPlan, CheckPlan
 
         try:
             CheckPlan.parse(raw)
@@ -315,7 +312,8 @@ def _resolve_policy(config: pytest.Config, chosen: Value) -> tuple[PolicyLike, s
     """(policy, its name, where it came from): the option, else the conftest hook, else reference."""
     if chosen.value is not None:
         try:
-            policy = load_policy(chosen.value, [str(config.rootpath), os.getcwd()])
+            search = [str(config.rootpath), os.getcwd()]
+            policy = load_policy(chosen.value, search, versions.installed_version())
         except PolicyError as exc:
             raise pytest.UsageError(f"enginedead: {chosen.where} (from {chosen.source}): {exc}") from None
         return policy, policy_name(policy, chosen.value), chosen.source

@@ -11,22 +11,21 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from ..logic.verdicts import LivenessSettings
-
 if TYPE_CHECKING:  # what an engine test needs is imported when one runs: a run without one stays light
     from ..harness import outputs
     from ..harness.pool import EnginePool
     from ..harness.threads import Progress
-    from ..logic import sharding
-    from ..logic.planning import TestPlan
-    from ..logic.report import Results
+    from ..logic.inputs.liveness import LivenessSettings
+    from ..logic.planning import sharding
+    from ..logic.planning.engines import TestPlan
+    from ..logic.reporting.report import Results
     from .handles import Handle
     from .options import Settings
 
 
-#: what ``assert_no_false_death`` judges with unless told otherwise: the run's options
-liveness_defaults: ContextVar[LivenessSettings] = ContextVar("enginedead_liveness",
-                                                             default=LivenessSettings())
+#: what ``assert_no_false_death`` judges with unless told otherwise: the run's options (None: the
+#: defaults)
+liveness_defaults: ContextVar[LivenessSettings | None] = ContextVar("enginedead_liveness", default=None)
 
 
 @contextlib.contextmanager
@@ -84,7 +83,7 @@ class Run:
     def results(self) -> Results:
         """What the report and the summary are made of (made on first use)."""
         if self._results is None:
-            from ..logic.report import Results
+            from ..logic.reporting.report import Results
 
             self._results = Results()
         return self._results

@@ -18,7 +18,7 @@ import pytest
 
 from ..compat import versions
 from ..contract.names import GUARD_ENV
-from ..logic.modelconfig import BUNDLED_MODEL
+from ..logic.inputs.modelconfig import BUNDLED_MODEL
 from . import markerdocs, options
 from .options import Settings
 from .run import Run, run_key, run_of, run_settings
@@ -26,7 +26,7 @@ from .run import Run, run_key, run_of, run_settings
 if TYPE_CHECKING:
     from ..harness import outputs
     from ..harness.threads import Progress
-    from ..logic import sharding
+    from ..logic.planning import sharding
 
 
 def configure_run(config: pytest.Config) -> None:
@@ -85,7 +85,7 @@ def _check_ranks(config: pytest.Config, settings: Settings) -> None:
     """The run's ranks each get a core of those its engines may use (unless the user binds them)."""
     if settings.tensor_parallel < 2:
         return
-    from ..logic.ranks import BIND_ENV, cores_problem
+    from ..logic.planning.ranks import BIND_ENV, cores_problem
     from . import distributed
 
     if BIND_ENV in os.environ:
@@ -100,7 +100,7 @@ def _durations(settings: Settings) -> sharding.Durations | None:
     """The durations file the run was given, read and checked now: a UsageError if unusable."""
     if settings.durations is None:
         return None
-    from ..logic import sharding
+    from ..logic.planning import sharding
     where = settings.durations_where
     try:
         with open(settings.durations, encoding="utf-8") as f:
@@ -285,8 +285,8 @@ def write_outputs(session: pytest.Session, run: Run) -> None:
     if run.report is None and run.store is None:
         return
     from ..harness import outputs
-    from ..logic import sharding
-    from ..logic.fingerprint import this_machine
+    from ..logic.machine import this_machine
+    from ..logic.planning import sharding
     from . import summary
 
     written: list[tuple[outputs.Output, str, Callable[[], str]]] = []

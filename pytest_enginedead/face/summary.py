@@ -1,6 +1,6 @@
 """What the run found, for the person at the terminal and the files the run writes.
 
-The rows are ``logic.report``'s; the summary is printed only when engines ran.
+The rows are ``logic.reporting.report``'s; the summary is printed only when engines ran.
 """
 
 from __future__ import annotations
@@ -8,8 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from ..harness.outputs import Output, claim
-from ..logic.fingerprint import this_machine
-from ..logic.report import Results, RunFacts, _fmt_s, build, dumps, guard_tally, time_breakdown, time_lines
+from ..logic.machine import this_machine
+from ..logic.reporting.report import (
+    Results,
+    RunFacts,
+    _fmt_s,
+    build,
+    dumps,
+    guard_tally,
+    time_breakdown,
+    time_lines,
+)
 from ..logic.words import plural
 
 

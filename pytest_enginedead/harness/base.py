@@ -21,7 +21,7 @@ from ..compat import versions
 from ..contract.control import Control, write_control
 from ..contract.guardfiles import CoreReady, read_core_ready
 from ..contract.names import GUARD_ENV
-from ..logic.planning import EngineSpec, GuardSpec, Instructions
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions
 from . import cleanup, ledger
 from .cleanup import ProcRef, Reaper, mapped_shm, started_children, terminate, unlink_shm
 from .environment import engine_environment

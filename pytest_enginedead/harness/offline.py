@@ -21,7 +21,7 @@ import psutil
 
 from ..compat import llm_api, llm_config
 from ..contract.guardfiles import read_core_ready
-from ..logic.planning import EngineSpec, Instructions
+from ..logic.planning.engines import EngineSpec, Instructions
 from . import cleanup
 from .base import EngineBase, EngineStartError, GuardRefused, guard_problem
 from .cleanup import Reaper

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..compat import versions
+from ..contract.decisions import Verdict, overall
 from ..contract.dumps import DeadlineStack
 from ..contract.steps import StepTime
-from ..logic.ranks import rank_label
-from ..logic.verdicts import LivenessSettings, Verdict, overall
+from ..logic.planning.ranks import rank_label
 from . import slowpaths, stacks
-from .liveness import ProcessEvidence, Sampler, classify
+from .liveness import LivenessSettings, ProcessEvidence, Sampler, classify
 from .stacks import Where, innermost_frames
 
 
@@ -220,7 +220,7 @@ def step_summary(steps: Sequence[StepTime]) -> str:
     )
 
 
-def judge(
+def judge_death(
     engine: Watchable, sampler: Sampler, started: float, error: str, settings: LivenessSettings
 ) -> Finding:
     """Decide SLOW / HUNG / DEAD from the evidence as it stands right now."""

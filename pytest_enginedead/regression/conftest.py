@@ -18,7 +18,7 @@ from pytest_enginedead.contract.names import CHECK_PROGRESS_ENV
 from pytest_enginedead.contract.steps import summarize
 from pytest_enginedead.face.run import handle_key, run_key, settings_of
 from pytest_enginedead.harness.threads import Progress
-from pytest_enginedead.logic.checking import CheckPlan, mode_of, verdict_of
+from pytest_enginedead.logic.reporting.checking import CheckPlan, mode_of, verdict_of
 
 _started = time.monotonic()
 
@@ -88,8 +88,8 @@ def pytest_runtest_makereport(
         event = {
             "batch_size": handle.batch_size if handle else 0,
             "mode": mode_of(item.nodeid),
-            "verdict": verdict_of({"verdict": deaths[-1]["verdict"] if deaths else None,
-                                   "outcome": rep.outcome}),
+            "verdict": str(verdict_of({"verdict": deaths[-1]["verdict"] if deaths else None,
+                                       "outcome": rep.outcome})),
             "steps": stats.steps if stats else 0,
             "step_max_s": stats.max_s if stats else None,
             "duration_s": rep.duration,

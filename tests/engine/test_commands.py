@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.logic.policy import STOCK_DEADLINE_S
+from pytest_enginedead.logic.timeouts.policies import STOCK_DEADLINE_S
 from tests.support.downstream import enginedead
 from tests.support.machine import GEMMA_MEASURED_AT, Measures, death_sizes
 from tests.support.sizing import GEMMA_MOE

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_enginedead.compat import in_server, llm_api, llm_config, registry
-from pytest_enginedead.harness.preflight import OWNED_ENGINE_ARGS, OWNED_SERVER_ARGS
+from pytest_enginedead.harness.startchecks import OWNED_ENGINE_ARGS, OWNED_SERVER_ARGS
 
 
 def test_sampling_is_greedy() -> None:
@@ -55,7 +55,7 @@ def test_server_arguments_as_the_servers_own_parser_reads_them() -> None:
     ~8 s into the start), what it refuses is said in its own words, and the harness's whole command
     line for a server with such arguments parses."""
     from pytest_enginedead.harness.server import server_command
-    from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+    from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
     assert in_server.server_flag("enable_prefix_caching", False) == "--no-enable-prefix-caching"
     args = (("enable_prefix_caching", False), ("hf_overrides", {"num_hidden_layers": 2}),

@@ -136,7 +136,7 @@ def test_unset_or_bad_the_guard_touches_nothing_in_vllm(
 ) -> None:
     """A plain vLLM with the plugin installed, no harness: the engine core reports which of
     the attributes the guard could replace are replaced (none), and the engine works."""
-    from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+    from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
     script = tmp_path / "inert.py"
     script.write_text(INERT)

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.compat import versions
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from tests.support.downstream import Downstream, Outcome, enginedead
 
 # --- the pytest doors: a downstream repo's run ----------------------------------------------

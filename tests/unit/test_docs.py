@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_enginedead.logic.optiontable import OPTIONS
+from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 from tests.support import docs
 from tests.support.downstream import Downstream
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import pytest_enginedead
-from pytest_enginedead.logic.modelconfig import presets
+from pytest_enginedead.logic.inputs.modelconfig import presets
 
 ROOT = Path(pytest_enginedead.__file__).resolve().parent.parent
 PRESETS = ("gemma-4-26b-a4b", "gemma-4-moe-mini", "tiny-llama")
@@ -100,7 +100,7 @@ def test_a_preset_resolves_by_name_from_the_installed_package(installed: Path, t
     """From a directory with no checkout: the names resolve to the installed package's models."""
     code = (
         "import json, sys, pytest_enginedead\n"
-        "from pytest_enginedead.logic.modelconfig import validate_model\n"
+        "from pytest_enginedead.logic.inputs.modelconfig import validate_model\n"
         "from pytest_enginedead.command import build_parser\n"
         f"found = {{n: validate_model(n) for n in {list(PRESETS)!r}}}\n"
         "build_parser()\n"

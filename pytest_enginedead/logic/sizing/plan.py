@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..fingerprint import meminfo
-from ..modelconfig import model_name
+from ..inputs.modelconfig import model_name
+from ..machine import meminfo
 from . import shapes, slices
 
 
@@ -66,7 +66,7 @@ class SizingPlan:
 
 def default_limits(model: str) -> tuple[dict[str, Any], int | None]:
     """The model's config and the longest max_model_len vLLM derives from it."""
-    from ..modelconfig import read_config
+    from ..inputs.modelconfig import read_config
 
     config = read_config(Path(model) / "config.json")
     return config, shapes.model_max_len(config)
@@ -83,7 +83,7 @@ def plan_sizing(
     tensor_parallel: int = 1,
 ) -> SizingPlan:
     """The runs, the engines and what each needs; ``SizingRefused`` for what cannot work."""
-    from ..modelconfig import read_config
+    from ..inputs.modelconfig import read_config
 
     config = read_config(Path(model) / "config.json")
     where = os.path.join(os.path.basename(model.rstrip("/")), "config.json")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.compat import registry, versions
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from tests.support import examples
 from tests.support.doors import (
     BAD_TOKENIZER,
@@ -187,7 +187,7 @@ def test_check_clears_an_inherited_guard_and_says_so(
     clears it, the header says which it cleared, and nothing is refused for it."""
     from pytest_enginedead import command
     from pytest_enginedead.commands import check
-    from pytest_enginedead.logic import checking
+    from pytest_enginedead.logic.reporting import checking
 
     shell = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_BUSY_THRESHOLD": "0.1"}
     env, cleared = check.regression_environment({**shell, "PATH": "/usr/bin"},

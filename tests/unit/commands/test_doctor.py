@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from pytest_enginedead.compat import versions
-from pytest_enginedead.logic import fingerprint
-from pytest_enginedead.logic.modelconfig import presets, read_config
+from pytest_enginedead.logic import machine as fingerprint
+from pytest_enginedead.logic.inputs.modelconfig import presets, read_config
 from pytest_enginedead.logic.sizing import shapes, slices
 from tests.support.doors import FIXTURES
 

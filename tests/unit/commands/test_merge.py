@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_enginedead import command
-from pytest_enginedead.logic import merging
-from pytest_enginedead.logic.fingerprint import this_machine
+from pytest_enginedead.logic.machine import this_machine
+from pytest_enginedead.logic.reporting import merging
 from tests.support.downstream import enginedead, validated
 
 Capture = pytest.CaptureFixture[str]
@@ -30,7 +30,7 @@ def row(nodeid: str, batch: int, p50: float, verdict: str | None = None, source:
         "nodeid": nodeid, "when": "call", "outcome": outcome, "batch_size": batch, "timeout_s": 2.0,
         "deadline_s": 2.0, "deadline_source": source, "engine": f"engine, bs{batch}, model tiny-llama",
         "steps": 12, "step_p50_s": p50, "step_max_s": p50 * 2, "step_max_running": False,
-        "verdict": verdict, "deaths": [], "guard_events": [],
+        "verdict": verdict, "deaths": [], "guard_events": [], "promised": source.startswith("policy"),
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pytest_enginedead.logic.modelconfig import presets
+from pytest_enginedead.logic.inputs.modelconfig import presets
 from tests.support.downstream import enginedead
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.contract.guardfiles import (
     CORE_READY_FILE,
     GUARD_EVENTS_FILE,
@@ -58,7 +59,8 @@ def test_state_dir_prefers_the_run_directory() -> None:
 
 
 def test_guard_events_round_trip(tmp_path: Path) -> None:
-    event = GuardEvent("execute_model", 5, 64, 2.0, 2.0, 1240.0, "SLOW", "waiting up to 1240 s", 99, 12.5)
+    event = GuardEvent("execute_model", 5, 64, 2.0, 2.0, 1240.0, Verdict.SLOW, GuardAction.WAIT,
+                       "waiting up to 1240 s", 99, 12.5)
     path = tmp_path / GUARD_EVENTS_FILE
     assert read_guard_events(str(path)) == []
     path.write_text(event.to_line() + "not json\n" + '{"method": "x"}\n' + event.to_line())

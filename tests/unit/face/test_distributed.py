@@ -13,7 +13,7 @@ import pytest
 from pytest_enginedead.compat import versions
 from pytest_enginedead.face import distributed
 from pytest_enginedead.face.distributed import cpu_bind, dist_note, group_name, item_group, worker_index
-from pytest_enginedead.logic.planning import EngineSpec, GuardSpec
+from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec
 from tests.support import examples
 from tests.support.doors import (
     ENGINE,

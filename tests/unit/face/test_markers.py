@@ -15,7 +15,7 @@ import pytest
 from pytest_enginedead.compat import registry
 from pytest_enginedead.face import markers
 from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.logic.arguments import BadMarker
+from pytest_enginedead.logic.inputs.arguments import BadMarker
 from tests.support import examples
 from tests.support.doors import (
     KNOWN,

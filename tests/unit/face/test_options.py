@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.logic.optiontable import OPTIONS
+from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 from tests.support import examples
 from tests.support.doors import (
     BAD_TOKENIZER,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pytest_enginedead.logic import checking
+from pytest_enginedead.logic.reporting import checking
 from pytest_enginedead.logic.words import plural
 
 
