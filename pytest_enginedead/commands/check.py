@@ -101,8 +101,21 @@ def add_parser(sub: Any, verbose: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    claimed = preflight(args, before_model=_check_inputs, after_model=_check_runs, server=args.server)
-    return run_claimed(args, claimed, run_check)
+    planned: list[checking.CheckPlan] = []  # built once vLLM's environment and the model are checked
+
+    def check_runs(args: argparse.Namespace) -> None:
+        planned.append(plan_of(args))
+        _check_runs(args, planned[0])
+
+    claimed = preflight(args, before_model=_check_inputs, after_model=check_runs, server=args.server)
+    return run_claimed(args, claimed, lambda args, claimed: run_check(args, claimed, planned[0]))
+
+
+def plan_of(args: argparse.Namespace) -> checking.CheckPlan:
+    """The plan of the runs the arguments ask for: built once; the runs, their checks and the verdict
+    read it."""
+    return checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
+                             guard=args.guard, server=args.server)
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
@@ -110,12 +123,10 @@ def _check_inputs(args: argparse.Namespace) -> None:
     check_policy(args.policy, args.batch_sizes)
 
 
-def _check_runs(args: argparse.Namespace) -> None:
+def _check_runs(args: argparse.Namespace, plan: checking.CheckPlan) -> None:
     """Each run fits the engine it starts on: its batch size within what vLLM builds and this machine
     holds; its prompt and ``--max-tokens`` within the harness's max_model_len (as the handles ask)."""
     refuse_batch_sizes(args, args.server)
-    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
-                             guard=args.guard, server=args.server)
     bos = args.server and has_tokenizer(args.model)
     room = llm_config.DEFAULT_MAX_MODEL_LEN - plan.prompt_len - int(bos)
     try:
@@ -156,9 +167,7 @@ def check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
         raise Refused(f"--policy {spec!r}: {exc}") from None
 
 
-def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
-    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
-                             guard=args.guard, server=args.server)
+def run_check(args: argparse.Namespace, claimed: dict[str, Output], plan: checking.CheckPlan) -> int:
     log = claimed["log"]
     scratch = tempfile.mkdtemp(prefix="enginedead-check-")
     try:
@@ -203,7 +212,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
                     f", the guard run has policy {args.policy} and hang_s {DEFAULT_HANG_S:g} s"
                     if plan.guard else " (--guard adds a guarded run)"))
         code, tail = run_logged(cmd, env, log, args.verbose, progress)
-        return verdict(args, report, code, log, tail, claimed.get("report"))
+        return verdict(args, plan, report, code, log, tail, claimed.get("report"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -284,7 +293,8 @@ def _show_progress(path: str, shown: int) -> int:
 
 
 def verdict(
-    args: argparse.Namespace, report: str, code: int, log: Output, tail: bytes, out: Output | None
+    args: argparse.Namespace, plan: checking.CheckPlan, report: str, code: int, log: Output, tail: bytes,
+    out: Output | None,
 ) -> int:
     log_path = log.path
     if not os.path.exists(report):
@@ -312,14 +322,15 @@ def verdict(
             out.write_bytes(raw)
         except outputs.OutputError as exc:
             unwritten = str(exc)
-    code = judged(args, data, code, log_path)
+    code = judged(args, plan, data, code, log_path)
     if unwritten is not None:  # proven writable at the start; it changed since
         print(f"enginedead check: error: the report was not written: {unwritten}", file=sys.stderr)
         return code or 2
     return code
 
 
-def judged(args: argparse.Namespace, data: dict[str, Any], code: int, log_path: str) -> int:
+def judged(args: argparse.Namespace, plan: checking.CheckPlan, data: dict[str, Any], code: int,
+           log_path: str) -> int:
     """The verdict table and line; the exit status they give."""
     rows = checking.rows_from_report(data)
     say("")
@@ -328,8 +339,6 @@ def judged(args: argparse.Namespace, data: dict[str, Any], code: int, log_path: 
     restarts = data.get("restarts", 0)
     say(f"engines started: {data.get('engines_started')} ({plural(restarts, 'restart')} after a death); "
         f"log: {log_path}")
-    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
-                             guard=args.guard, server=args.server)
     for path in checking.slow_paths_of(data):
         say(f"slow path: {path}")
     line, verdict = checking.verdict_line(rows, plan, args.policy, args.batch_sizes)

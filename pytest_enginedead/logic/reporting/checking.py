@@ -221,11 +221,6 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def false_deaths_under_policy(rows: Sequence[Row]) -> list[Row]:
-    """False deaths where the check promises none: under the policy, and under the guard."""
-    return [r for r in rows if r.mode in ("policy", "guard") and r.verdict is RunResult.FALSE_DEATH]
-
-
 def slow_paths_of(report: Mapping[str, Any]) -> list[str]:
     """The slow paths the runs' verdicts named (each once, the sample counts dropped)."""
     found: dict[str, None] = {}

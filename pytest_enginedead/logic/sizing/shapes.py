@@ -40,7 +40,6 @@ from .fit import Step
 #: OpenAI API server's, which is what users serve with; the ``LLM`` class uses 256 / 4096
 SERVER_MAX_NUM_SEQS = 128
 SERVER_MAX_NUM_BATCHED_TOKENS = 2048
-LLM_MAX_NUM_SEQS = 256
 LLM_MAX_NUM_BATCHED_TOKENS = 4096
 
 @dataclass(frozen=True)

@@ -253,7 +253,8 @@ def test_check_exits_on_its_verdict_not_on_pytests(
     from pytest_enginedead.commands import check
 
     args = build_parser().parse_args(["check"])
-    assert check.judged(args, regression_report(verdicts), pytest_exit, "/tmp/x.log") == code
+    plan = check.plan_of(args)
+    assert check.judged(args, plan, regression_report(verdicts), pytest_exit, "/tmp/x.log") == code
     out = capsys.readouterr().out.splitlines()
     assert last in out[-1] and out[-2].startswith("engines started: 1 (0 restarts after a death); log: ")
 
