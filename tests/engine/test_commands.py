@@ -56,7 +56,14 @@ def test_check_exit_code_follows_false_deaths_under_the_policy(
         f"stock vLLM (2 s deadline): FALSE DEATH at batch 16; policy {policy}: {policy_said}")
     cleared = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited "
                "from the environment: the stock and policy runs are unguarded")
-    assert (cleared in done.stdout) == bool(shell), done.stdout
+    assert (cleared in done.stderr) == bool(shell), done.stderr
+    # progress on stderr from the first second (the header), engine starts included; the table and
+    # the verdict on stdout
+    progress = done.stderr.splitlines()
+    assert progress[0].startswith("enginedead check: vLLM "), progress
+    assert any(ln.strip().startswith("starting engine (") for ln in progress), progress
+    assert any(ln.strip().startswith("batch ") and "[" in ln for ln in progress), progress
+    assert not [ln for ln in done.stdout.splitlines() if ln.startswith("enginedead check: vLLM")]
     data = json.loads(report.read_text())
     assert data["policy"]["name"] == policy
     # what a person reads: progress, the table, one verdict line; details in the log

@@ -42,6 +42,17 @@ def hooks() -> ModuleType:
     return module
 
 
+@functools.lru_cache(maxsize=1)
+def recorder() -> ModuleType:
+    """``docs/record.py``, which makes the console recordings again (loaded by path, as the hooks)."""
+    spec = importlib.util.spec_from_file_location("enginedead_docs_record", ROOT / "docs" / "record.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def rel(page: Path) -> str:
     return page.relative_to(ROOT).as_posix()
 
@@ -84,7 +95,7 @@ OPTION = re.compile(r"--enginedead-[a-z][a-z0-9-]*[a-z0-9]")
 OURS = re.compile(r"\bENGINEDEAD_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9])(?P<glob>_?\*)?")
 VLLMS = re.compile(r"\bVLLM_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9])(?P<glob>_?\*)?")
 #: the commands, longest first (``probes`` before ``probe``)
-COMMANDS = ("calibrate", "doctor", "probes", "probe", "check", "merge")
+COMMANDS = ("calibrate", "doctor", "probes", "probe", "check", "merge", "models")
 #: ``enginedead [COMMAND] ...`` in code (not ``pytest-enginedead``, not ``-p enginedead``): the
 #: command ("" for the console script's own flags) and what follows it on the line
 COMMAND_LINE = re.compile(r"(?<![-\w./=])(?<!-p )enginedead(?=\s|$)(?: (?P<command>" + "|".join(COMMANDS)

@@ -44,8 +44,10 @@ MARKER_TYPO = "marker_typo"
 NEEDS_ENGINE = "needs_engine"
 #: what an operator's supervisor sees: the enginedead probe on two servers, and exit statuses
 OPERATORS = "operators"
-#: a downstream suite without engines
+#: a downstream suite without engines (and nothing of the plugin's: it hears nothing of it)
 PLAIN = "plain"
+#: a downstream suite that uses the plugin (its policy fixture) and starts no engine
+USES_PLUGIN = "uses_plugin"
 #: two policies a downstream repo might write (``mypolicies``): one that holds, one flat across backends
 POLICIES = "policies"
 #: a conftest.py whose ``pytest_enginedead_policy`` hook gives the policy (``mypolicies`` beside it)

@@ -27,6 +27,15 @@ def presets() -> dict[str, str]:
     return {p.name: str(p) for p in sorted(MODELS_DIR.iterdir()) if (p / "config.json").is_file()}
 
 
+def model_name(directory: str) -> str:
+    """How a command echoes a model: a preset by its name (``gemma-4-26b-a4b``, what the user typed
+    and can type again), any other model by its directory."""
+    for name, path in presets().items():
+        if os.path.realpath(path) == os.path.realpath(directory):
+            return name
+    return directory
+
+
 def preset_summary(config: dict[str, Any]) -> str:
     """One line on a preset's config: architecture, depth, width, experts."""
     nested = config.get("text_config")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..inputs.values import Shard
+from ..words import plural
 
 #: the durations file's marker key and the format version it holds
 DURATIONS_KEY = "enginedead_durations"
@@ -152,7 +153,8 @@ class Split:
     def describe(self) -> str:
         i = self.shard.index - 1
         return (
-            f"shard {self.shard}: {len(self.keep)} tests, {self.engines[i]} engine configurations, "
+            f"shard {self.shard}: {plural(len(self.keep), 'test')}, "
+            f"{plural(self.engines[i], 'engine configuration')}, "
             f"balanced by {self.by}"
         )
 

@@ -17,6 +17,7 @@ from xml.sax.saxutils import quoteattr
 
 from ...contract.decisions import Verdict
 from .. import machine
+from ..words import plural
 from .report import SCHEMA_VERSION
 
 
@@ -226,8 +227,8 @@ def _step_figures(merged: Merged) -> list[str]:
 def summary(merged: Merged) -> str:
     """The one verdict line."""
     reports = sum(1 for x in merged.inputs if x.kind == "report")
-    head = (f"enginedead merge: {reports} reports, {len(merged.rows)} engine tests, "
-            f"{len(merged.machines)} machines")
+    head = (f"enginedead merge: {plural(reports, 'report')}, {plural(len(merged.rows), 'engine test')}, "
+            f"{plural(len(merged.machines), 'machine')}")
     if merged.problems:
         return f"{head}: FAILED\n" + "\n".join(f"  {p}" for p in merged.problems)
     return f"{head}: no false death under the policy, every shard present"

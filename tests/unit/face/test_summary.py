@@ -73,7 +73,7 @@ def test_terminal_summary(engine: Engine) -> None:
     summary.terminal_summary(quiet, results, "reference")
     summary.terminal_summary(full, results, "reference")
     summary.terminal_summary(none, Results(), "reference")
-    assert quiet.lines == ["enginedead: 1 engine(s) started, 1 false death(s), 0 genuine death(s)"]
+    assert quiet.lines == ["enginedead: 1 engine started, 1 false death, 0 genuine deaths"]
     assert none.lines == []  # no engines ran: no summary
     label = engine.spec.label().split()
     assert full.lines[2].split() == [

@@ -52,7 +52,7 @@ def test_without_durations_an_engine_start_weighs_as_ten_tests() -> None:
     assert first.keep == [0, 1, 2] and len(second.keep) == 13  # 3 + 10 for the start against 13
     assert first.loads == second.loads == [13.0, 13.0] and first.engines == [1, 0]
     assert first.describe() == (
-        "shard 1/2: 3 tests, 1 engine configurations, balanced by tests and engine starts"
+        "shard 1/2: 3 tests, 1 engine configuration, balanced by tests and engine starts"
     )
 
 
