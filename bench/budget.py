@@ -3,6 +3,7 @@
     python bench/budget.py run DIR [--lock FILE] [-- PYTEST_ARGS]   run the suite, then the breakdown
     python bench/budget.py report DIR [--imports FILE] [--json OUT] the breakdown of a run made before
     python bench/budget.py imports OUT [--lock FILE]                time vLLM's imports (no engine)
+    python bench/budget.py compare BEFORE.json AFTER.json           two breakdowns, test by test
 
 ``run`` runs ``pytest`` (default: the engine suite, ``-m engine -n 2 --dist loadgroup``) with the
 start ledger (``ENGINEDEAD_START_LEDGER``: every engine start of the run and of the runs inside it,
@@ -287,6 +288,38 @@ def render(data: dict[str, Any], width: int = 100) -> list[str]:
     return out
 
 
+def by_function(data: dict[str, Any]) -> dict[str, tuple[int, float, float]]:
+    """file::test (parametrizations added up) -> (starts, their seconds, wall)."""
+    out: dict[str, tuple[int, float, float]] = {}
+    for t in data["tests"]:
+        name = t["test"].split("[")[0].removeprefix("tests/engine/")
+        starts, secs, wall = out.get(name, (0, 0.0, 0.0))
+        secs += sum(s["start_s"] for s in t["starts"])
+        out[name] = (starts + len(t["starts"]), secs, wall + t["wall_s"])
+    return out
+
+
+def compare(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """A markdown table: per engine test, its starts (their seconds) and wall, before and after."""
+    b, a = by_function(before), by_function(after)
+    names = sorted({n for n in (*b, *a) if not n.startswith("tests/unit/")},
+                   key=lambda n: (-(b.get(n, (0, 0.0, 0.0))[0]), n))
+    rows = ["| test | starts before | starts after | wall before | wall after |", "|---|---|---|---|---|"]
+
+    def cell(v: tuple[int, float, float] | None, what: int) -> str:
+        if v is None:
+            return "—"
+        return f"{v[0]} ({v[1]:.0f} s)" if what == 0 else f"{v[2]:.0f} s"
+
+    for n in names:
+        x, y = b.get(n), a.get(n)
+        rows.append(f"| `{n}` | {cell(x, 0)} | {cell(y, 0)} | {cell(x, 2)} | {cell(y, 2)} |")
+    tb, ta = before["totals"], after["totals"]
+    rows.append(f"| **all** | **{tb['starts']}** ({tb['start_s']:.0f} s) | **{ta['starts']}** "
+                f"({ta['start_s']:.0f} s) | {tb['tests_s']:.0f} s | {ta['tests_s']:.0f} s |")
+    return rows
+
+
 # --- running ------------------------------------------------------------------------------------
 
 
@@ -360,10 +393,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--imports", type=Path, default=None, help="a file `imports` wrote")
     p.add_argument("--json", type=Path, default=None)
+    c = sub.add_parser("compare", help="a markdown table of two breakdowns (breakdown.json), test by test")
+    c.add_argument("before", type=Path)
+    c.add_argument("after", type=Path)
     i = sub.add_parser("imports", help="time vLLM's imports in fresh interpreters")
     i.add_argument("out", type=Path)
     i.add_argument("--lock", default=None)
     args = parser.parse_args(argv)
+    if args.command == "compare":
+        before, after = (json.loads(Path(p).read_text()) for p in (args.before, args.after))
+        print("\n".join(compare(before, after)))
+        return 0
     if args.command == "imports":
         print(json.dumps(measure_imports(args.out, args.lock)))
         return 0
