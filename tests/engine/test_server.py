@@ -61,13 +61,13 @@ def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psuti
     factory's explicit arguments are test_supervisors.py's operators suite's.)"""
     result = downstream.copy(examples.SERVER).run("-rA", plugins=["timeout"], in_subprocess=True, report=True)
     result.assert_outcomes(passed=5, failed=1)
-    result.stdout.fnmatch_lines(
+    result.stdout.fnmatch_lines(  # in run order: each server's tests together, the death last
         [
             "PASSED test_server_suite.py::test_stock_deadline[[]bs2[]]",
             "PASSED test_server_suite.py::test_reference_policy[[]bs64[]]",
             "PASSED test_server_suite.py::test_text_chat_streaming_and_plain_http[[]bs64[]]",
-            "PASSED test_server_suite.py::test_crash_is_genuine[[]bs64[]]",
             "PASSED test_server_suite.py::test_the_guard_lets_64_clients_finish[[]bs64[]]",
+            "PASSED test_server_suite.py::test_crash_is_genuine[[]bs64[]]",
         ]
     )
     out = result.stdout.str()
