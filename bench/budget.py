@@ -314,9 +314,10 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     for n in names:
         x, y = b.get(n), a.get(n)
         rows.append(f"| `{n}` | {cell(x, 0)} | {cell(y, 0)} | {cell(x, 2)} | {cell(y, 2)} |")
-    tb, ta = before["totals"], after["totals"]
-    rows.append(f"| **all** | **{tb['starts']}** ({tb['start_s']:.0f} s) | **{ta['starts']}** "
-                f"({ta['start_s']:.0f} s) | {tb['tests_s']:.0f} s | {ta['tests_s']:.0f} s |")
+    tb, ta = (tuple(map(sum, zip(*(d[n] for n in names if n in d), strict=False))) or (0, 0.0, 0.0)
+              for d in (b, a))
+    rows.append(f"| **all** | **{tb[0]}** ({tb[1]:.0f} s) | **{ta[0]}** ({ta[1]:.0f} s) "
+                f"| {tb[2]:.0f} s | {ta[2]:.0f} s |")
     return rows
 
 
