@@ -34,7 +34,7 @@ def test_check_under_the_stock_policy_exits_1_on_its_false_death(capsys: pytest.
     assert data["policy"]["name"] == "vllm-stock"
     args = command.build_parser().parse_args(
         ["check", "--batch-sizes", "4,16", "--max-tokens", "2", "--policy", "vllm-stock"])
-    assert check.judged(args, data, 1, "/tmp/check.log") == 1
+    assert check.judged(args, check.plan_of(args), data, 1, "/tmp/check.log") == 1
     out = capsys.readouterr().out
     table = out[out.index("batch  run"):]
     rows = [ln for ln in table.splitlines()[1:] if ln.strip() and ln.split()[0].isdigit()]
