@@ -81,7 +81,7 @@ BUDGET: tuple[Entry, ...] = (
           "the hang is its engine's one death (the crash is the factory's)"),
     Entry(("test_engine.py::test_factory_engine_with_explicit_arguments",),
           (f"bs4, {TINY}, max_model_len=256",), 1,
-          "the factory's own engine; its crash at step 2 ends it"),
+          "the factory's own engine; its crash at step 5 ends it"),
     Entry(("test_engine.py::test_real_compute_outlives_short_deadline",), (f"bs*, {HEAVY}",), 2,
           "heavy-llama's steps measured (enginedead calibrate), then the run whose dying batch they size; "
           "on a box too fast to size it, the measurement only", again=1),
