@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_enginedead.compat import llm_config
+from pytest_enginedead.logic import machine as fingerprint
 from pytest_enginedead.logic.inputs.modelconfig import presets
-from pytest_enginedead.logic.reporting import fingerprint
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

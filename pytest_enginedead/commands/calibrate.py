@@ -21,7 +21,7 @@ from ..harness.measure import measure, size
 from ..harness.outputs import Output
 from ..logic.inputs.modelconfig import preset_summary, presets, read_config
 from ..logic.inputs.values import BadValue, parse_batch_sizes
-from ..logic.reporting.fingerprint import this_machine
+from ..logic.machine import this_machine
 from ..logic.sizing import shapes
 from ..logic.sizing.decode import calibration, format_calibration
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing

@@ -22,12 +22,16 @@ DEFAULT_INTERVAL_S = 0.1
 DEFAULT_WINDOW_S = 1.0
 
 
-class Verdict(enum.Enum):
-    """What an engine process was doing when the engine was declared dead."""
+class Verdict(str, enum.Enum):
+    """What an engine process was doing when the engine was declared dead.
 
-    SLOW = "slow"  # alive and computing: declaring it dead is a false death
-    HUNG = "hung"  # alive, not computing
-    DEAD = "dead"  # process gone or zombie
+    A ``str`` whose value is its name, as every report and file writes it: code that
+    compared a guard event's verdict with ``"SLOW"`` still does.
+    """
+
+    SLOW = "SLOW"  # alive and computing: declaring it dead is a false death
+    HUNG = "HUNG"  # alive, not computing
+    DEAD = "DEAD"  # process gone or zombie
 
     def __str__(self) -> str:
         return self.name
@@ -61,7 +65,7 @@ def overall(verdicts: Iterable[Verdict]) -> Verdict:
     return Verdict.HUNG
 
 
-class GuardAction(enum.Enum):
+class GuardAction(str, enum.Enum):
     """What the guard did at one decision (its ``GuardEvent``)."""
 
     #: the worker computes past vLLM's deadline: the wait goes on, up to the cap

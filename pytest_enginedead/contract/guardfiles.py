@@ -197,6 +197,8 @@ class GuardState:
         known["verdict"] = Verdict.read(known.get("verdict"))
         ended = known.get("ended")
         known["ended"] = None if ended is None else GuardAction.parse(ended)
+        if known["ended"] is not None and not known["ended"].ends:  # a wait it let go on ended nothing
+            raise ValueError(f"ended: {ended!r} is not an action that ends the engine")
         return cls(**known)
 
 

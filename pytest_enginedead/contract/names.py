@@ -24,7 +24,8 @@ ENV_FRONT_PID = "ENGINEDEAD_FRONT_PID"
 PROGRESS_DIR_ENV = "ENGINEDEAD_PROGRESS_DIR"
 
 
-#: The guard: on (1), its policy (the hard cap), its idle grace in seconds.
+#: The guard: on (1), its policy (the hard cap), its idle grace in seconds (default 60, at least
+#: 0.25: the guard looks at the worker every 0.25 s).
 GUARD_ENV = "ENGINEDEAD_GUARD"
 GUARD_POLICY_ENV = "ENGINEDEAD_GUARD_POLICY"
 GUARD_HANG_ENV = "ENGINEDEAD_GUARD_HANG_S"

@@ -17,11 +17,11 @@ from ..harness.startchecks import batch_problem
 from ..logic.inputs.arguments import BadMarker
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.planning import engines, sharding
-from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, PolicyFailure, TestPlan
-from ..logic.timeouts.policies import PolicyError, load_policy, policy_name
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
+from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from . import distributed, markers, options
 from .options import Settings
-from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_key, run_of
+from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_of, uses_plugin
 
 
 def parametrize_batch_sizes(metafunc: pytest.Metafunc) -> None:
@@ -52,7 +52,7 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
         if timeout is not None:
             deadline, source = markers.timeout(timeout), "the enginedead_timeout marker"
         else:
-            deadline = engines.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            deadline = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         server = "vllm_server" in getattr(item, "fixturenames", ())
         _check_batch(item, run, batch, server)
@@ -90,12 +90,12 @@ def guard_of(item: pytest.Item, run: Run, batch: int) -> GuardSpec | None:
         try:
             search = [str(item.config.rootpath), os.getcwd()]
             loaded = load_policy(policy, search, versions.installed_version())
-            engines.policy_deadline(loaded, policy_name(loaded, policy), batch)
+            policy_deadline(loaded, policy_name(loaded, policy), batch)
         except (PolicyError, PolicyFailure) as exc:
             raise BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
     else:
         try:  # the run's policy is the guard's cap
-            engines.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            policy_deadline(run.settings.policy, run.settings.policy_name, batch)
         except PolicyFailure as exc:
             source = "the enginedead_guard marker" if marker is not None else run.settings.guard_where
             raise BadMarker(f"the guard's cap ({source}): {exc}") from None
@@ -151,6 +151,7 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
         options.check_late_policy_hooks(config, run.settings)
     if run.settings.shard is not None:
         _keep_shard(config, run, items)
+    run.plugin_tests = any(uses_plugin(it) for it in items)
     plan = engines.plan(
         [need_of(item, run) if uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
@@ -171,7 +172,7 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
             or any("vllm_server_factory" in getattr(it, "fixturenames", ()) for it in factories)}
     controller_checks = distributed.is_worker(config) and distributed.publish_groups(
         config, ((it.nodeid, distributed.item_group(it, planned_spec(it))) for it in items),
-        engine_tests=engine_tests, uses=uses,
+        engine_tests=engine_tests, uses=uses, plugin_tests=run.plugin_tests,
     )
     if engine_tests and not controller_checks:  # under xdist the controller checks, once
         check_run_model(config, run.settings, **uses)
@@ -198,11 +199,6 @@ def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> No
     items[:] = [items[i] for i in run.split.keep]
 
 
-def shard_line(config: pytest.Config) -> str | None:
-    run = config.stash.get(run_key, None)
-    return f"enginedead: {run.split.describe()}" if run is not None and run.split is not None else None
-
-
 def check_run_model(
     config: pytest.Config, settings: Settings, fixtures: bool = True, servers: bool = False
 ) -> None:
@@ -224,7 +220,7 @@ def _add_budget(item: pytest.Item, test: TestPlan) -> None:
         with contextlib.suppress(PolicyError, PolicyFailure):
             policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()],
                                  versions.installed_version())
-            cap = engines.policy_deadline(policy, test.spec.guard.policy, test.batch_size)
+            cap = policy_deadline(policy, test.spec.guard.policy, test.batch_size)
     item.add_marker(pytest.mark.timeout(engines.budget_s(test.instructions, cap)))
 
 

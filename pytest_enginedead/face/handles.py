@@ -30,6 +30,7 @@ from ..harness.liveness import LivenessSettings, ProcessEvidence
 from ..harness.offline import Engine
 from ..harness.server import PROMPT_WORDS, Server, has_tokenizer
 from ..logic.inputs.arguments import BadMarker, complete_arguments, generate_arguments
+from ..logic.inputs.modelconfig import model_name
 from ..logic.planning.engines import EngineSpec, Instructions
 
 
@@ -124,6 +125,7 @@ class Handle:
             "deadline_source": self.deadline_source,
             "policy": self.policy_name or None,
             "policy_deadline_s": self.policy_deadline_s,
+            "model": model_name(self.spec.model),
         }
         if self.spec.guard is not None:
             events = self.guard_events()

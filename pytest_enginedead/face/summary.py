@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..harness.outputs import Output, claim
-from ..logic.reporting.fingerprint import this_machine
+from ..logic.machine import this_machine
 from ..logic.reporting.report import (
     Results,
     RunFacts,
@@ -19,6 +19,7 @@ from ..logic.reporting.report import (
     time_breakdown,
     time_lines,
 )
+from ..logic.words import plural
 
 
 def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
@@ -30,8 +31,8 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
     genuine = sum(r["genuine_deaths"] for r in rows)
     if tr.config.getoption("verbose") < 0:
         tr.write_line(
-            f"enginedead: {len(rows)} engine(s) started, {false} false death(s), "
-            f"{genuine} genuine death(s)"
+            f"enginedead: {plural(len(rows), 'engine')} started, {plural(false, 'false death')}, "
+            f"{plural(genuine, 'genuine death')}"
         )
         return
     tr.write_sep("=", "enginedead")

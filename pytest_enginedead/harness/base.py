@@ -101,8 +101,7 @@ class EngineBase(OnNodes):
     def instruct(self, instructions: Instructions) -> None:
         """From the next RPC on, the engine runs under this deadline and these faults."""
         self._epoch += 1
-        control = Control(self._epoch, instructions.deadline_whole_s, instructions.injection)
-        self.write_control(control)  # in the run directory, and where the other nodes read it
+        self.write_control(Control(self._epoch, instructions.deadline_whole_s, instructions.injection))
         self.instructions.append(instructions)
 
     def check_core_ready(self) -> None:
@@ -155,7 +154,7 @@ class EngineBase(OnNodes):
                 raise
             raise error from (None if isinstance(error, GuardRefused) else exc)
         self.start_s = time.monotonic() - t0
-        ledger.record(self.kind, self.spec.label(), self.start_s, self.restart)
+        ledger.started(self)
         if progress:
             progress(f"{self.kind} ready in {self.start_s:.1f} s {self.ready_message()}", done=True)
         return self
@@ -209,6 +208,7 @@ class EngineBase(OnNodes):
             shutil.rmtree(self.run_dir, ignore_errors=True)
             if self._reaper is not None and not leftover:
                 self._reaper.forget(self.run_dir)
+            ledger.stopped(self, cut=fast())
             if leftover:
                 raise RuntimeError(f"engine processes survived SIGKILL: {leftover}")
         if not cleanup.held.holding and cleanup.held.take():

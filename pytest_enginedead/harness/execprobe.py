@@ -184,29 +184,30 @@ def probe(port: int | None = None, pid: int | None = None) -> Answer:
     cores = engine_cores(front)
     if not cores:
         return Answer(False, f"dead: no {versions.ENGINE_CORE_TITLE} below pid {front.pid}")
-    answers = []
-    for core in cores:
-        if not reading.alive(core):
-            answers.append(Answer(False, f"dead: {versions.ENGINE_CORE_TITLE} pid {core.pid} has exited"))
-            continue
-        procs = workers(core)
-        gone = [p.pid for p in procs if not reading.alive(p)]
-        if not procs or gone:
-            answers.append(Answer(False, f"dead: {versions.WORKER_TITLE} of engine core {core.pid} "
-                                         f"{'gone' if not procs else 'exited (pid ' + str(gone[0]) + ')'}"))
-            continue
-        remote = remote_ranks(core)
-        silent = remote_gone(remote)
-        if silent is not None:
-            answers.append(silent)
-            continue
-        state = _state_of(core)
-        now = time.monotonic()
-        busy = None
-        if state is None or (state.in_step and now - state.updated > STALE_S):
-            busy = reading.busy(sum(reading.look(procs, LOOK_S)))  # their compilers' CPU too
-            busy = busy or any(lk.verdict is Verdict.SLOW for lk in remote)
-            now = time.monotonic()
-        answers.append(answer_for(state, now, busy))
+    answers = [_answer_for_core(core) for core in cores]
     dead = [a for a in answers if not a.alive]
     return dead[0] if dead else answers[0]
+
+
+def _answer_for_core(core: psutil.Process) -> Answer:
+    """One engine core: dead if it or a worker of its has exited, else what its guard state
+    says, with the probe's own look at its workers' CPU where the state cannot say."""
+    if not reading.alive(core):
+        return Answer(False, f"dead: {versions.ENGINE_CORE_TITLE} pid {core.pid} has exited")
+    procs = workers(core)
+    gone = [p.pid for p in procs if not reading.alive(p)]
+    if not procs or gone:
+        return Answer(False, f"dead: {versions.WORKER_TITLE} of engine core {core.pid} "
+                             f"{'gone' if not procs else 'exited (pid ' + str(gone[0]) + ')'}")
+    remote = remote_ranks(core)  # the other nodes' ranks, from what they publish
+    silent = remote_gone(remote)
+    if silent is not None:
+        return silent
+    state = _state_of(core)
+    now = time.monotonic()
+    busy = None
+    if state is None or (state.in_step and now - state.updated > STALE_S):
+        busy = reading.busy(sum(reading.look(procs, LOOK_S)))  # their compilers' CPU too
+        busy = busy or any(lk.verdict is Verdict.SLOW for lk in remote)
+        now = time.monotonic()
+    return answer_for(state, now, busy)

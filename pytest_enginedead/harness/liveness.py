@@ -18,17 +18,8 @@ from dataclasses import dataclass
 import psutil
 
 from ..contract.decisions import BUSY_CORES, DEFAULT_INTERVAL_S, DEFAULT_WINDOW_S, Verdict
+from ..logic.inputs.liveness import LivenessSettings as LivenessSettings  # defined with the options
 from ..process import reading
-
-
-@dataclass(frozen=True)
-class LivenessSettings:
-    """How busy counts as busy, and how often to look (the options set them)."""
-
-    threshold: float = BUSY_CORES
-    interval_s: float = DEFAULT_INTERVAL_S
-    window_s: float = DEFAULT_WINDOW_S
-
 
 #: how far back a sampler keeps its samples
 HISTORY_S = 120.0

@@ -32,6 +32,7 @@ from . import execprobe
 from .cleanup import Reaper
 
 if TYPE_CHECKING:
+    from .server import Server
     from .threads import Progress
 
 SLOW_DEADLINE_S = 2.0
@@ -86,7 +87,7 @@ def _sample(fn: Callable[[], bool], out: list[Sample], lock: threading.Lock) -> 
 def run_trial(state: Verdict, guarded: bool, model: str, window_s: float, hang_s: float,
             progress: Progress | None = None) -> Run:
     """Start one server, put its engine in ``state``, sample every probe for ``window_s``."""
-    from .server import PROMPT_WORDS, Server
+    from .server import Server
 
     slow = state is Verdict.SLOW
     guard = GuardSpec(hang_s, "reference", "enginedead probes") if guarded else None
@@ -94,47 +95,18 @@ def run_trial(state: Verdict, guarded: bool, model: str, window_s: float, hang_s
     faults = Injection(slow_s_per_seq=SLOW_S_PER_SEQ) if slow else Injection(hang_at_step=2)
     deadline = SLOW_DEADLINE_S if slow else HUNG_DEADLINE_S
     run = Run(state, guarded, window_s)
+    lock = threading.Lock()
     reaper = Reaper()
     server = Server(spec, reaper)
     try:
         server.start(Instructions(deadline, "enginedead probes", faults), progress)
-        port, name = server.port, server.served_name
-        steps_each = math.ceil(window_s / (SLOW_S_PER_SEQ * SLOW_CLIENTS)) + 2
-        clients = SLOW_CLIENTS if slow else 8
-        prompt = " ".join(PROMPT_WORDS[:4])
-        body = {"model": name, "prompt": prompt, "max_tokens": steps_each if slow else 4,
-                "ignore_eos": True, "temperature": 0.0}
-
-        def client() -> None:
-            with contextlib.suppress(OSError, http.client.HTTPException):
-                _http(port, "POST", "/v1/completions", body)
-
-        lock = threading.Lock()
         run.samples = {kind: [] for kind in PROBES}
-        fns = {kind: _probe_fn(kind, port, name) for kind in PROBES}
-        for _ in range(clients):
-            threading.Thread(target=client, daemon=True).start()
+        clients = _start_clients(server.port, server.served_name, slow, window_s)
         run.t0 = time.monotonic()
         if progress:
             progress(f"{state}, guard {'on' if guarded else 'off'}: {clients} clients, probing for "
                      f"{window_s:g} s")
-        end = run.t0 + window_s
-        died_at: float | None = None
-        next_at = run.t0
-        while time.monotonic() < end:
-            for kind in PROBES:
-                threading.Thread(target=_sample, args=(fns[kind], run.samples[kind], lock),
-                                 daemon=True).start()
-            if died_at is None and not server.engine_core_alive():
-                died_at = time.monotonic()
-            if not slow and not run.note:
-                stuck = [st for st in server.evidence.steps() if st.running]
-                if stuck:  # the HUNG state begins when the worker enters its hung step
-                    run.note = f"the hang began {stuck[0].started - run.t0:.2f} s after the clients"
-                    end += stuck[0].started - run.t0
-                    run.t0 = stuck[0].started
-            next_at += SAMPLE_S
-            time.sleep(max(0.0, next_at - time.monotonic()))
+        died_at = _probe_for_window(server, run, slow, lock)
         if died_at is not None:
             run.died_after_s = round(died_at - run.t0, 2)
         time.sleep(min(SAMPLE_TIMEOUT_S, 2.0))
@@ -145,6 +117,58 @@ def run_trial(state: Verdict, guarded: bool, model: str, window_s: float, hang_s
     with lock:
         run.samples = {k: list(v) for k, v in run.samples.items()}
     return run
+
+
+def _start_clients(port: int, name: str, slow: bool, window_s: float) -> int:
+    """The load that makes the state: for SLOW, 64 clients whose completions outlast the
+    window; for HUNG, 8 short ones (the hang holds them).  Returns how many were started."""
+    from .server import PROMPT_WORDS
+
+    steps_each = math.ceil(window_s / (SLOW_S_PER_SEQ * SLOW_CLIENTS)) + 2
+    clients = SLOW_CLIENTS if slow else 8
+    prompt = " ".join(PROMPT_WORDS[:4])
+    body = {"model": name, "prompt": prompt, "max_tokens": steps_each if slow else 4,
+            "ignore_eos": True, "temperature": 0.0}
+
+    def client() -> None:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            _http(port, "POST", "/v1/completions", body)
+
+    for _ in range(clients):
+        threading.Thread(target=client, daemon=True).start()
+    return clients
+
+
+def _probe_for_window(server: Server, run: Run, slow: bool, lock: threading.Lock) -> float | None:
+    """Every ``SAMPLE_S`` from ``run.t0`` for ``run.window_s``: send each probe kind (into
+    ``run.samples``), and watch for the engine's death.  Returns when it died, if it did."""
+    fns = {kind: _probe_fn(kind, server.port, server.served_name) for kind in PROBES}
+    end = run.t0 + run.window_s
+    died_at: float | None = None
+    next_at = run.t0
+    while time.monotonic() < end:
+        for kind in PROBES:
+            threading.Thread(target=_sample, args=(fns[kind], run.samples[kind], lock),
+                             daemon=True).start()
+        if died_at is None and not server.engine_core_alive():
+            died_at = time.monotonic()
+        if not slow and not run.note:
+            end += _start_at_the_hang(server, run)
+        next_at += SAMPLE_S
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    return died_at
+
+
+def _start_at_the_hang(server: Server, run: Run) -> float:
+    """The HUNG state begins when the worker enters its hung step: once it has, move
+    ``run.t0`` there and note it.  Returns how far ``run.t0`` moved (0.0 until then)."""
+    stuck = [st for st in server.evidence.steps() if st.running]
+    if not stuck:
+        return 0.0
+    shift = stuck[0].started - run.t0
+    run.note = f"the hang began {shift:.2f} s after the clients"
+    run.t0 = stuck[0].started
+    return shift
 
 
 def run_trials(model: str, window_s: float = DEFAULT_WINDOW_S, hang_s: float = DEFAULT_HANG_S,

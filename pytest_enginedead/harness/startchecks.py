@@ -26,8 +26,8 @@ from ..logic.inputs.modelconfig import (
     validate_model,
 )
 from ..logic.inputs.values import BadValue, one_line
-from ..logic.planning import batchbound
-from ..logic.reporting.fingerprint import meminfo
+from ..logic.machine import meminfo
+from ..logic.sizing import batchbound
 from .server import has_tokenizer
 
 
@@ -233,32 +233,53 @@ def factory_engine_args(what: str, args: Mapping[str, Any], server: bool) -> Non
     args = {k: v for k, v in args.items() if k not in FACTORY_ARGS}  # the factory's own (nodes=)
     if not args:
         return
+    _refuse_owned_args(what, args, server)
+    if server:
+        _check_server_args(what, args)
+    else:
+        _check_engine_args(what, args)
+
+
+def _refuse_owned_args(what: str, args: Mapping[str, Any], server: bool) -> None:
+    """No argument the harness sets itself (for a server or an engine), nor one named as an
+    environment variable the harness sets."""
     owned = OWNED_SERVER_ARGS if server else OWNED_ENGINE_ARGS
     variables = {name.upper(): why for name, why in OWNED_VARIABLES.items()}
     for key, value in args.items():
         why = owned.get(key) or variables.get(key.upper())
         if why:
             raise BadMarker(f"{what}: {key}={value!r} is the harness's to set: {why}")
-    own = f"(the factory's own: {', '.join(FACTORY_ARGS)})"
-    if server:
-        flags = in_server.server_option_strings()
-        if flags is None:
-            return  # this vLLM cannot say: its own start will
-        turned = {key: in_server.server_flag(key, value) for key, value in args.items()}
-        bad = [key for key, flag in turned.items() if flag is not None and flag not in flags]
-        if bad:
-            raise BadMarker(
-                f"{what}: " + ", ".join(f"{k}={args[k]!r} becomes {turned[k]}" for k in bad)
-                + f", which the API server of vLLM {versions.installed_version()} does not take"
-                + "".join(suggest(str(turned[k]), flags) for k in bad) + f" {own}"
-            )
-        for key, value in args.items():  # each as the server's own parser reads it, before it starts
-            words = in_server.server_tokens(key, value)
-            problem = in_server.server_args_problem(words)
-            if problem:
-                raise BadMarker(f"{what}: {key}={value!r} becomes {' '.join(words)}, which vLLM's server "
-                                f"refuses: {problem}")
-        return
+
+
+def _factory_own() -> str:
+    return f"(the factory's own: {', '.join(FACTORY_ARGS)})"
+
+
+def _check_server_args(what: str, args: Mapping[str, Any]) -> None:
+    """Each argument becomes a flag the installed API server takes, and its parser accepts the
+    value (unchecked where this vLLM cannot list its flags)."""
+    flags = in_server.server_option_strings()
+    if flags is None:
+        return  # this vLLM cannot say: its own start will
+    turned = {key: in_server.server_flag(key, value) for key, value in args.items()}
+    bad = [key for key, flag in turned.items() if flag is not None and flag not in flags]
+    if bad:
+        raise BadMarker(
+            f"{what}: " + ", ".join(f"{k}={args[k]!r} becomes {turned[k]}" for k in bad)
+            + f", which the API server of vLLM {versions.installed_version()} does not take"
+            + "".join(suggest(str(turned[k]), flags) for k in bad) + f" {_factory_own()}"
+        )
+    for key, value in args.items():  # each as the server's own parser reads it, before it starts
+        words = in_server.server_tokens(key, value)
+        problem = in_server.server_args_problem(words)
+        if problem:
+            raise BadMarker(f"{what}: {key}={value!r} becomes {' '.join(words)}, which vLLM's server "
+                            f"refuses: {problem}")
+
+
+def _check_engine_args(what: str, args: Mapping[str, Any]) -> None:
+    """Each argument is one the installed ``vllm.LLM`` / ``EngineArgs`` takes (unchecked where
+    this vLLM cannot list them)."""
     names = llm_api.engine_argument_names()
     if names is None:
         return
@@ -268,5 +289,5 @@ def factory_engine_args(what: str, args: Mapping[str, Any], server: bool) -> Non
             f"{what}: {', '.join(f'{k}={args[k]!r}' for k in bad)} "
             f"{'is not an engine argument' if len(bad) == 1 else 'are not engine arguments'} of vLLM "
             f"{versions.installed_version()} (vllm.LLM / EngineArgs)"
-            + "".join(suggest(k, names | set(FACTORY_ARGS)) for k in bad) + f" {own}"
+            + "".join(suggest(k, names | set(FACTORY_ARGS)) for k in bad) + f" {_factory_own()}"
         )

@@ -41,8 +41,9 @@ def test_the_registry_source_lists_what_the_registry_holds() -> None:
 
     listed = registry.listed_architectures()
     assert {"LlamaForCausalLM", "Gemma4ForCausalLM"} <= listed <= registry.known_architectures()
-    probe = ("import sys; from pytest_enginedead.face import options; "
-             "assert options.model_problem(options.BUNDLED_MODEL) is None; "
+    probe = ("import sys; from pytest_enginedead.harness.startchecks import model_problem; "
+             "from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL; "
+             "assert model_problem(BUNDLED_MODEL) is None; "
              "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           check=False)

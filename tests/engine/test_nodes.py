@@ -4,8 +4,8 @@ One downstream run (``examples.NODES``) with ``--enginedead-nodes=2``: the harne
 headless in a PID namespace of its own, binds a core per node (the 2-core box's ``0`` and ``1``,
 nobody's hand-set binding), judges node 1's rank from the progress it publishes, and stops node 1
 by pid when its head stops (vLLM leaves a headless node running after its head died).
-Engines: plain (warm-up and the stock false death; a restart for the killed node), guarded (slow,
-then hung), served.
+Engines: one per configuration, each ended by its last test's death: plain (warm-up, then the
+stock false death), guarded (slow, then hung), served (answers, then the killed node).
 """
 
 from __future__ import annotations
@@ -59,13 +59,14 @@ def test_two_nodes_each_rank_judged_from_where_it_runs(
     downstream: Downstream, decoy: psutil.Process, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Stock 2 s deadline, node 1's rank busy 6.4 s per step: a false death naming node 1's rank
-    computing and node 0's waiting; node 1's rank killed: DEAD within seconds; under the guard,
-    node 1 slow: the step lives and the decisions name node 1; node 1 idle inside its step: HUNG
-    within hang_s + two progress intervals; a server on two nodes answers; nothing left in any
-    namespace."""
+    computing and node 0's waiting; under the guard, node 1 slow: the step lives and the decisions
+    name node 1; node 1 idle inside its step: HUNG within hang_s + two progress intervals; a server
+    on two nodes answers, and node 1's rank killed behind it: DEAD within seconds; nothing left in
+    any namespace.  Three engines: each configuration's death is its last test."""
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)  # the harness binds a core per node
     result, data = run_engines(
         downstream.copy(examples.NODES), "-s", "--enginedead-nodes=2", "--enginedead-batch-sizes=64",
+        timeout=840,  # under the outer test's 900 s, as the tensor-parallel test's three engines
     )
     result.assert_outcomes(passed=5, failed=1)
     out = result.stdout.str()
@@ -88,6 +89,7 @@ def test_two_nodes_each_rank_judged_from_where_it_runs(
     assert HANG_S <= waited <= HANG_S + FIRST_PROBE_S + PROBE_EVERY_S + 2 * PUBLISH_EVERY_S + PEER_PART_S, \
         hung.group(0)
     assert "SERVER WORKERS HERE ['VLLM::Worker_TP0']" in out
+    assert data["engines_started"] == 3 and data["restarts"] == 0, data["engines"]
     labels = {e["label"] for e in data["engines"]}
     assert labels and all(label.startswith(("n2, tp2, bs64", "server, n2, tp2")) for label in labels), labels
     assert_nothing_left(*engine_processes(data), decoy)

@@ -24,7 +24,6 @@ IDS = {
         "test_stock_vs_policy.py::test_reference_policy[bs64]",
     ],
     examples.GENUINE_DEATHS: [
-        "test_genuine_deaths.py::test_crash[bs4]",
         "test_genuine_deaths.py::test_hang[bs4]",
     ],
     examples.REAL_COMPUTE: [

@@ -12,10 +12,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...contract.names import GUARD_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
-from ..planning.engines import PolicyFailure, policy_deadline
-from ..timeouts.policies import PolicyError, PolicyLike, PolicyNotFound, load_policy, policy_name
+from ..timeouts.policies import (
+    PolicyError,
+    PolicyFailure,
+    PolicyLike,
+    PolicyNotFound,
+    load_policy,
+    policy_deadline,
+    policy_name,
+)
 
 DEFAULT_HANG_S = 60.0
+#: the shortest idle grace the guard takes: it looks at the worker every 0.25 s
+#: (``invllm.guard.PROBE_EVERY_S``), so a shorter one ends a healthy wait at its first idle sample
+HANG_FLOOR_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,9 @@ def config_from_env(
         hang_s = math.nan
     if not (math.isfinite(hang_s) and hang_s > 0):
         return None, f"{GUARD_HANG_ENV}={hang_raw!r} is not a number of seconds above 0"
+    if hang_s < HANG_FLOOR_S:
+        return None, (f"{GUARD_HANG_ENV}={hang_raw!r} is below {HANG_FLOOR_S:g} s, how often the guard "
+                      "looks at the worker: a wait would end at its first idle sample")
     spec = environ.get(GUARD_POLICY_ENV, "").strip() or "reference"
     search = [os.getcwd(), *filter(None, environ.get(GUARD_PATH_ENV, "").split(os.pathsep))]
     try:

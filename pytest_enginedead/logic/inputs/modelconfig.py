@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,15 @@ def presets() -> dict[str, str]:
     if not MODELS_DIR.is_dir():
         return {}
     return {p.name: str(p) for p in sorted(MODELS_DIR.iterdir()) if (p / "config.json").is_file()}
+
+
+def model_name(directory: str) -> str:
+    """How a command echoes a model: a preset by its name (``gemma-4-26b-a4b``, what the user typed
+    and can type again), any other model by its directory."""
+    for name, path in presets().items():
+        if os.path.realpath(path) == os.path.realpath(directory):
+            return name
+    return directory
 
 
 def preset_summary(config: dict[str, Any]) -> str:
@@ -147,8 +157,7 @@ def length_problem(
 ) -> str | None:
     """Why vLLM would refuse to start this model at ``max_model_len`` (``given`` says how it was
     set, for the message), in one line, or None: longer than the context vLLM derives from the
-    config (``max_position_embeddings`` and its kin, with RoPE scaling; ``shapes.model_max_len``)."""
-    from ..sizing.shapes import model_max_len
+    config (``max_position_embeddings`` and its kin, with RoPE scaling; ``model_max_len``)."""
 
     if max_model_len is None:
         return None
@@ -171,3 +180,44 @@ def model_label(model: str, source: str) -> str:
     if source == "bundled":
         return f"the bundled model {model!r}"
     return f"enginedead_model = {model!r}"
+
+
+#: config.json keys vLLM derives the longest context from (the smallest that is present)
+MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+#: RoPE types whose ``factor`` vLLM does not apply again (config/model.py)
+_SCALED_ROPE = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
+
+
+def model_max_len(config: Mapping[str, object]) -> int | None:
+    """The longest ``max_model_len`` vLLM accepts for this config, as it derives it; None if unknown."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    assert isinstance(text, dict)
+    found = [v for k in MAX_LEN_KEYS if isinstance(v := text.get(k), int) and not isinstance(v, bool)]
+    if not found:
+        return None
+    derived = float(min(found))
+    model_type = str(text.get("model_type", ""))
+    rope = text.get("rope_parameters") or text.get("rope_scaling")
+    params = (
+        list(rope.values())
+        if isinstance(rope, dict) and all(isinstance(v, dict) for v in rope.values())
+        else [rope]
+        if isinstance(rope, dict)
+        else []
+    )
+    if params and "gemma3" not in model_type:
+        factor = 1.0
+        for p in params:
+            kind = p.get("rope_type", p.get("type", "default"))
+            if kind not in _SCALED_ROPE and isinstance(p.get("factor"), (int, float)):
+                factor = float(p["factor"])
+        derived *= factor
+    return int(derived)

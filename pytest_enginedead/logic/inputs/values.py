@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from ..planning.sharding import Shard, ShardError
-from ..planning.sharding import parse_shard as _parse_shard
 
 DEFAULT_BATCH_SIZES = (8, 64)
 
@@ -139,12 +137,32 @@ def parse_seconds(raw: str) -> float:
     return value
 
 
+#: more shards than this is a typo, not a CI matrix
+MAX_SHARDS = 1000
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard ``index`` of ``count``, counted from 1 (``--enginedead-shard 1/2``)."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
 def parse_shard(raw: str) -> Shard:
-    """``"1/2"``: shard K of N, 1 <= K <= N."""
-    try:
-        return _parse_shard(raw)
-    except ShardError as exc:
-        raise BadValue(str(exc)) from None
+    """``"1/2"`` → ``Shard(1, 2)``: shard K of N, whole numbers, 1 <= K <= N."""
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", raw)
+    if match is None:
+        raise BadValue(f"{raw!r} is not K/N; use e.g. 1/2 for the first of two shards")
+    k, n = int(match[1]), int(match[2])
+    if not 1 <= n <= MAX_SHARDS:
+        raise BadValue(f"{raw!r}: the number of shards must be from 1 to {MAX_SHARDS}")
+    if not 1 <= k <= n:
+        raise BadValue(f"{raw!r}: there is no shard {k} of {n}; K runs from 1 to {n}")
+    return Shard(k, n)
 
 
 #: the most ranks one engine may have here (vLLM's CPU backend: one worker process per rank)

@@ -8,7 +8,6 @@ specs, a run order and the number of distinct configurations.
 from __future__ import annotations
 
 import math
-import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -16,7 +15,6 @@ from typing import Any
 
 from ...contract.control import Injection
 from .. import releases
-from ..timeouts.policies import Backend, PolicyLike
 
 #: The context length harness engines and servers start with, unless ``max_model_len`` is given.
 DEFAULT_MAX_MODEL_LEN = 512
@@ -147,44 +145,6 @@ class Need:
     server: bool = False
     tensor_parallel: int = 1
     nodes: int = 1
-
-
-class PolicyFailure(Exception):
-    """The active policy raised, or returned a deadline vLLM cannot use."""
-
-
-def deadline_problem(value: object) -> str | None:
-    """Why ``value`` cannot be a deadline vLLM holds, or None: a real number (int or float, not
-    a bool or a string), finite, at least 1 s (vLLM's smallest), at most ``releases.MAX_DEADLINE_S``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return f"not a number of seconds ({type(value).__name__}; give an int or a float)"
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 1:
-        return "a deadline must be a finite number of seconds >= 1 (vLLM's smallest)"
-    if seconds > releases.MAX_DEADLINE_S:
-        return (
-            f"a deadline must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make "
-            "(Python's threading.TIMEOUT_MAX)"
-        )
-    return None
-
-
-def policy_deadline(policy: PolicyLike, policy_name: str, batch_size: int) -> float:
-    """The policy's deadline for a CPU engine at ``batch_size``: see ``deadline_problem``.
-
-    The one place a policy is asked for a deadline; ``PolicyFailure`` says which
-    policy returned (or raised) what, for which backend and batch.
-    """
-    call = f"policy {policy_name}: timeout_s(CPU, {batch_size})"
-    try:
-        raw = policy.timeout_s(Backend.CPU, batch_size)
-    except Exception as exc:
-        raise PolicyFailure(f"{call} raised {type(exc).__name__}: {exc}") from None
-    problem = deadline_problem(raw)
-    if problem is not None:
-        sep = ", " if problem.startswith("not a number") else "; "
-        raise PolicyFailure(f"{call} returned {raw!r}{sep}{problem}")
-    return float(raw)
 
 
 def spec_for(need: Need, model: str, cpu_bind: str | None = None) -> EngineSpec:

@@ -14,8 +14,6 @@ from collections.abc import Iterable, Sequence
 
 #: the variable vLLM binds each rank's threads by
 BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
-#: vLLM's own values for it that are not core lists
-BIND_WORDS = ("auto", "nobind")
 #: a worker's title names its ranks: ``VLLM::Worker_TP1``, ``VLLM::Worker_PP0_TP1``
 _RANK_PART = re.compile(r"_(TP|PP|DP|PCP|DCP|EP)(\d+)")
 

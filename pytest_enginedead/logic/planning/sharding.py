@@ -10,49 +10,25 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ..inputs.values import Shard
+from ..words import plural
 
 #: the durations file's marker key and the format version it holds
 DURATIONS_KEY = "enginedead_durations"
 DURATIONS_VERSION = 1
 #: without durations, one engine start weighs as much as this many tests
 ENGINE_START_AS_TESTS = 10.0
-#: more shards than this is a typo, not a CI matrix
-MAX_SHARDS = 1000
 #: what ``{vllm}`` in a durations path becomes when vLLM is not installed
 NO_VLLM = "none"
 
 
 class ShardError(ValueError):
     """A shard, or a durations file, that cannot be used; the message says why."""
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Shard ``index`` of ``count``, counted from 1 (``--enginedead-shard 1/2``)."""
-
-    index: int
-    count: int
-
-    def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
-
-
-def parse_shard(raw: str) -> Shard:
-    """``"1/2"`` → ``Shard(1, 2)``: whole numbers, 1 <= K <= N."""
-    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", raw)
-    if match is None:
-        raise ShardError(f"{raw!r} is not K/N; use e.g. 1/2 for the first of two shards")
-    k, n = int(match[1]), int(match[2])
-    if not 1 <= n <= MAX_SHARDS:
-        raise ShardError(f"{raw!r}: the number of shards must be from 1 to {MAX_SHARDS}")
-    if not 1 <= k <= n:
-        raise ShardError(f"{raw!r}: there is no shard {k} of {n}; K runs from 1 to {n}")
-    return Shard(k, n)
 
 
 @dataclass(frozen=True)
@@ -177,7 +153,8 @@ class Split:
     def describe(self) -> str:
         i = self.shard.index - 1
         return (
-            f"shard {self.shard}: {len(self.keep)} tests, {self.engines[i]} engine configurations, "
+            f"shard {self.shard}: {plural(len(self.keep), 'test')}, "
+            f"{plural(self.engines[i], 'engine configuration')}, "
             f"balanced by {self.by}"
         )
 

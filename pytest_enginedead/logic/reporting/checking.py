@@ -25,6 +25,7 @@ from ...contract.decisions import Verdict
 from ...contract.names import CHECK_PLAN_ENV
 from .. import releases
 from ..inputs.modelconfig import BUNDLED_MODEL
+from ..words import plural
 
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
 #: would make one demo death take five minutes); a real model uses vLLM's own.
@@ -220,11 +221,6 @@ def format_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def false_deaths_under_policy(rows: Sequence[Row]) -> list[Row]:
-    """False deaths where the check promises none: under the policy, and under the guard."""
-    return [r for r in rows if r.mode in ("policy", "guard") and r.verdict is RunResult.FALSE_DEATH]
-
-
 def slow_paths_of(report: Mapping[str, Any]) -> list[str]:
     """The slow paths the runs' verdicts named (each once, the sample counts dropped)."""
     found: dict[str, None] = {}
@@ -275,8 +271,10 @@ def verdict_line(
 
 
 def progress_line(event: Mapping[str, Any]) -> str:
-    """One run as the command reports it while it works."""
-    steps = f"{event.get('steps', 0)} steps"
+    """One run as the command reports it while it works, or a note on the way (an engine's start)."""
+    if "note" in event:
+        return f"  {event['note']}  [{event['elapsed_s']:.0f} s]"
+    steps = plural(int(event.get("steps", 0)), "step")
     if event.get("step_max_s") is not None:
         steps += f", longest {event['step_max_s']:.2f} s"
     return (

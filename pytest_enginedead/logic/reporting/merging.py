@@ -16,7 +16,8 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from ...contract.decisions import Verdict
-from . import fingerprint
+from .. import machine
+from ..words import plural
 from .report import SCHEMA_VERSION
 
 
@@ -112,7 +113,7 @@ def false_under_policy(row: Mapping[str, Any]) -> bool:
 
 def _machine_index(machines: list[dict[str, Any]], m: dict[str, Any]) -> int:
     for i, known in enumerate(machines):
-        if fingerprint.same_machine(known, m):
+        if machine.same_machine(known, m):
             return i
     machines.append(m)
     return len(machines) - 1
@@ -123,7 +124,7 @@ def merge(inputs: Sequence[Loaded]) -> Merged:
     merged = Merged(list(inputs))
     calibrations = [x for x in inputs if x.kind == "calibration"]
     for x in calibrations[1:]:
-        differ = fingerprint.differences(calibrations[0].machine, x.machine)
+        differ = machine.differences(calibrations[0].machine, x.machine)
         if differ:
             raise MergeError(
                 f"{x.path} and {calibrations[0].path} are calibrations from different machines "
@@ -226,8 +227,8 @@ def _step_figures(merged: Merged) -> list[str]:
 def summary(merged: Merged) -> str:
     """The one verdict line."""
     reports = sum(1 for x in merged.inputs if x.kind == "report")
-    head = (f"enginedead merge: {reports} reports, {len(merged.rows)} engine tests, "
-            f"{len(merged.machines)} machines")
+    head = (f"enginedead merge: {plural(reports, 'report')}, {plural(len(merged.rows), 'engine test')}, "
+            f"{plural(len(merged.machines), 'machine')}")
     if merged.problems:
         return f"{head}: FAILED\n" + "\n".join(f"  {p}" for p in merged.problems)
     return f"{head}: no false death under the policy, every shard present"

@@ -10,7 +10,7 @@ import os
 from typing import Any
 
 from .. import releases
-from ..reporting.fingerprint import preload_note
+from ..machine import preload_note
 from ..timeouts.policies import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
 
 

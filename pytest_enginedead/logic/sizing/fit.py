@@ -80,16 +80,6 @@ class Step:
         }
 
 
-def terms_for(full_attention: bool, sliding_attention: bool) -> tuple[str, ...]:
-    """The terms a model's layers call for: a context term per kind of attention it has."""
-    terms = ["fixed", "per_seq", "per_token"]
-    if full_attention:
-        terms.append("per_context_token")
-    if sliding_attention:
-        terms.append("per_window_context_token")
-    return tuple(terms)
-
-
 @dataclass(frozen=True)
 class Fit:
     """Seconds per unit of each term, and how well they explain the steps they came from."""
@@ -225,16 +215,6 @@ def _finish(coef: Mapping[str, float], grouped: Sequence[tuple[Step, float, int]
         origin=origin,
         points=tuple((s, t) for s, t, _ in grouped),
     )
-
-
-def evaluate(fit: Fit, samples: Iterable[tuple[Step, float]]) -> tuple[float, Step | None, float | None]:
-    """The worst relative residual of ``fit`` on other steps (grouped alike): held-out checks."""
-    worst, at, measured = 0.0, None, None
-    for shape, seconds, _ in group_steps(samples):
-        residual = abs(fit.predict(shape) - seconds) / seconds
-        if at is None or residual > worst:
-            worst, at, measured = residual, shape, seconds
-    return worst, at, measured
 
 
 def _least_squares(rows: Sequence[Sequence[float]]) -> list[float] | None:

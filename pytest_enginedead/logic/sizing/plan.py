@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..reporting.fingerprint import meminfo
+from ..inputs.modelconfig import model_name
+from ..machine import meminfo
 from . import shapes, slices
 
 
@@ -136,7 +137,7 @@ def plan_sizing(
                                   slices.memory(config, kv)))
     for e in engines:
         if e.memory.total > available:
-            what = f"--forecast-layers: {e.label}" if e.depth is not None else f"--model {model}"
+            what = f"--forecast-layers: {e.label}" if e.depth is not None else f"--model {model_name(model)}"
             hint = "" if e.depth is not None else "; measure depth slices instead, e.g. --forecast-layers 1,2"
             raise SizingRefused(
                 f"{what} needs {e.memory.describe()}, and this machine has "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...contract.steps import StepTime
-from ..reporting.fingerprint import preload_note, this_machine
+from ..machine import preload_note, this_machine
 from ..timeouts.policies import STOCK_DEADLINE_S
 from . import advice, shapes, slices
 from . import fit as fit_

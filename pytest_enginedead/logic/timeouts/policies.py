@@ -19,7 +19,7 @@ import numbers
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import Any, Protocol, cast, runtime_checkable
 
 from .. import releases
@@ -303,15 +303,31 @@ def load_policy(spec: str, search_path: Iterable[str] = (), vllm_version: str | 
             return TimeoutPolicy.vllm_stock(version=vllm_version)
         except ValueError as exc:  # vLLM's own variable is bad, not the name: say which
             raise PolicyError(str(exc)) from None
+    module_name, attr = _module_and_attribute(spec)
+    module = _import_policy_module(module_name, search_path)
+    obj = _read_attribute(module, module_name, attr, spec)
+    return _as_policy(obj, spec)
+
+
+def _module_and_attribute(spec: str) -> tuple[str, str]:
+    """``pkg.mod:attr.path`` → its module name and attribute path; anything else is refused."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise PolicyError(f"use reference, vllm-stock or module:attr, not {spec!r}")
     if not all(part.isidentifier() for part in module_name.split(".")):
         raise PolicyError(f"{module_name!r} is not a module name; use reference, vllm-stock or module:attr")
+    return module_name, attr
+
+
+def _import_policy_module(module_name: str, search_path: Iterable[str]) -> ModuleType:
+    """The policy's module, imported with ``search_path`` ahead of ``sys.path`` for the import
+    only.  The module (or a package above it) on no path is ``PolicyNotFound``; a module it
+    imports that is missing, or any failure of its own code (even an exit), is a
+    ``PolicyError`` that says what it raised."""
     added = [p for p in search_path if p not in sys.path]
     sys.path[:0] = added
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
             raise PolicyNotFound(f"no module named {exc.name!r}", exc.name) from None
@@ -322,6 +338,11 @@ def load_policy(spec: str, search_path: Iterable[str] = (), vllm_version: str | 
         for p in added:
             if p in sys.path:
                 sys.path.remove(p)
+
+
+def _read_attribute(module: ModuleType, module_name: str, attr: str, spec: str) -> Any:
+    """``attr`` (dotted) read from ``module``: a missing name, or one whose reading raised in
+    the user's code, is a ``PolicyError``."""
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -330,6 +351,11 @@ def load_policy(spec: str, search_path: Iterable[str] = (), vllm_version: str | 
             raise PolicyError(f"module {module_name!r} has no attribute {attr!r}") from None
         except Exception as exc:  # a property or module __getattr__ of the user's raised
             raise PolicyError(f"{spec}: reading {part!r} raised {type(exc).__name__}: {exc}") from None
+    return obj
+
+
+def _as_policy(obj: object, spec: str) -> PolicyLike:
+    """``obj`` as a policy: it must have a callable ``timeout_s``."""
     try:
         usable = callable(getattr(obj, "timeout_s", None))
     except Exception as exc:
@@ -348,3 +374,41 @@ def policy_name(policy: object, fallback: str) -> str:
     except Exception:
         name = None
     return name if isinstance(name, str) and name else fallback
+
+
+class PolicyFailure(Exception):
+    """The active policy raised, or returned a deadline vLLM cannot use."""
+
+
+def deadline_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a deadline vLLM holds, or None: a real number (int or float, not
+    a bool or a string), finite, at least 1 s (vLLM's smallest), at most ``releases.MAX_DEADLINE_S``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return f"not a number of seconds ({type(value).__name__}; give an int or a float)"
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 1:
+        return "a deadline must be a finite number of seconds >= 1 (vLLM's smallest)"
+    if seconds > releases.MAX_DEADLINE_S:
+        return (
+            f"a deadline must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make "
+            "(Python's threading.TIMEOUT_MAX)"
+        )
+    return None
+
+
+def policy_deadline(policy: PolicyLike, policy_name: str, batch_size: int) -> float:
+    """The policy's deadline for a CPU engine at ``batch_size``: see ``deadline_problem``.
+
+    The one place a policy is asked for a deadline; ``PolicyFailure`` says which
+    policy returned (or raised) what, for which backend and batch.
+    """
+    call = f"policy {policy_name}: timeout_s(CPU, {batch_size})"
+    try:
+        raw = policy.timeout_s(Backend.CPU, batch_size)
+    except Exception as exc:
+        raise PolicyFailure(f"{call} raised {type(exc).__name__}: {exc}") from None
+    problem = deadline_problem(raw)
+    if problem is not None:
+        sep = ", " if problem.startswith("not a number") else "; "
+        raise PolicyFailure(f"{call} returned {raw!r}{sep}{problem}")
+    return float(raw)

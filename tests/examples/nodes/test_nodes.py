@@ -3,7 +3,8 @@
 Run with ``--enginedead-nodes=2 --enginedead-batch-sizes=64``: the harness starts node 1
 headless in a PID namespace of its own, gives each node a core, and judges node 1's rank
 from the progress it publishes.  ``test_stock_deadline_false_death`` is meant to fail with
-the evidence, naming node 1.
+the evidence, naming node 1.  Three configurations (plain, guarded, served), each ended by its
+last test's death: the false death, the hung rank, the killed node (through the server).
 """
 
 import os
@@ -46,21 +47,6 @@ def test_stock_deadline_false_death(vllm_engine):
         vllm_engine.generate()
 
 
-@pytest.mark.enginedead_timeout(30)
-@pytest.mark.enginedead_inject(crash_at_step=2, nodes=[1])
-def test_a_killed_node_is_dead(vllm_engine):
-    t0 = time.monotonic()
-    with pytest.raises(Exception) as info:
-        with assert_no_false_death(vllm_engine):
-            vllm_engine.generate(8, max_tokens=8)
-    assert type(info.value).__name__ == "EngineDeadError"
-    death = vllm_engine.deaths[-1]
-    print(f"KILLED verdict={death['verdict']} judged in {death['verdict_s']:.2f} s, "
-          f"{time.monotonic() - t0:.2f} s after the call")
-    assert death["verdict"] == "DEAD"
-    assert [r["state"] for r in death["remote_ranks"]] == ["gone"]
-
-
 @pytest.mark.enginedead_guard(hang_s=5)
 @pytest.mark.enginedead_timeout(2)
 @pytest.mark.enginedead_inject(**SLOW_NODE_1)
@@ -93,3 +79,20 @@ def test_two_nodes_serve(vllm_server):
     here = sorted(e.title for e in vllm_server.liveness().values() if "Worker" in e.title)
     print(f"SERVER WORKERS HERE {here}")
     assert here == ["VLLM::Worker_TP0"]
+
+
+@pytest.mark.enginedead_timeout(30)
+@pytest.mark.enginedead_inject(crash_at_step=2, nodes=[1])
+def test_a_killed_node_is_dead(vllm_server):
+    """Node 1's rank exits at step 2 of this test: DEAD, through the server's clients.  The
+    server's last test (the first has warmed its ranks up): the death ends it, nothing restarts."""
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as info:
+        with assert_no_false_death(vllm_server):
+            vllm_server.complete(8, max_tokens=8)
+    assert type(info.value).__module__.startswith("openai")
+    death = vllm_server.deaths[-1]
+    print(f"KILLED verdict={death['verdict']} judged in {death['verdict_s']:.2f} s, "
+          f"{time.monotonic() - t0:.2f} s after the call")
+    assert death["verdict"] == "DEAD"
+    assert [r["state"] for r in death["remote_ranks"]] == ["gone"]

@@ -51,6 +51,18 @@ def test_guard_state_round_trips_and_names_its_core(tmp_path: Path) -> None:
     assert read_guard_state(path) is None
 
 
+def test_a_guard_state_ended_only_by_an_action_that_ends_the_engine(tmp_path: Path) -> None:
+    """``ended`` says the guard ended the engine's wait: END or CAP; a state that says the wait
+    it let go on (or warned of) ended it is refused like any unreadable state."""
+    path = guard_state_path(str(tmp_path), 4242)
+    for action in (GuardAction.END, GuardAction.CAP):
+        write_guard_state(path, in_step(ended=action))
+        assert read_guard_state(path) == in_step(ended=action)
+    for action in (GuardAction.WAIT, GuardAction.WARN, GuardAction.MONITOR):
+        write_guard_state(path, in_step(ended=action))
+        assert read_guard_state(path) is None
+
+
 def test_state_dir_prefers_the_run_directory() -> None:
     assert state_dir({ENV_DIR: "/run/x", STATE_DIR_ENV: "/s"}) == "/run/x"
     assert state_dir({STATE_DIR_ENV: "/s", "TMPDIR": "/t"}) == "/s"

@@ -274,6 +274,10 @@ CASES = [
          suite=marked("enginedead_guard(policy='ednosuch:x')", "vllm_engine"), kind=TEST),
     Case("marker-guard-hang-zero", ("@pytest.mark.enginedead_guard: hang_s=0 must be above 0",),
          suite=marked("enginedead_guard(hang_s=0)", "vllm_engine"), kind=TEST),
+    Case("marker-guard-hang-below-sampling",
+         ("@pytest.mark.enginedead_guard: hang_s=0.1 is below 0.25 s, how often the guard looks at the "
+          "worker",),
+         suite=marked("enginedead_guard(hang_s=0.1)", "vllm_engine"), kind=TEST),
 ]
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_enginedead.contract.decisions import BUSY_CORES
 from pytest_enginedead.process import reading
+from tests.support.procs import wait_until_idle
 
 SPIN = "while True: pass"
 
@@ -56,6 +57,7 @@ def test_a_sleeper_is_idle_and_alive() -> None:
     try:
         sleeper = psutil.Process(proc.pid)
         assert reading.alive(sleeper)
+        wait_until_idle(proc.pid)  # past its interpreter's start
         (cores,) = reading.look([sleeper], 0.3)
         assert not reading.busy(cores)
     finally:

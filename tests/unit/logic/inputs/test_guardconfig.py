@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.logic.inputs.guardconfig import PROBED_BATCHES, config_from_env, misplaced_policy
+from pytest_enginedead.logic.inputs.guardconfig import (
+    HANG_FLOOR_S,
+    PROBED_BATCHES,
+    config_from_env,
+    misplaced_policy,
+)
 from tests.support.doors import returning
 from tests.support.guards import NOT_IMPORTABLE
 
@@ -28,11 +33,16 @@ from tests.support.guards import NOT_IMPORTABLE
          "ENGINEDEAD_GUARD_HANG_S='soon' is not a number of seconds above 0"),
         ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "-1"}, False,
          "ENGINEDEAD_GUARD_HANG_S='-1' is not a number of seconds above 0"),
+        ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "1e-9"}, False,
+         "ENGINEDEAD_GUARD_HANG_S='1e-9' is below 0.25 s, how often the guard looks at the worker: a wait "
+         "would end at its first idle sample"),
+        ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "0.25"}, True, None),
         ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_POLICY": "ednowhere_i23:cap"}, False, NOT_IMPORTABLE),
         ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_POLICY": "nonsense"}, False,
          "ENGINEDEAD_GUARD_POLICY='nonsense': use reference, vllm-stock or module:attr, not 'nonsense'"),
     ],
-    ids=["unset", "off", "on", "not-a-switch", "hang-not-a-number", "hang-negative", "policy-not-importable",
+    ids=["unset", "off", "on", "not-a-switch", "hang-not-a-number", "hang-negative", "hang-below-sampling",
+         "hang-at-sampling", "policy-not-importable",
          "policy-not-a-spec"],
 )
 def test_what_the_engine_core_makes_of_its_environment(
@@ -43,6 +53,14 @@ def test_what_the_engine_core_makes_of_its_environment(
     config, said = config_from_env(environ)
     assert (config is not None) == on
     assert said == problem
+
+
+def test_the_hang_floor_is_how_often_the_guard_samples() -> None:
+    """The floor the doors refuse below is the guard's own sampling interval (``invllm`` may not be
+    imported by ``logic``: the two numbers are kept equal here)."""
+    from pytest_enginedead.invllm.guard import PROBE_EVERY_S
+
+    assert HANG_FLOOR_S == PROBE_EVERY_S
 
 
 def test_a_policy_module_on_the_guard_path_is_found(tmp_path: Path) -> None:

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from pytest_enginedead.logic.inputs.values import BadValue, parse_batch_sizes, parse_fraction, parse_seconds
+from pytest_enginedead.logic.inputs.values import (
+    BadValue,
+    Shard,
+    parse_batch_sizes,
+    parse_fraction,
+    parse_seconds,
+    parse_shard,
+)
 
 # --- the parsers ------------------------------------------------------------------------
 
@@ -44,3 +53,12 @@ def test_the_sample_interval_has_a_floor_and_a_ceiling(raw: str) -> None:
     assert parse_seconds("0.001") == 0.001 and parse_seconds("60") == 60
     (option,) = [o for o in OPTIONS if o.name == "enginedead_sample_interval"]
     assert "at least 0.001, at most 60" in option.help
+
+
+def test_parse_shard() -> None:
+    assert parse_shard("1/2") == Shard(1, 2) and str(parse_shard(" 3 / 3 ")) == "3/3"
+    for bad, why in [("1-2", "is not K/N"), ("0/2", "no shard 0 of 2"), ("3/2", "no shard 3 of 2"),
+                     ("1/0", "from 1 to 1000"), ("1/1001", "from 1 to 1000"), ("", "is not K/N"),
+                     ("1.5/2", "is not K/N"), ("-1/2", "is not K/N")]:
+        with pytest.raises(BadValue, match=re.escape(why)):
+            parse_shard(bad)

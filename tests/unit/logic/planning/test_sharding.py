@@ -12,27 +12,11 @@ import re
 
 import pytest
 
+from pytest_enginedead.logic.inputs.values import Shard
 from pytest_enginedead.logic.planning import sharding
-from pytest_enginedead.logic.planning.sharding import (
-    Durations,
-    Shard,
-    ShardError,
-    deal,
-    parse_shard,
-    split,
-    units,
-)
+from pytest_enginedead.logic.planning.sharding import Durations, ShardError, deal, split, units
 
 # --- the deal --------------------------------------------------------------------------------------
-
-
-def test_parse_shard() -> None:
-    assert parse_shard("1/2") == Shard(1, 2) and str(parse_shard(" 3 / 3 ")) == "3/3"
-    for bad, why in [("1-2", "is not K/N"), ("0/2", "no shard 0 of 2"), ("3/2", "no shard 3 of 2"),
-                     ("1/0", "from 1 to 1000"), ("1/1001", "from 1 to 1000"), ("", "is not K/N"),
-                     ("1.5/2", "is not K/N"), ("-1/2", "is not K/N")]:
-        with pytest.raises(ShardError, match=re.escape(why)):
-            parse_shard(bad)
 
 
 def test_tests_of_one_configuration_form_one_unit_in_collection_order() -> None:
@@ -68,7 +52,7 @@ def test_without_durations_an_engine_start_weighs_as_ten_tests() -> None:
     assert first.keep == [0, 1, 2] and len(second.keep) == 13  # 3 + 10 for the start against 13
     assert first.loads == second.loads == [13.0, 13.0] and first.engines == [1, 0]
     assert first.describe() == (
-        "shard 1/2: 3 tests, 1 engine configurations, balanced by tests and engine starts"
+        "shard 1/2: 3 tests, 1 engine configuration, balanced by tests and engine starts"
     )
 
 

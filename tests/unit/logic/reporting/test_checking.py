@@ -15,7 +15,6 @@ from pytest_enginedead.logic.reporting.checking import (
     CheckPlan,
     Row,
     RunResult,
-    false_deaths_under_policy,
     format_table,
     mode_of,
     plan_for,
@@ -181,18 +180,6 @@ def test_format_table() -> None:
         "   64  stock          2s      0          -   >=2.044s  false death",
         "   64  policy      1240s      5     5.665s     5.673s  ok",
     ]
-
-
-def test_false_deaths_count_only_where_the_check_promises_none() -> None:
-    rows = [
-        row(64, "stock", "false death"),  # the bug, shown: expected
-        row(64, "policy", "false death"),
-        row(64, "guard", "false death"),
-        row(8, "policy", "genuine death"),
-        row(8, "policy", "ok"),
-    ]
-    assert false_deaths_under_policy(rows) == [rows[1], rows[2]]
-    assert false_deaths_under_policy([]) == []
 
 
 def test_progress_line() -> None:

@@ -22,8 +22,8 @@ from pytest_enginedead.harness.liveness import LivenessSettings
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.pool import EngineRecord
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.machine import this_machine
 from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
-from pytest_enginedead.logic.reporting.fingerprint import this_machine
 from pytest_enginedead.logic.reporting.report import (
     Results,
     build,

@@ -7,17 +7,22 @@ import itertools
 import math
 import re
 import sys
+from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 
 from pytest_enginedead import Backend, TimeoutPolicy
+from pytest_enginedead.compat import versions
 from pytest_enginedead.logic.timeouts.policies import (
     STOCK_DEADLINE_S,
     PolicyError,
+    PolicyFailure,
     PolicyLike,
     Rule,
     fit_step_time,
     load_policy,
+    policy_deadline,
 )
 from tests.support import examples
 
@@ -322,3 +327,82 @@ def test_a_linear_policy_refuses_what_no_deadline_can_be(kwargs: dict[str, float
     policy = TimeoutPolicy.linear(600.0, 10.0, 0.5, cap_s=5000.0)
     assert policy.timeout_s("cpu", 8, 100) == 600 + 80 + 50 and policy.timeout_s("cpu", 8) == 680
     assert policy.timeout_s("cpu", 1000, 10_000) == 5000  # the cap
+
+
+# --- policy_deadline: the one place a policy is asked --------------------------------------
+
+
+class Recording:
+    """A policy that answers ``answer`` and remembers what it was asked."""
+
+    name = "recording"
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.asked: list[tuple[Backend, int]] = []
+
+    def timeout_s(
+        self, backend: Backend, max_num_seqs: int, max_num_batched_tokens: int | None = None
+    ) -> float:
+        self.asked.append((backend, max_num_seqs))
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer  # type: ignore[return-value]
+
+
+def test_policy_deadline_asks_for_cpu_at_the_batch_size() -> None:
+    policy = Recording(1240)
+    assert policy_deadline(policy, "recording", 64) == 1240.0
+    assert isinstance(policy_deadline(policy, "recording", 64), float)
+    assert policy.asked == [(Backend.CPU, 64), (Backend.CPU, 64)]
+    assert policy_deadline(TimeoutPolicy.reference(), "reference", 8) == 680.0
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (RuntimeError("no rule"), "policy p: timeout_s(CPU, 8) raised RuntimeError: no rule"),
+        ("soon", "policy p: timeout_s(CPU, 8) returned 'soon', not a number of seconds"),
+        (None, "policy p: timeout_s(CPU, 8) returned None, not a number of seconds"),
+        (float("inf"), "policy p: timeout_s(CPU, 8) returned inf; a deadline must be a finite number"),
+        (float("nan"), "returned nan; a deadline must be a finite number of seconds >= 1"),
+        (0.5, "policy p: timeout_s(CPU, 8) returned 0.5; a deadline must be a finite number of seconds >= 1"),
+        (-300, "returned -300; a deadline must be"),
+    ],
+)
+def test_policy_deadline_failures_say_which_policy_returned_what(answer: object, message: str) -> None:
+    with pytest.raises(PolicyFailure) as info:
+        policy_deadline(Recording(answer), "p", 8)
+    assert message in str(info.value)
+    # one line for the user: not chained to the policy's own exception
+    assert info.value.__context__ is None or info.value.__suppress_context__
+
+
+def test_smallest_usable_deadline_is_one_second() -> None:
+    assert policy_deadline(Recording(1), "p", 1) == 1.0
+    assert policy_deadline(Recording(Fraction(5, 2)), "p", 1) == 2.5  # any real number
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("600", "returned '600', not a number of seconds (str; give an int or a float)"),
+    (True, "returned True, not a number of seconds (bool; give an int or a float)"),
+    (Decimal("600"), "returned Decimal('600'), not a number of seconds (Decimal;"),
+    (0.5, "returned 0.5; a deadline must be a finite number of seconds >= 1"),
+])
+def test_a_deadline_is_a_real_number_of_seconds(value: object, why: str) -> None:
+    """A policy returning text or a bool is refused, not converted: float("600") and
+    float(True) would make a number of what is a bug in the policy."""
+    with pytest.raises(PolicyFailure) as err:
+        policy_deadline(Recording(value), "p", 1)
+    assert why in str(err.value)
+
+
+def test_a_deadline_is_bounded_by_the_longest_wait_vllm_can_make() -> None:
+    """1e12 s would overflow Python's waits inside vLLM and pytest-timeout's timer (INTERNALERROR);
+    the bound is named in the message, and the largest deadline that fits passes."""
+    with pytest.raises(PolicyFailure) as err:
+        policy_deadline(Recording(1e12), "p", 8)
+    most = versions.MAX_DEADLINE_S
+    assert f"returned 1000000000000.0; a deadline must be at most {most} s" in str(err.value)
+    assert "threading.TIMEOUT_MAX" in str(err.value)
+    assert policy_deadline(Recording(versions.MAX_DEADLINE_S), "p", 8) == versions.MAX_DEADLINE_S

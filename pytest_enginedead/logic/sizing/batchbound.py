@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..sizing import shapes, slices
+from . import shapes, slices
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import TypedDict
 
-from ..releases import DIST_NAMES
+from .releases import DIST_NAMES
 
 CPUINFO = "/proc/cpuinfo"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.logic.reporting import fingerprint
-from pytest_enginedead.logic.reporting.fingerprint import differences, isa_flags, same_machine, this_machine
+from pytest_enginedead.logic import machine as fingerprint
+from pytest_enginedead.logic.machine import differences, isa_flags, same_machine, this_machine
 
 
 def cpuinfo(model: str, flags: str) -> str:
@@ -65,7 +65,7 @@ def test_versions_are_null_when_not_installed(monkeypatch: pytest.MonkeyPatch) -
 
 def test_reading_the_fingerprint_imports_neither_torch_nor_vllm() -> None:
     code = (
-        "import sys; from pytest_enginedead.logic.reporting.fingerprint import this_machine; this_machine(); "
+        "import sys; from pytest_enginedead.logic.machine import this_machine; this_machine(); "
         "print(sorted({'torch', 'vllm'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

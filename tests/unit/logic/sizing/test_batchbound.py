@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import batchbound
-from pytest_enginedead.logic.sizing import slices
+from pytest_enginedead.logic.sizing import batchbound, slices
 
 TINY = json.loads((Path(BUNDLED_MODEL) / "config.json").read_text())
 GIB = slices.GIB
