@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import psutil
 
 from ..compat import versions
+from ..contract.collectives import waiting_for_a_peer
 from ..contract.dumps import STACK_SIGNAL, DeadlineStack, deadline_stack_path, read_deadline_stack, stack_path
 from ..contract.guardfiles import GuardEvent, guard_events_path, read_guard_events
 from ..contract.steps import StepTime, read_steps, steps_path
@@ -32,6 +33,10 @@ class RunEvidence:
     def freeze(self) -> None:
         """Keep what the records say now: the run directory is about to go."""
         self._final_steps, self._final_events = self.steps(), self.guard_events()
+
+    def waiting_for_a_peer(self, pid: int) -> bool:
+        """Worker ``pid`` sits in a collective, waiting for a peer rank (its mark says so)."""
+        return waiting_for_a_peer(self.run_dir, pid)
 
     def steps(self) -> list[StepTime]:
         """Every step the engine's workers recorded, oldest first."""

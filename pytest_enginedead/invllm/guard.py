@@ -36,6 +36,7 @@ from typing import Any
 import psutil
 
 from ..compat import in_core, in_worker, versions
+from ..contract.collectives import mark_pid, waiting_for_a_peer
 from ..contract.control import ControlReader
 from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import (
@@ -147,7 +148,8 @@ class Watch:
         """SLOW while any rank computes or records progress; HUNG when none does; DEAD if one is gone.
 
         Each rank is judged on its own CPU (its compiler children counted): ranks of one step
-        meet in collectives, so one that computes keeps the others waiting, idle.
+        meet in collectives, so one that computes keeps the others waiting — on CPU spinning,
+        a core busy with nothing but the wait, which its collective mark tells apart.
         """
         procs = self.core.worker_procs()
         if not procs or any(not reading.alive(p) for p in procs):
@@ -158,8 +160,10 @@ class Watch:
         if last is None or len(last[1]) != len(cpu):
             return Verdict.SLOW  # the first look: no rate yet
         rates = reading.cores_between(last[1], cpu, now - last[0])
-        self._busiest = max(range(len(rates)), key=rates.__getitem__)
-        self._cores = rates[self._busiest]
+        # a rank that spins in a collective waits for a peer: its CPU is not work
+        working = [i for i, p in enumerate(procs) if not waiting_for_a_peer(self.core.marks_dir, p.pid, now)]
+        self._busiest = max(working or range(len(rates)), key=rates.__getitem__)
+        self._cores = rates[self._busiest] if working else 0.0
         if reading.busy(self._cores) or sizes != last[2]:
             self._busy_at = now
             return Verdict.SLOW
@@ -198,6 +202,8 @@ class Core:
         #: where the guard's state goes for a liveness probe (``GuardState``)
         self.state_path = state_path
         self.front = front
+        #: where the workers mark their collectives (``contract.collectives``)
+        self.marks_dir: str | None = run_dir
         self._ended: GuardAction | None = None
         self.control = ControlReader(run_dir) if run_dir else None
         self.steps = 0
@@ -369,9 +375,14 @@ def _install(core: Core) -> None:
 
 
 def remove_stale_states(directory: str, front: int | None = None) -> None:
-    """Remove guard states whose engine core is gone (or, given ``front``, that front's)."""
+    """Remove guard states whose engine core is gone (or, given ``front``, that front's), and
+    collective marks whose worker is gone (a killed worker leaves its mark)."""
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
+            worker = mark_pid(name)
+            if worker is not None and front is None and not reading.exists(worker):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(directory, name))
             pid = guard_state_pid(name)
             if pid is None:
                 continue
@@ -424,6 +435,7 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
         remove_stale_states(directory)
     front = environ.get(ENV_FRONT_PID, "")
     core = Core(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid())
+    core.marks_dir = state_dir(environ)
     _install(core)
     if guard is not None:
         core.write_state(None)
