@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .contract.control import Injection as Injection
+    from .contract.decisions import GuardAction as GuardAction
     from .contract.decisions import Verdict as Verdict
     from .contract.steps import StepTime as StepTime
     from .face.assertions import assert_no_false_death as assert_no_false_death
@@ -25,6 +26,7 @@ _WHERE = {
     "assert_no_false_death": "face.assertions",
     "EngineHandle": "face.handles",
     "Verdict": "contract.decisions",
+    "GuardAction": "contract.decisions",
     "EngineSpec": "logic.planning.engines",
     "Instructions": "logic.planning.engines",
     "Backend": "logic.timeouts.policies",
@@ -38,6 +40,7 @@ __all__ = [
     "Backend",
     "EngineHandle",
     "EngineSpec",
+    "GuardAction",
     "Injection",
     "Instructions",
     "ServerHandle",

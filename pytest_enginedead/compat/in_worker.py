@@ -23,6 +23,16 @@ def worker_step_target(version: str | Version | None) -> tuple[str, str, str]:
     return ("vllm.worker.worker_base", "WorkerWrapperBase", "execute_model")
 
 
+#: where CPU ranks meet: vLLM's CPU communicator (all releases with V1 on CPU), module and class
+CPU_COMMUNICATOR = ("vllm.distributed.device_communicators.cpu_communicator", "CpuCommunicator")
+
+#: its methods in which a rank waits for its peers (those a release lacks are skipped)
+CPU_COLLECTIVES = (
+    "all_reduce", "gather", "all_gather", "all_gatherv", "reduce_scatter", "reduce_scatterv",
+    "send", "recv", "broadcast", "send_tensor_dict", "recv_tensor_dict", "dispatch", "combine",
+)
+
+
 def worker_sample_method(version: str | Version | None) -> str | None:
     """The second RPC of a V1 step, under the same deadline, or None (V0: one RPC).
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 import psutil
 
 from ..compat import versions
+from ..contract.collectives import waiting_for_a_peer
 from ..contract.dumps import STACK_SIGNAL, DeadlineStack, deadline_stack_path, read_deadline_stack, stack_path
 from ..contract.guardfiles import GuardEvent, guard_events_path, read_guard_events
 from ..contract.steps import StepTime, read_steps, steps_path
@@ -60,6 +61,10 @@ class RunEvidence:
         if self._remote is None or self._final_remote is not None:
             return None
         return self._remote.stack(node, rank, timeout_s)
+
+    def waiting_for_a_peer(self, pid: int) -> bool:
+        """Worker ``pid`` sits in a collective, waiting for a peer rank (its mark says so)."""
+        return waiting_for_a_peer(self.run_dir, pid)
 
     def steps(self) -> list[StepTime]:
         """Every step the engine's workers recorded, oldest first."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,6 +57,8 @@ class Evidence(Protocol):
     def running_step(self, pid: int) -> StepTime | None: ...
 
     def has_record(self, pid: int) -> bool: ...
+
+    def waiting_for_a_peer(self, pid: int) -> bool: ...
 
     def deadline_stack(
         self, pid: int, step: StepTime, deadline_s: float, wait_s: float | None = 0.5
@@ -274,7 +276,8 @@ def judge_death(
     finding = Finding(overall([*found.verdicts, *(lk.verdict for lk in remote)]), error, t0 - started, judged,
                       settings, found.steps, at_deadline=found.at_deadline, remote=remote)
     if inspectable is not None and (len(workers) > 1 or remote):  # several ranks: what each was doing
-        finding.ranks = rank_states(judged, dict(zip(judged, found.verdicts, strict=True)), found.in_step,
+        verdicts = dict(zip(judged, found.verdicts, strict=True))
+        finding.ranks = rank_states(judged, verdicts, found.in_step, found.waiting,
                                     node=0 if remote else None, peer_computes=bool(computing(remote)))
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
@@ -293,6 +296,8 @@ class _Judgements:
     at_deadline: dict[int, str] = field(default_factory=dict)
     #: the workers inside a step (now, or at the deadline)
     in_step: set[int] = field(default_factory=set)
+    #: the workers inside a collective, waiting for a peer rank (their mark says so)
+    waiting: set[int] = field(default_factory=set)
 
 
 def _judge_by_step(
@@ -310,6 +315,9 @@ def _judge_by_step(
     running = engine.evidence.running_step(pid)
     if running is not None:
         found.in_step.add(pid)
+        if verdict is Verdict.SLOW and engine.evidence.waiting_for_a_peer(pid):
+            found.waiting.add(pid)  # its CPU is a spin in a collective: a wait, not work
+            return Verdict.HUNG
     step = running if verdict is Verdict.SLOW else None
     then = None if step is not None else as_of_the_deadline(engine, sampler, pid)
     if then is not None:
@@ -352,14 +360,15 @@ WAITING = "waiting for a peer rank inside its step (a collective waits for the r
 
 def rank_states(
     judged: dict[int, ProcessEvidence], verdicts: dict[int, Verdict], in_step: set[int],
-    node: int | None = None, peer_computes: bool = False,
+    waiting: Collection[int] = (), node: int | None = None, peer_computes: bool = False,
 ) -> dict[int, tuple[str, str]]:
     """Per worker of a multi-rank engine: its rank (from its title) and what it was doing.
 
     A rank idle inside its step while a peer computes is waiting for it in a collective
-    (tensor parallel ranks meet at every all-reduce): not hung.  On several nodes the ranks
-    are named with their ``node``, and a peer on another node that computes
-    (``peer_computes``) counts as well.
+    (tensor parallel ranks meet at every all-reduce): not hung.  So is one whose collective
+    mark says it has sat in one (``waiting``), whatever its CPU: on CPU the wait spins.  On
+    several nodes the ranks are named with their ``node``, and a peer on another node that
+    computes (``peer_computes``) counts as well.
     """
     someone_computes = peer_computes or any(v is Verdict.SLOW for v in verdicts.values())
     out = {}
@@ -368,6 +377,8 @@ def rank_states(
         rank = node_label(node, rank) if node is not None else rank
         if not ev.alive:
             state = "gone"
+        elif pid in waiting:
+            state = WAITING
         elif verdicts[pid] is Verdict.SLOW:
             state = COMPUTING
         elif pid in in_step:

@@ -42,6 +42,7 @@ from typing import Any
 import psutil
 
 from ..compat import in_core, in_worker, versions
+from ..contract.collectives import mark_pid, waiting_for_a_peer
 from ..contract.control import ControlReader
 from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import (
@@ -61,7 +62,8 @@ from ..contract.steps import steps_path
 from ..logic.inputs.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
 from ..logic.timeouts.policies import Backend
 from ..process import reading
-from ..process.remote import RemoteLook, RemoteRanks
+from ..process.remote import RemoteLook
+from .guardnodes import OtherNodes
 
 #: The wait loop runs thousands of times a second; the worker is looked at this often.
 PROBE_EVERY_S = 0.25
@@ -161,7 +163,8 @@ class Watch:
         """SLOW while any rank computes or records progress; HUNG when none does; DEAD if one is gone.
 
         Each rank is judged on its own CPU (its compiler children counted): ranks of one step
-        meet in collectives, so one that computes keeps the others waiting, idle.  Another
+        meet in collectives, so one that computes keeps the others waiting — on CPU spinning,
+        a core busy with nothing but the wait, which its collective mark tells apart.  Another
         node's ranks are judged from the progress they publish; one that stopped publishing
         is gone (``DEAD`` once no rank shows progress), left to no monitor.
         """
@@ -179,8 +182,10 @@ class Watch:
         if last is None or len(last[1]) != len(cpu):
             return Verdict.SLOW  # the first look: no rate yet
         rates = reading.cores_between(last[1], cpu, now - last[0])
-        self._busiest = max(range(len(rates)), key=rates.__getitem__)
-        self._cores = rates[self._busiest]
+        # a rank that spins in a collective waits for a peer: its CPU is not work
+        working = [i for i, p in enumerate(procs) if not waiting_for_a_peer(self.core.marks_dir, p.pid, now)]
+        self._busiest = max(working or range(len(rates)), key=rates.__getitem__)
+        self._cores = rates[self._busiest] if working else 0.0
         alive = [lk for lk in remote if not lk.gone]
         busiest = max(alive, key=lambda lk: lk.record.cores, default=None)
         if busiest is not None and busiest.record.cores > self._cores:
@@ -195,7 +200,7 @@ class Watch:
         on one node; on several, a remote rank's pid is its pid on its own node)."""
         workers = self.core.workers()
         count = self.core.rank_count()
-        node = self.core.node if self.core.remote_looks(cached=True) else None
+        node = self.core.nodes.node if self.core.remote_looks(cached=True) else None
         if isinstance(self._busiest, RemoteLook):
             r = self._busiest.record
             return r.pid, r.rank, f"VLLM::Worker rank {r.rank} of {count} on node {r.node}", r.node
@@ -225,16 +230,13 @@ class Core:
     def __init__(self, run_dir: str | None, guard: GuardConfig | None,
                  state_path: str | None = None, front: int = 0, progress_dir: str | None = None) -> None:
         self.run_dir = run_dir
-        #: on several nodes: where the other nodes' ranks publish their progress
-        self.progress_dir = progress_dir
-        self._remote: RemoteRanks | None = None
-        self._remote_looks: list[RemoteLook] = []
-        self._born_wall = time.time()  # an older record in the directory is another engine's
-        self.node = 0
+        self.nodes = OtherNodes(progress_dir)  # on several nodes: the other nodes' ranks
         self.guard = guard
         #: where the guard's state goes for a liveness probe (``GuardState``)
         self.state_path = state_path
         self.front = front
+        #: where the workers mark their collectives (``contract.collectives``)
+        self.marks_dir: str | None = run_dir
         self._ended: GuardAction | None = None
         self.control = ControlReader(run_dir) if run_dir else None
         self.steps = 0
@@ -285,16 +287,11 @@ class Core:
     def remote_looks(self, cached: bool = False) -> list[RemoteLook]:
         """The other nodes' ranks as their progress shows them now (none on one node); ``cached``:
         as the last look saw them."""
-        if self.progress_dir and self._remote is None and self._executor is not None:
-            self.node = in_core.executor_node(self._executor)
-            self._remote = RemoteRanks(self.progress_dir, self.node, since_wall=self._born_wall)
-        if self._remote is not None and not cached:
-            self._remote_looks = self._remote.look()
-        return self._remote_looks
+        return self.nodes.look(self._executor, cached)
 
     def rank_count(self) -> int:
         """Every rank the guard judges: its own node's and the others' it has heard of."""
-        return (len(self.workers()) + len(self._remote_looks)) or 1
+        return (len(self.workers()) + len(self.nodes.looks)) or 1
 
     def worker_procs(self) -> list[psutil.Process]:
         if self._procs is None and self._executor is not None:
@@ -420,9 +417,14 @@ def _install(core: Core) -> None:
 
 
 def remove_stale_states(directory: str, front: int | None = None) -> None:
-    """Remove guard states whose engine core is gone (or, given ``front``, that front's)."""
+    """Remove guard states whose engine core is gone (or, given ``front``, that front's), and
+    collective marks whose worker is gone (a killed worker leaves its mark)."""
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
+            worker = mark_pid(name)
+            if worker is not None and front is None and not reading.exists(worker):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(directory, name))
             pid = guard_state_pid(name)
             if pid is None:
                 continue
@@ -476,6 +478,7 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
     front = environ.get(ENV_FRONT_PID, "")
     core = Core(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid(),
                 environ.get(PROGRESS_DIR_ENV) or None)
+    core.marks_dir = state_dir(environ)
     _install(core)
     if guard is not None:
         core.write_state(None)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from pytest_enginedead import assert_no_false_death
+from pytest_enginedead import GuardAction, Verdict, assert_no_false_death
 
 #: rank 1 computes 3.2 s per step of 64 sequences; rank 0 waits for it in a collective
 SLOW_RANK_1 = {"slow_s_per_seq": 0.05, "ranks": [1]}
@@ -41,7 +41,7 @@ def test_the_guard_waits_for_the_computing_rank(vllm_engine):
     out = vllm_engine.generate()  # 3.2 s steps of 64 under a 2 s deadline: the guard waits
     assert len(out) == 64
     slow = [e for e in vllm_engine.guard_events() if e.batch == 64]
-    assert slow and {e.verdict for e in slow} == {"SLOW"}, slow
+    assert slow and {e.verdict for e in slow} == {Verdict.SLOW}, slow
     assert {e.rank for e in slow} == {1} and {e.ranks for e in slow} == {2}, slow
 
 
@@ -53,10 +53,10 @@ def test_the_guard_ends_a_hung_rank(vllm_engine):
         with assert_no_false_death(vllm_engine):
             vllm_engine.generate(8, max_tokens=8)
     assert type(info.value).__name__ == "EngineDeadError"
-    assert vllm_engine.deaths[-1]["verdict"] == "HUNG"
-    (ended,) = [e for e in vllm_engine.guard_events() if e.outcome == "ending the wait"]
+    assert vllm_engine.deaths[-1]["verdict"] == Verdict.HUNG
+    (ended,) = [e for e in vllm_engine.guard_events() if e.action is GuardAction.END]
     print(f"HUNG ended after {ended.waited_s:.2f} s (hang_s 5)")
-    assert ended.verdict == "HUNG" and ended.ranks == 2
+    assert ended.verdict is Verdict.HUNG and ended.ranks == 2 and ended.rank == 1
 
 
 def test_two_ranks_serve(vllm_server):

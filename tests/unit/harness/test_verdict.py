@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 from pytest_enginedead.contract.decisions import Verdict, overall
 from pytest_enginedead.contract.steps import StepTime
-from pytest_enginedead.harness.liveness import LivenessSettings, ProcessEvidence, Sampler
+from pytest_enginedead.harness.liveness import LivenessSettings, ProcessEvidence, Sampler, classify
 from pytest_enginedead.harness.remoteverdict import remote_lines
 from pytest_enginedead.harness.verdict import (
     COMPUTING,
     WAITING,
     Finding,
+    _judge_by_step,
+    _Judgements,
     judge_death,
     rank_states,
     step_summary,
@@ -163,3 +166,41 @@ def test_a_rank_on_another_node_that_fell_silent_is_a_genuine_death() -> None:
     assert finding.ranks[idle.pid][1] == "idle inside its step"  # nobody computes: not waiting for one
     assert engine.evidence.asked == []  # a genuine death waits for no stack
     assert "gone (no progress for 2.4 s" in "\n".join(remote_lines(finding.remote))
+
+
+class _Records:
+    """Two ranks' records: both inside step 3; ``marked`` ranks sit in a collective."""
+
+    def __init__(self, marked: set[int]) -> None:
+        self.marked = marked
+        self.worker_pids = [10, 11]
+        self.step = StepTime(3, 64, time.monotonic() - 2.0, None, 10)
+
+    def running_step(self, pid: int) -> StepTime:
+        return self.step
+
+    def waiting_for_a_peer(self, pid: int) -> bool:
+        return pid in self.marked
+
+
+def test_a_rank_busy_inside_a_collective_waits_and_the_peers_cpu_decides() -> None:
+    """vLLM's CPU all-reduce spins: rank 0 at a full core, its mark saying it sits in a collective.
+    Its peer idle: HUNG, rank 0 waiting, rank 1 idle; its peer computing: SLOW on rank 1 alone.
+    Without the mark, the spin is judged work and the hung rank said to wait for it (SLOW on
+    rank 0: the misjudgement the mark ends)."""
+    engine = SimpleNamespace(evidence=None, step_times_since_start=lambda: [])
+    out = {}
+    for marked, peer in ((set(), 0.0), ({10}, 0.0), ({10}, 0.97)):
+        engine.evidence = _Records(marked)
+        judged = {10: evidence(10, "VLLM::Worker_TP0", 0.99), 11: evidence(11, "VLLM::Worker_TP1", peer)}
+        found = _Judgements()
+        verdicts = {pid: _judge_by_step(engine, None, pid, classify(ev, 0.05), judged, 0.05, found)  # type: ignore[arg-type]
+                    for pid, ev in judged.items()}
+        states = rank_states(judged, verdicts, found.in_step, found.waiting)
+        out[(bool(marked), peer)] = (
+            overall(verdicts.values()), states[10][1], states[11][1], sorted(found.steps))
+    assert out == {
+        (False, 0.0): (Verdict.SLOW, COMPUTING, WAITING, [10]),  # backwards: the hung rank "waits"
+        (True, 0.0): (Verdict.HUNG, WAITING, "idle inside its step", []),
+        (True, 0.97): (Verdict.SLOW, WAITING, COMPUTING, [11]),
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_enginedead.contract.collectives import mark_path
 from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.contract.guardfiles import (
     CoreReady,
@@ -97,8 +99,12 @@ def test_stale_states_are_removed_and_a_fronts_own(tmp_path: Path) -> None:
     write_guard_state(mine, state(pid=os.getpid(), front=1))
     write_guard_state(dead, state(pid=gone.pid))
     (tmp_path / "other.json").write_text("{}")
+    for pid in (os.getpid(), gone.pid):  # collective marks: a killed worker leaves its own
+        Path(mark_path(str(tmp_path), pid)).write_bytes(bytes(8))
     guard.remove_stale_states(str(tmp_path))
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([os.path.basename(mine), "other.json"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [os.path.basename(mine), "other.json", os.path.basename(mark_path(str(tmp_path), os.getpid()))])
+    os.remove(mark_path(str(tmp_path), os.getpid()))
     guard.remove_stale_states(str(tmp_path), front=2)  # not that front's
     assert os.path.exists(mine)
     guard.remove_stale_states(str(tmp_path), front=1)
@@ -196,7 +202,7 @@ def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tm
     progress_dir.mkdir()
     with procs.worker("idle", 30.0) as idle:
         core = guard.Core(str(run_dir), cfg, str(tmp_path / "state.json"), progress_dir=str(progress_dir))
-        core._born_wall -= 60.0  # the record below is this engine's
+        core.nodes.born_wall -= 60.0  # the record below is this engine's
         core._executor = executor(idle.pid)
         watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
         remote_record(progress_dir, 1, 1.0, wall=time.time() - 10.0)  # silent for 10 s
@@ -220,3 +226,25 @@ def test_a_record_older_than_the_engine_core_is_another_engines(tmp_path: Path) 
     assert core.remote_looks() == []
     remote_record(tmp_path, 2, 1.0)
     assert [lk.label for lk in core.remote_looks()] == ["node 1 TP1"] and core.rank_count() == 1
+
+
+def test_a_rank_spinning_in_a_collective_waits_and_its_idle_peer_is_hung(tmp_path: Path) -> None:
+    """vLLM's CPU all-reduce spins while it waits for a late peer: rank 0 busy, marked inside a
+    collective, rank 1 idle (hung in its step).  HUNG, judged on rank 1; without the mark the
+    spin reads as work (SLOW, judged on rank 0) — the guard's blind spot before the marks."""
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=60.0)  # type: ignore[arg-type]
+    with procs.worker("busy", 30.0) as spinning, procs.worker("idle", 30.0) as hung:
+        verdicts = {}
+        for marked in (False, True):
+            core = guard.Core(str(tmp_path), cfg)
+            core._executor = executor(spinning.pid, hung.pid)
+            path = mark_path(str(tmp_path), spinning.pid)
+            if marked:  # the spinning rank's own mark: inside a collective for a second already
+                with open(path, "wb") as f:
+                    f.write(struct.pack("d", time.monotonic() - 1.0))
+            watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+            time.sleep(0.6)  # past their interpreters' start
+            watch._probe(time.monotonic())  # the first look: no rate yet
+            time.sleep(0.5)
+            verdicts[marked] = (watch._probe(time.monotonic()), watch._judged()[1])
+        assert verdicts == {False: (Verdict.SLOW, 0), True: (Verdict.HUNG, 1)}
