@@ -388,7 +388,7 @@ def report_schema() -> str:
             + '\n\n??? note "The whole schema (`pytest_enginedead/report.schema.json`)"\n\n' + body + "\n")
 
 
-# --- the package's rooms ----------------------------------------------------------------
+# --- the package's folders and modules --------------------------------------------------
 
 
 def _docline(path: Path) -> str:
@@ -425,7 +425,7 @@ def import_rules() -> str:
         if contract["type"] == "layers":
             floors = [" and ".join(f"`{room.strip()}`" for room in layer.split("|"))
                       for layer in contract["layers"]]
-            rule = "from the top down (a floor imports only the floors below it): " + " → ".join(floors)
+            rule = "from the top down (a layer imports only the layers below it): " + " → ".join(floors)
         elif contract["type"] == "forbidden":
             sources, forbidden = contract["source_modules"], contract["forbidden_modules"]
             rule = f"{names(sources)} may not import {names(forbidden)}"

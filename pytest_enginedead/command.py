@@ -36,7 +36,7 @@ def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    """This distribution's version, from its metadata (the package's root would load the face)."""
+    """This distribution's version, from its metadata (the package's root would load the pytest side)."""
     try:
         return importlib.metadata.version("pytest-enginedead")
     except importlib.metadata.PackageNotFoundError:

@@ -1,11 +1,11 @@
-"""pytest wiring for pytest-enginedead (``-p enginedead``): each hook hands over to its room.
+"""pytest wiring for pytest-enginedead (``-p enginedead``): each hook hands over to its module.
 
 ``face.session`` (settings, outputs, header, the end of the run), ``face.collection`` (what
 each test needs, the plan, the order, the shard), ``face.judging`` (the policy's invariants,
 the report's rows), ``face.fixtures`` (engines, servers, factories), ``face.summary``.
 
 Installed, the plugin loads in every pytest run of its environment (pytest's ``pytest11``
-entry point), most of which have no engine test: a room is imported when a test of the
+entry point), most of which have no engine test: a module is imported when a test of the
 plugin's needs it, so such a run costs no more than its options and says nothing.
 """
 

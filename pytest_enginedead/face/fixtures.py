@@ -125,7 +125,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
 
 
 def _factory_model(model: Any, server: bool) -> str:
-    """A factory's ``model=``: the same checks as every model door, or the test fails in one line."""
+    """A factory's ``model=``: the same checks as every other model input, or the test fails in one line."""
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:

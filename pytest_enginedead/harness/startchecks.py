@@ -2,8 +2,8 @@
 
 vLLM's registries of architectures and model types (read from their sources, imported only
 when needed), the tokenizer a server loads, the batch sizes vLLM builds and this machine
-holds, vLLM's own variables; the answers are one line each, for every door to put its name
-in front of.
+holds, vLLM's own variables; the answers are one line each, for every input that carries
+the value (an option, a factory argument, a command's flag) to put its name in front of.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def model_problem(
 ) -> str | None:
     """Why no engine can run on this model directory, in one line, or None.
 
-    The one model check, called from every door (the options, the factories, the
+    The one model check, called wherever a model is given (the options, the factories, the
     ``enginedead`` command, the xdist controller), each of which puts its own name for
     the value in front: the directory and its ``config.json`` (``validate_model``), the
     sizes (``config_problem``), the context the engines start with (``max_model_len``,
@@ -131,7 +131,7 @@ def batch_problem(
     model: str, batch_size: int, server: bool, engine_args: Mapping[str, Any] | None = None,
     said: str | None = None,
 ) -> str | None:
-    """Why an engine of the harness cannot run at ``batch_size`` (``said``: how the door names it),
+    """Why an engine of the harness cannot run at ``batch_size`` (``said``: how its input names it),
     in one line, or None: over what vLLM builds (``max_num_batched_tokens``) or what this machine
     holds (``logic.planning.batchbound``).  A model that cannot run at all (a bad config, or too large for
     one sequence here) is the model check's to say, not a batch size's: None."""

@@ -1,6 +1,6 @@
-"""Bad input, every door: the conventions each door's table is held to, and its helpers.
+"""Bad input, everywhere it enters: the conventions each input's table is held to, and its helpers.
 
-Each table row (beside the tests of its door: ``unit/face/test_options.py``,
+Each table row (beside the tests of its input: ``unit/face/test_options.py``,
 ``test_markers.py``, ``test_hooks.py``, ``test_fixtures.py``, ``test_handles.py``,
 ``test_distributed.py``; ``unit/commands/test_check.py``, ``test_calibrate.py``) is one bad
 input a user can give: a flag, an ini key, an environment variable (ours or vLLM's), a marker,
@@ -35,7 +35,7 @@ from pytest_enginedead.compat import versions
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from tests.support.downstream import Downstream, Outcome, enginedead
 
-# --- the pytest doors: a downstream repo's run ----------------------------------------------
+# --- the pytest inputs: a downstream repo's run ---------------------------------------------
 
 PLAIN = "def test_plain():\n    pass\n"
 #: a test of the plugin's with no engine: its run prints the header
@@ -291,7 +291,7 @@ def assert_command_is_one_line_exit_2(
     assert leftovers(private_tmp) == []
 
 
-# --- the xdist door: each case without -n and with -n 2, alike ---------------------------------------
+# --- the xdist input: each case without -n and with -n 2, alike --------------------------------------
 
 OK = "ok"
 

@@ -1,4 +1,4 @@
-"""The guard as the tests of several rooms see it: its state file's records, the line of a
+"""The guard as the tests of several packages see it: its state file's records, the line of a
 policy the engine core cannot import, a guard asked for by the marker."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stand-ins the tests of several rooms share: vLLM's exception classes by module and name,
+"""Stand-ins the tests of several packages share: vLLM's exception classes by module and name,
 a worker's stack dump as faulthandler writes it, a port nothing listens on."""
 
 from __future__ import annotations

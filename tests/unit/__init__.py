@@ -1,1 +1,1 @@
-"""Unit tests, one folder per room of ``pytest_enginedead`` (see each room's ``__init__.py``)."""
+"""Unit tests, one folder per package of ``pytest_enginedead`` (see each package's ``__init__.py``)."""

@@ -1,6 +1,6 @@
-"""Every door has its bad inputs: the tables beside each door's tests, together.
+"""Every input has its bad values: the tables beside each input's tests, together.
 
-Each door's table lives with that door's tests (the conventions they are held to:
+Each input's table lives with that input's tests (the conventions they are held to:
 ``tests/support/doors.py``); this counts them as one.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from tests.unit.commands import test_calibrate, test_check
 from tests.unit.face import test_fixtures, test_hooks, test_markers, test_options
 
-#: the pytest doors' tables: options (flags, ini keys, variables, the policy and model they
+#: the pytest inputs' tables: options (flags, ini keys, variables, the policy and model they
 #: name), markers, the policy hook, the factories
 CASES = [*test_options.CASES, *test_markers.CASES, *test_hooks.CASES, *test_fixtures.CASES]
 #: the enginedead command's tables: check, calibrate
@@ -17,7 +17,7 @@ COMMAND_CASES = [*test_check.COMMAND_CASES, *test_calibrate.COMMAND_CASES]
 
 
 def test_the_table_is_large_enough() -> None:
-    """At least 60 bad inputs across every door (with the command's, below)."""
+    """At least 60 bad inputs across every kind of input (with the command's, below)."""
     doors = {c.id.split("-")[0] for c in CASES}
     assert {"flag", "env", "vllm", "ini", "toml", "marker", "hook", "policy", "factory", "model"} <= doors
     assert len(CASES) + len(COMMAND_CASES) >= 60

@@ -62,8 +62,8 @@ def test_test_modules_have_unique_import_names() -> None:
     """pytest's default import mode imports a test module under the name its packages give it
     (``tests/unit/harness/test_probe.py`` is ``tests.unit.harness.test_probe``), and one outside
     any package as the top-level module ``test_x``: two modules of one name fail collection of
-    the whole run.  So every folder of tests is a package, and the rooms' folders may mirror
-    modules of one name (``harness/execprobe.py`` and ``commands/probe.py``)."""
+    the whole run.  So every folder of tests is a package, and the folders that mirror the package's
+    may hold test modules of one name (``logic/test_machine.py`` and ``support/test_machine.py``)."""
     tests = EXAMPLES.parent
     seen: dict[str, list[str]] = {}
     outside: list[str] = []

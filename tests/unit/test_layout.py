@@ -1,4 +1,4 @@
-"""The package's layout: rooms by the process a line runs in, small modules, the light doors.
+"""The package's layout: packages by the process a line runs in, small modules, the light commands.
 
 The import rules themselves are ``lint-imports``'s (pyproject.toml, run by ``make lint``);
 these check what it cannot: what a process really loads, and the sizes.

@@ -1,6 +1,6 @@
 """The guard as the environment asks for it: ``ENGINEDEAD_GUARD*`` read and checked.
 
-One reading for every door: the guard in ``VLLM::EngineCore``, the plugin and the
+One reading wherever the variables are read: the guard in ``VLLM::EngineCore``, the plugin and the
 commands; a bad value is one line naming the variable and its value.
 """
 

@@ -1,7 +1,7 @@
 """Values as users give them (flags, ini keys, variables, command arguments): parsed and checked.
 
 Each parser raises ``BadValue`` with a message that says what is wrong with the value;
-the door it came through (pytest's options, a command's flags) adds where it came from.
+the input it came through (pytest's options, a command's flags) adds where it came from.
 """
 
 from __future__ import annotations

@@ -237,7 +237,7 @@ def plugin_left_out(environ: Mapping[str, str]) -> tuple[str, str] | None:
 
     vLLM splits the variable at commas and keeps each name as it is (0.27.1-0.32.0,
     ``envs.VLLM_PLUGINS``): ``lora, enginedead`` names `` enginedead``, which is not ours.
-    One wording for ``doctor`` and every door that refuses it (``plugin_problem``).
+    One wording for ``doctor`` and every input check that refuses it (``plugin_problem``).
     """
     raw = environ.get("VLLM_PLUGINS")
     if raw is None or PLUGIN_NAME in raw.split(","):
@@ -252,7 +252,7 @@ def plugin_left_out(environ: Mapping[str, str]) -> tuple[str, str] | None:
 
 
 def plugin_problem(environ: Mapping[str, str]) -> str | None:
-    """``plugin_left_out`` as one line for a door to refuse with, the fix in it; or None."""
+    """``plugin_left_out`` as one line for an input check to refuse with, the fix in it; or None."""
     left_out = plugin_left_out(environ)
     return None if left_out is None else f"{left_out[0]}; fix: {left_out[1]}"
 

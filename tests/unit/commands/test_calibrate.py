@@ -147,7 +147,7 @@ def test_bad_sizing_input_is_one_line_exit_2_before_any_engine(
         assert "available" in lines[0]
 
 
-# --- bad input at this door: one line each (conventions: tests/support/doors.py) -------------------------
+# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
 
 COMMAND_CASES = [
     Command("vllm-env-calibrate", ("calibrate", "--batch-sizes", "1"),

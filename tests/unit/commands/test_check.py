@@ -31,7 +31,7 @@ from tests.support.doors import (
 )
 from tests.support.downstream import Downstream, enginedead
 
-# --- bad input at this door: one line each (conventions: tests/support/doors.py) -------------------------
+# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
 
 COMMAND_CASES = [
     Command("vllm-env-check-vllm-stock", ("check", "--policy", "vllm-stock"),

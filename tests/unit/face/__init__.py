@@ -1,1 +1,1 @@
-"""The pytest face (``pytest_enginedead/face/``), mostly as a downstream repo meets it."""
+"""The pytest side (``pytest_enginedead/face/``), mostly as a downstream repo meets it."""

@@ -247,6 +247,9 @@ class RichEngine:
     def has_record(self, pid: int) -> bool:
         return pid in self.worker_pids
 
+    def waiting_for_a_peer(self, pid: int) -> bool:
+        return False  # one rank: no collective to wait in
+
     def running_step(self, pid: int) -> StepTime | None:
         return self.step
 

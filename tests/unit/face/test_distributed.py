@@ -1,5 +1,5 @@
 """pytest-xdist without engines: cores per worker, groups per engine configuration, the header,
-a worker that dies; and every door's bad input alike with and without ``-n 2``."""
+a worker that dies; and every input's bad values alike with and without ``-n 2``."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def test_a_worker_ended_by_pytest_exit_ends_the_run_as_without_xdist(downstream:
         assert "INTERNALERROR" not in result.text and "Traceback" not in result.text
 
 
-# --- output paths and the xdist door: each case without -n and with -n 2, alike -----------------------
+# --- output paths and the xdist input: each case without -n and with -n 2, alike ----------------------
 
 #: three engine tests whose deadlines vLLM cannot hold (1e12 s): from the policy, a marker, a factory
 DEADLINES = """import pytest

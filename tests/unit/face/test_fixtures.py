@@ -47,7 +47,7 @@ def test_engine_tests_skip_without_vllm(downstream: Downstream, monkeypatch: pyt
     assert "must not run" not in result.stdout.str()
 
 
-# --- bad input at this door: one line each (conventions: tests/support/doors.py) -------------------------
+# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
 
 CASES = [
     # --- fixture arguments ----------------------------------------------------------------------

@@ -47,7 +47,7 @@ def test_policy_hook_returning_a_non_policy_is_a_usage_error(downstream: Downstr
     result.stderr.fnmatch_lines(["*pytest_enginedead_policy returned int, which has no callable timeout_s*"])
 
 
-# --- bad input at this door: one line each (conventions: tests/support/doors.py) -------------------------
+# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
 
 CASES = [
     # --- the pytest_enginedead_policy hook -------------------------------------------------------

@@ -241,7 +241,7 @@ def test_marker_docs_cover_every_marker() -> None:
     assert set(MARKERS) == {d.split("(")[0] for d in markers.DOCS}
 
 
-# --- bad input at this door: one line each (conventions: tests/support/doors.py) -------------------------
+# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
 
 CASES = [
     # --- markers that cannot mean anything ---------------------------------------------------

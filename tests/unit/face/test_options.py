@@ -1,7 +1,7 @@
 """Options: precedence, the header, and every bad value as one clear UsageError line.
 
-The door of the flags, ini keys and variables (ours and vLLM's), with the policy and the
-model directory they name: its bad inputs are the table ``CASES`` (conventions:
+The flags, ini keys and variables (ours and vLLM's), with the policy and the model directory
+they name: their bad inputs are the table ``CASES`` (conventions:
 ``tests/support/doors.py``).
 """
 
@@ -324,7 +324,7 @@ def test_good_liveness_settings_run(plain: Downstream) -> None:
     result.assert_outcomes(passed=1)
 
 
-# --- bad input at this door: one line each (conventions: tests/support/doors.py) -------------------------
+# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
 
 CASES = [
     # --- flags --------------------------------------------------------------------------

@@ -225,7 +225,7 @@ def test_plugin(registered: bool, environ: dict[str, str], status: str, fix: str
 
 
 def test_every_door_refuses_a_plugin_list_in_doctors_words() -> None:
-    """One function, one wording: the line the doors refuse with (pytest's usage error, a factory,
+    """One function, one wording: the line every input check refuses with (pytest's usage error, a factory,
     check, calibrate, probes) is doctor's finding with its fix; vLLM keeps the spaces around a name
     (``lora, enginedead`` names `` enginedead``), and the line says so."""
     for raw in ("lora", "", "lora, enginedead"):
