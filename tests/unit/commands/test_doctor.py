@@ -36,23 +36,24 @@ WATCHED = r"""
 import json, sys, threading, time
 import psutil
 from pytest_enginedead.command import main
-me, seen, done = psutil.Process(), set(), threading.Event()
+me, seen, below, done = psutil.Process(), set(), set(), threading.Event()
 mine = " ".join(me.cmdline())  # a child between its fork and its exec still shows this
 def watch():
     while not done.is_set():
         for p in me.children(recursive=True):
             try:  # a child may be gone, or not yet readable
-                cmd = " ".join(p.cmdline())
+                cmd, direct = " ".join(p.cmdline()), p.ppid() == me.pid
             except psutil.Error:
                 continue
             if cmd and cmd != mine:
-                seen.add(cmd)
+                (seen if direct else below).add(cmd)
         time.sleep(0.02)
 threading.Thread(target=watch, daemon=True).start()
 code = main(sys.argv[1:])
 done.set()
 loaded = sorted(m for m in ("vllm", "torch", "pytest", "_pytest") if m in sys.modules)
-print("WATCHED " + json.dumps({"code": code, "loaded": loaded, "children": sorted(seen)}))
+print("WATCHED " + json.dumps({"code": code, "loaded": loaded, "children": sorted(seen),
+                              "below": sorted(below)}))
 """
 
 
@@ -73,8 +74,9 @@ def doctor(*args: str, **env: str) -> tuple[list[str], dict[str, Any], float]:
 
 def assert_no_engine(watched: dict[str, Any], wall: float) -> None:
     assert watched["loaded"] == []  # vLLM, torch, pytest: none in the command's own process
-    assert not [c for c in watched["children"] if "VLLM::" in c], watched["children"]
-    # its children: transformers' import, and for a MoE model vLLM's kernel checks
+    assert not [c for c in watched["children"] + watched["below"] if "VLLM::" in c], watched
+    # its own children (theirs, such as a `file -b` a library runs, are theirs): transformers'
+    # import, and for a MoE model vLLM's kernel checks
     assert all(c.endswith("-c import transformers") or "compat import moe" in c
                for c in watched["children"]), watched["children"]
     assert wall < LIMIT_S
