@@ -37,3 +37,12 @@ def executor_workers(executor: Any) -> list[tuple[int, int]]:
         if isinstance(pid, int):
             found.append((rank if isinstance(rank, int) else i, pid))
     return found
+
+
+def executor_node(executor: Any) -> int:
+    """The node an executor runs on (``parallel_config.node_rank``; the head is 0; 0.27.1-0.32.0)."""
+    try:
+        node = executor.parallel_config.node_rank
+    except AttributeError:
+        return 0
+    return node if isinstance(node, int) and not isinstance(node, bool) and node >= 0 else 0

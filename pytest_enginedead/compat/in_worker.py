@@ -113,3 +113,13 @@ def worker_rank(wrapper: Any) -> int:
         if isinstance(rank, int):
             return rank
     return 0
+
+
+def worker_node(wrapper: Any) -> int:
+    """The node a worker runs on (``vllm_config.parallel_config.node_rank``: ``--node-rank``, 0 on a
+    single machine; 0.27.1-0.32.0)."""
+    try:
+        node = wrapper.vllm_config.parallel_config.node_rank
+    except AttributeError:
+        return 0
+    return node if isinstance(node, int) and not isinstance(node, bool) and node >= 0 else 0

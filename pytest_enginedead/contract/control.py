@@ -22,19 +22,22 @@ class Injection:
     crash_at_step: int | None = None
     #: the ranks (vLLM's global worker ranks) the faults apply to; None: every rank
     ranks: tuple[int, ...] | None = None
+    #: the nodes (vLLM's ``--node-rank``) whose ranks the faults apply to; None: every node
+    nodes: tuple[int, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Injection:
-        ranks = data.get("ranks")
-        return cls(**{**data, "ranks": None if ranks is None else tuple(ranks)})
+        ranks, nodes = data.get("ranks"), data.get("nodes")
+        return cls(**{**data, "ranks": None if ranks is None else tuple(ranks),
+                      "nodes": None if nodes is None else tuple(nodes)})
 
     @property
     def active(self) -> bool:
         return bool(self.slow_s_per_seq or self.hang_at_step or self.crash_at_step)
 
-    def applies_to(self, rank: int) -> bool:
-        """Whether a worker of this rank runs these faults."""
-        return self.ranks is None or rank in self.ranks
+    def applies_to(self, rank: int, node: int = 0) -> bool:
+        """Whether a worker of this rank, on this node, runs these faults."""
+        return (self.ranks is None or rank in self.ranks) and (self.nodes is None or node in self.nodes)
 
     def describe(self) -> str:
         parts = []
@@ -44,6 +47,8 @@ class Injection:
             parts.append(f"hang at step {self.hang_at_step}")
         if self.crash_at_step:
             parts.append(f"crash at step {self.crash_at_step}")
+        if parts and self.nodes is not None:
+            parts.append(f"on node{'s' if len(self.nodes) != 1 else ''} {', '.join(map(str, self.nodes))}")
         if parts and self.ranks is not None:
             parts.append(f"on rank{'s' if len(self.ranks) != 1 else ''} {', '.join(map(str, self.ranks))}")
         return ", ".join(parts) or "none"

@@ -43,6 +43,8 @@ class GuardEvent:
     rank: int | None = None
     #: how many ranks the engine has
     ranks: int = 1
+    #: on several nodes: the node of the worker judged (``pid`` is then its pid on that node)
+    node: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """As JSON holds it: the verdict by name, the action by value."""
@@ -177,6 +179,10 @@ class GuardState:
     worker: int = 0
     #: the guard ended the engine's wait: ``END`` (idle for hang_s) or ``CAP`` (past its cap)
     ended: GuardAction | None = None
+    #: on several nodes: the node of the worker judged (``worker`` is its pid on that node)
+    node: int | None = None
+    #: on several nodes: a rank whose progress stopped arriving, in words (``node 1 TP1``)
+    silent: str | None = None
 
     def to_json(self) -> str:
         data = asdict(self)

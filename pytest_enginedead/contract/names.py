@@ -19,6 +19,10 @@ STATE_DIR_ENV = "ENGINEDEAD_GUARD_STATE_DIR"
 #: Set by the serving process for the engine cores it starts: whose engine they are.
 ENV_FRONT_PID = "ENGINEDEAD_FRONT_PID"
 
+#: Ranks on several machines: a directory every node can reach, where each rank publishes its
+#: progress (``contract.progress``) and the harness and the guard read the other nodes' ranks.
+PROGRESS_DIR_ENV = "ENGINEDEAD_PROGRESS_DIR"
+
 
 #: The guard: on (1), its policy (the hard cap), its idle grace in seconds (default 60, at least
 #: 0.25: the guard looks at the worker every 0.25 s).

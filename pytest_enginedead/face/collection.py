@@ -57,7 +57,8 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
         server = "vllm_server" in getattr(item, "fixturenames", ())
         _check_batch(item, run, batch, server)
         instructions = Instructions(deadline, source, faults, from_policy)
-        return Need(batch, instructions, guard_of(item, run, batch), server, run.settings.tensor_parallel)
+        return Need(batch, instructions, guard_of(item, run, batch), server, run.settings.tensor_parallel,
+                    getattr(run.settings, "nodes", 1))
     except (BadMarker, PolicyFailure) as exc:
         return str(exc)
 

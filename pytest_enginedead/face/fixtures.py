@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ..compat import llm_config, versions
+from ..compat.in_node import multi_node_problem
 from ..contract.control import Injection
 from ..harness.base import EngineBase, EngineStartError
 from ..harness.environment import owned_cores
@@ -24,6 +25,7 @@ from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.modelconfig import model_label, validate_model
 from ..logic.planning import engines
 from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
+from ..logic.planning.nodes import default_ranks, spread_problem
 from ..logic.planning.ranks import BIND_ENV, cores_problem
 from ..logic.timeouts.policies import PolicyFailure, policy_deadline
 from .collection import guard_of, need_of
@@ -170,12 +172,18 @@ def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any],
     _factory_limits(run, need.batch_size, model, model_dir, engine_args, server)
     args = dict(engine_args)
     try:
-        tp = rank_count(what, "tensor_parallel_size", args.pop("tensor_parallel_size", 1))
+        nodes = rank_count(what, "nodes", args.pop("nodes", 1), "nodes: vLLM's --nnodes")
+        tp = rank_count(what, "tensor_parallel_size", args.pop("tensor_parallel_size", None) or
+                        default_ranks(nodes, None))
         pp = rank_count(what, "pipeline_parallel_size", args.pop("pipeline_parallel_size", 1))
     except BadMarker as exc:
         fail(str(exc))
+    if nodes > 1:
+        problem = spread_problem(tp * pp, nodes) or multi_node_problem()
+        if problem:
+            fail(f"{what}: nodes={nodes}, tensor_parallel_size={tp}, pipeline_parallel_size={pp}: {problem}")
     spec = replace(engines.spec_for(need, model_dir, run.cpu_bind), extra_args=tuple(sorted(args.items())),
-                   tensor_parallel=tp, pipeline_parallel=pp)
+                   tensor_parallel=tp, pipeline_parallel=pp, nodes=nodes)
     if spec.ranks > 1 and BIND_ENV not in os.environ:
         cores = owned_cores(spec)
         owner = "this xdist worker" if run.cpu_bind is not None else "this run"

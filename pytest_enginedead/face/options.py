@@ -21,6 +21,7 @@ from ..logic.inputs.liveness import LivenessSettings
 from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_label
 from ..logic.inputs.optiontable import OPTIONS, Option
 from ..logic.inputs.values import BadValue, Shard, one_line, shorten_paths
+from ..logic.planning.nodes import default_ranks
 from ..logic.timeouts.policies import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
 
 # What only an engine run reads (the model's checks, vLLM's plugin list, the check's plan, shard
@@ -170,6 +171,9 @@ class Settings:
     #: ranks of the fixtures' engines (``--enginedead-tensor-parallel-size``), and how it was given
     tensor_parallel: int = 1
     tensor_parallel_where: str = ""
+    #: nodes the fixtures' engines spread their ranks over (``--enginedead-nodes``), and how given
+    nodes: int = 1
+    nodes_where: str = ""
     #: durations to balance shards by / to write at the end, ``{vllm}`` replaced
     durations: str | None = None
     store_durations: str | None = None
@@ -205,13 +209,22 @@ def resolve_settings(config: pytest.Config) -> Settings:
         guard_where=_given(get["enginedead_guard"]),
         batch_sizes_where=_batch_sizes_where(get["enginedead_batch_sizes"]),
         shard=get["enginedead_shard"].value,
-        tensor_parallel=get["enginedead_tensor_parallel_size"].value,
+        # on several nodes one rank per node, unless the tensor-parallel size says more
+        tensor_parallel=default_ranks(get["enginedead_nodes"].value, _unless_default(
+            get["enginedead_tensor_parallel_size"])),
         tensor_parallel_where=_given(get["enginedead_tensor_parallel_size"]),
+        nodes=get["enginedead_nodes"].value,
+        nodes_where=_given(get["enginedead_nodes"]),
         durations=_with_release(get["enginedead_durations"].value),
         store_durations=_with_release(get["enginedead_store_durations"].value),
         durations_where=_given(get["enginedead_durations"]),
         store_durations_where=_given(get["enginedead_store_durations"]),
     )
+
+
+def _unless_default(value: Value) -> Any:
+    """The option's value where it was given, None where it is the default."""
+    return None if value.source == "default" else value.value
 
 
 def _with_release(path: str | None) -> str | None:

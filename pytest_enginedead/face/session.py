@@ -82,7 +82,15 @@ def _distributing(config: pytest.Config) -> bool:
 
 
 def _check_ranks(config: pytest.Config, settings: Settings) -> None:
-    """The run's ranks each get a core of those its engines may use (unless the user binds them)."""
+    """The run's ranks each get a core of those its engines may use (unless the user binds them),
+    and spread evenly over its nodes."""
+    if settings.nodes > 1:
+        from ..compat.in_node import multi_node_problem
+        from ..logic.planning.nodes import spread_problem
+
+        problem = spread_problem(settings.tensor_parallel, settings.nodes) or multi_node_problem()
+        if problem:
+            raise pytest.UsageError(f"enginedead: {settings.nodes_where}: {problem}")
     if settings.tensor_parallel < 2:
         return
     from ..logic.planning.ranks import BIND_ENV, cores_problem

@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 
 from ..compat import versions
-from ..contract.control import Control, write_control
+from ..contract.control import Control
 from ..contract.guardfiles import CoreReady, read_core_ready
 from ..contract.names import GUARD_ENV
 from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions
@@ -27,6 +27,7 @@ from .cleanup import ProcRef, Reaper, mapped_shm, started_children, terminate, u
 from .environment import engine_environment
 from .evidence import RunEvidence
 from .liveness import ProcessEvidence, snapshot
+from .nodes import OnNodes
 from .threads import Progress, Ticker
 
 
@@ -69,7 +70,7 @@ def guard_refusal(run_dir: str, asked: GuardSpec | None) -> str | None:
     return None if ready is None else guard_problem(asked, ready)
 
 
-class EngineBase:
+class EngineBase(OnNodes):
     """A vLLM engine's process tree and run directory; kinds say how they launch and stop."""
 
     kind = "engine"
@@ -95,13 +96,12 @@ class EngineBase:
 
     def environment(self, first: Instructions) -> dict[str, str]:
         """The variables the engine's processes start with (``environment.engine_environment``)."""
-        return engine_environment(self.spec, self.run_dir, first)
+        return self.head_environment(engine_environment(self.spec, self.run_dir, first))
 
     def instruct(self, instructions: Instructions) -> None:
         """From the next RPC on, the engine runs under this deadline and these faults."""
         self._epoch += 1
-        control = Control(self._epoch, instructions.deadline_whole_s, instructions.injection)
-        write_control(self.run_dir, control)
+        self.write_control(Control(self._epoch, instructions.deadline_whole_s, instructions.injection))
         self.instructions.append(instructions)
 
     def check_core_ready(self) -> None:
@@ -122,14 +122,14 @@ class EngineBase:
 
     def adopt(self, me: psutil.Process, before: set[int]) -> None:
         """Record the processes this start created (our own tree, by pid)."""
-        self.procs += started_children(me, before, self.procs)
+        self.procs += started_children(me, before | self.node_tree(), self.procs)  # the head's alone
         self.shm |= mapped_shm(self.procs)
         if self._reaper is not None:
             self._reaper.track(self.run_dir, self.procs, self.shm, self.run_dir)
 
     @property
     def alive(self) -> bool:
-        return not self.stopped and not self.broken
+        return not self.stopped and not self.broken and self.nodes_alive
 
     def start(self, first: Instructions, progress: Progress | None = None) -> EngineBase:
         """Start vLLM under ``first``: the one start sequence (kinds fill in ``launch``,
@@ -138,6 +138,7 @@ class EngineBase:
         t0 = time.monotonic()
         try:
             with Ticker(progress, f"starting {self.kind} ({self.spec.label()})", t0):
+                self.launch_nodes(first)
                 self.launch(first)
             self.adopt_started()
             self.check_core_ready()
@@ -174,7 +175,7 @@ class EngineBase:
 
     def ready_message(self) -> str:
         """What follows "<kind> ready in N s" in the progress line."""
-        return f"({self.spec.label()}; pids {', '.join(map(str, self.pids))})"
+        return f"({self.spec.label()}; pids {', '.join(map(str, self.pids))}{self.nodes_message()})"
 
     def shutdown(self, give_up: Callable[[], bool] | None = None) -> None:
         """Ask vLLM to stop (each kind); ``stop`` ends what it leaves, by pid.
@@ -200,6 +201,7 @@ class EngineBase:
             if self.graceful_stop and not fast():
                 self.shutdown(give_up=fast)
             leftover = terminate(self.procs, grace_s=self.stop_grace_s, at_once=fast(), shm=self.shm)
+            leftover += self.stop_nodes()  # a headless node outlives its head (vLLM #32136)
             self.shutdown()
             unlink_shm(self.shm)
             self.evidence.freeze()  # the records outlive their run directory

@@ -1,7 +1,9 @@
 """What the code inside vLLM left in an engine's run directory: steps, guard decisions, stacks.
 
 ``RunEvidence`` reads it for one engine, by pid; once the engine stopped it keeps the
-records it read last, since the run directory goes with the engine.
+records it read last, since the run directory goes with the engine.  On several nodes it
+also reads the other nodes' ranks from the progress they publish (``process.remote``):
+those ranks have no pid here.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..contract.collectives import waiting_for_a_peer
 from ..contract.dumps import STACK_SIGNAL, DeadlineStack, deadline_stack_path, read_deadline_stack, stack_path
 from ..contract.guardfiles import GuardEvent, guard_events_path, read_guard_events
 from ..contract.steps import StepTime, read_steps, steps_path
+from ..process.remote import RemoteLook, RemoteRanks
 from .cleanup import ProcRef
 
 
@@ -29,10 +32,35 @@ class RunEvidence:
         self._procs = procs
         self._final_steps: list[StepTime] | None = None
         self._final_events: list[GuardEvent] | None = None
+        self._remote: RemoteRanks | None = None
+        self._final_remote: list[RemoteLook] | None = None
 
     def freeze(self) -> None:
         """Keep what the records say now: the run directory is about to go."""
         self._final_steps, self._final_events = self.steps(), self.guard_events()
+        if self._remote is not None:
+            self._final_remote = self._remote.look()
+
+    def watch_remote(self, progress_dir: str, local_node: int = 0) -> None:
+        """The engine's ranks on other nodes publish their progress in ``progress_dir``."""
+        self._remote = RemoteRanks(progress_dir, local_node)
+
+    @property
+    def has_remote(self) -> bool:
+        return self._remote is not None
+
+    def remote_ranks(self, fresh: bool = False) -> list[RemoteLook]:
+        """The other nodes' ranks as their progress shows them (``fresh``: once each has spoken since
+        this call, or gone silent: what a verdict after a death needs); none on one node."""
+        if self._final_remote is not None or self._remote is None:
+            return list(self._final_remote or [])
+        return self._remote.fresh() if fresh else self._remote.look()
+
+    def remote_stack(self, node: int, rank: int, timeout_s: float = 1.0) -> str | None:
+        """A remote rank's Python stack, asked for through the progress directory."""
+        if self._remote is None or self._final_remote is not None:
+            return None
+        return self._remote.stack(node, rank, timeout_s)
 
     def waiting_for_a_peer(self, pid: int) -> bool:
         """Worker ``pid`` sits in a collective, waiting for a peer rank (its mark says so)."""

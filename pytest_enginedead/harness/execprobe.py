@@ -14,6 +14,10 @@ when its worker last showed progress.  Nothing it does waits on the server.
   core / worker gone → not alive (exit 1).
 
 Without the guard it can only see processes: alive is alive (it says so).
+
+On several nodes (``ENGINEDEAD_PROGRESS_DIR`` in the engine core's environment) the other
+nodes' ranks are read from the progress they publish: one whose progress stopped arriving
+is gone (not alive), one that computes counts as computing; the answer names the node.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ import psutil
 from ..compat import versions
 from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import GuardState, guard_state_path, read_guard_state, state_dir
+from ..contract.names import PROGRESS_DIR_ENV
 from ..process import reading
+from ..process.remote import RemoteLook, RemoteRanks
 
 #: The guard rewrites its state every 0.25 s while a step runs long: older is stale.
 STALE_S = 2.0
@@ -101,6 +107,33 @@ def _state_of(core: psutil.Process) -> GuardState | None:
     return read_guard_state(guard_state_path(directory, core.pid))
 
 
+def remote_ranks(core: psutil.Process) -> list[RemoteLook]:
+    """The other nodes' ranks of this engine core, one look at what they published (none on one node)."""
+    directory = _environ_of(core).get(PROGRESS_DIR_ENV)
+    if not directory:
+        return []
+    try:
+        born = core.create_time()
+    except psutil.Error:
+        return []
+    return RemoteRanks(directory, since_wall=born).look()
+
+
+def remote_gone(looks: list[RemoteLook]) -> Answer | None:
+    """Not alive when another node's rank has gone silent; None when every one still speaks."""
+    gone = next((lk for lk in looks if lk.gone), None)
+    if gone is None:
+        return None
+    return Answer(False, f"dead: {gone.label} ({gone.record.title}, pid {gone.record.pid} on host "
+                         f"{gone.record.host}) sent no progress for {gone.silent_s:.1f} s")
+
+
+def _worker(state: GuardState) -> str:
+    """The worker the guard judged, with its node on several."""
+    node = f" on node {state.node}" if state.node is not None else ""
+    return f"VLLM::Worker pid {state.worker}{node}"
+
+
 def answer_for(state: GuardState | None, now: float, busy: bool | None) -> Answer:
     """The answer for one engine core from its guard state (None: the guard is off).
 
@@ -112,8 +145,11 @@ def answer_for(state: GuardState | None, now: float, busy: bool | None) -> Answe
         return Answer(True, f"alive: the worker is {doing}; the guard is off here, so slow and hung "
                             "look alike (set ENGINEDEAD_GUARD=1 on the server)")
     if state.ended is GuardAction.END:
-        return Answer(False, f"hung: the guard ended step {state.step} after VLLM::Worker pid "
-                             f"{state.worker} sat idle {state.updated - state.busy_at:.1f} s in it")
+        if state.verdict is Verdict.DEAD and state.silent:
+            return Answer(False, f"dead: the guard ended step {state.step}: {state.silent} sent no progress "
+                                 f"and no rank computed for {state.updated - state.busy_at:.1f} s")
+        return Answer(False, f"hung: the guard ended step {state.step} after {_worker(state)} "
+                             f"sat idle {state.updated - state.busy_at:.1f} s in it")
     if state.ended is GuardAction.CAP:
         return Answer(False, f"dead: step {state.step} outlived the guard's {state.cap_s:g} s cap")
     if not state.in_step:
@@ -127,10 +163,10 @@ def answer_for(state: GuardState | None, now: float, busy: bool | None) -> Answe
     where = f"step {state.step} (batch {state.batch}) has run {ran:.1f} s (deadline {state.deadline_s:g} s)"
     if idle < state.hang_s:
         if idle < 1.0:
-            return Answer(True, f"alive, computing: {where}; VLLM::Worker pid {state.worker} "
+            return Answer(True, f"alive, computing: {where}; {_worker(state)} "
                                 f"at {state.cores * 100:.0f} % CPU; the guard waits up to {state.cap_s:g} s")
         return Answer(True, f"alive: {where}; its worker idle {idle:.1f} s, hung at {state.hang_s:g} s")
-    return Answer(False, f"hung: {where}; VLLM::Worker pid {state.worker} idle {idle:.1f} s "
+    return Answer(False, f"hung: {where}; {_worker(state)} idle {idle:.1f} s "
                          f"(hang_s {state.hang_s:g} s)")
 
 
@@ -163,10 +199,15 @@ def _answer_for_core(core: psutil.Process) -> Answer:
     if not procs or gone:
         return Answer(False, f"dead: {versions.WORKER_TITLE} of engine core {core.pid} "
                              f"{'gone' if not procs else 'exited (pid ' + str(gone[0]) + ')'}")
+    remote = remote_ranks(core)  # the other nodes' ranks, from what they publish
+    silent = remote_gone(remote)
+    if silent is not None:
+        return silent
     state = _state_of(core)
     now = time.monotonic()
     busy = None
     if state is None or (state.in_step and now - state.updated > STALE_S):
         busy = reading.busy(sum(reading.look(procs, LOOK_S)))  # their compilers' CPU too
+        busy = busy or any(lk.verdict is Verdict.SLOW for lk in remote)
         now = time.monotonic()
     return answer_for(state, now, busy)

@@ -48,12 +48,14 @@ class Engine(EngineBase):
         self._me = psutil.Process()
         self._before: set[int] = set()
         self._refusal: str | None = None
+        self._node_failed: str | None = None
         self.import_s: float | None = None  # of the start, importing vLLM in this process (0 once imported)
 
     def launch(self, first: Instructions) -> None:
         env = self.environment(first)
         self._before = {p.pid for p in self._me.children(recursive=True)}
-        kwargs = llm_config.llm_kwargs(self.spec.model, self.spec.max_num_seqs, engine_arguments(self.spec))
+        kwargs = llm_config.llm_kwargs(self.spec.model, self.spec.max_num_seqs,
+                                       {**engine_arguments(self.spec), **self.multi_node_arguments()})
         watch = _RefusalWatch(self, self._me, self._before)
         try:
             # vLLM configures its logging when first imported: import it inside the
@@ -70,7 +72,7 @@ class Engine(EngineBase):
                     self.import_s = time.monotonic() - t0
                     self.llm = interruptible(lambda: LLM(**kwargs), "enginedead-start")
         finally:
-            self._refusal = watch.refusal
+            self._refusal, self._node_failed = watch.refusal, watch.node_failed
         llm_api.quiet_repr(self.llm)
 
     def adopt_started(self) -> None:
@@ -81,6 +83,9 @@ class Engine(EngineBase):
     def start_error(self, exc: BaseException) -> EngineStartError | None:
         if self._refusal is not None:  # the engine core was ended for it: that is the reason
             return GuardRefused(self._refusal)
+        if self._node_failed is not None:
+            return EngineStartError(f"vLLM could not start an engine on {self.spec.model}: "
+                                    f"{self._node_failed}")
         return super().start_error(exc)
 
     def _settle(self, limit_s: float = 5.0) -> None:
@@ -94,7 +99,7 @@ class Engine(EngineBase):
 
     @property
     def alive(self) -> bool:
-        return self.llm is not None and not self.broken
+        return self.llm is not None and not self.broken and self.nodes_alive
 
     def stop(self) -> None:
         if self.llm is not None:
@@ -186,28 +191,41 @@ def _environ(values: Mapping[str, str], unset: Iterable[str] = ()) -> Iterator[N
 
 class _RefusalWatch:
     """While ``vllm.LLM(...)`` starts: as soon as the engine core's record shows the guard
-    refused, end the engine core (ours, by pid), so that the start fails at once instead
-    of running on to a ready engine that will not be used."""
+    refused, or a headless node exited (the head would wait for it), end the engine core
+    (ours, by pid), so that the start fails at once instead of running on to a ready engine
+    that will not be used, or waiting for a node that will never come."""
 
     def __init__(self, engine: EngineBase, me: psutil.Process, before: set[int], every_s: float = 0.1):
         self.engine, self.me, self.before, self.every_s = engine, me, before, every_s
         self.refusal: str | None = None
+        self.node_failed: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
+            failed = self.engine.node_failure()  # the head would wait for it at the master's port
+            if failed is not None:
+                self.node_failed = failed
+                self._end_core(None)
+                return
             ready = read_core_ready(self.engine.run_dir)
             if ready is None:
                 continue
             self.refusal = guard_problem(self.engine.spec.guard, ready)
             if self.refusal is not None:
-                with contextlib.suppress(psutil.Error):
-                    self.engine.adopt(self.me, self.before)  # recorded (and reaped) like any start
-                    core = next((r.process() for r in self.engine.procs if r.pid == ready.pid), None)
-                    if core is not None:  # ours, pinned by pid and creation time
-                        core.kill()
-            return
+                self._end_core(ready.pid)
+            if self.engine.nodes is None or self.refusal is not None:
+                return
+
+    def _end_core(self, pid: int | None) -> None:
+        """End the engine core (ours, pinned by pid and creation time): the start fails at once."""
+        with contextlib.suppress(psutil.Error):
+            self.engine.adopt(self.me, self.before)  # recorded (and reaped) like any start
+            for ref in self.engine.procs:
+                proc = ref.process()
+                if proc is not None and (ref.pid == pid or (pid is None and proc.ppid() == self.me.pid)):
+                    proc.kill()
 
     def __enter__(self) -> _RefusalWatch:
         self._thread.start()

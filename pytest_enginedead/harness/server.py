@@ -99,7 +99,7 @@ class Server(EngineBase):
         """``python -m vllm.entrypoints.openai.api_server``, in a session of its own; ready on /health."""
         self.port = free_port()
         cmd = server_command(self.spec.model, self.port, self.spec.max_num_seqs, self.served_name,
-                             tuple(engine_arguments(self.spec).items()))
+                             tuple({**engine_arguments(self.spec), **self.multi_node_arguments()}.items()))
         env = process_environment(self.environment(first), self.spec, os.environ)
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
@@ -114,7 +114,7 @@ class Server(EngineBase):
         self.adopt_tree()
 
     def ready_message(self) -> str:
-        return f"on {self.base_url} (pids {', '.join(map(str, self.pids))})"
+        return f"on {self.base_url} (pids {', '.join(map(str, self.pids))}{self.nodes_message()})"
 
     def _track_early(self) -> None:
         """The server's own pid goes to the reaper at once: a kill during start-up leaves nothing."""
@@ -134,6 +134,9 @@ class Server(EngineBase):
             refusal = self.guard_refusal()  # the engine core's record: no need to wait for ready
             if refusal is not None:
                 raise GuardRefused(refusal)
+            failed = self.node_failure()
+            if failed is not None:
+                raise EngineStartError(f"vLLM's API server could not start: {failed}")
             if http_status("127.0.0.1", self.port, timeout_s=1.0) == 200:
                 return
             self.adopt_tree()  # the engine core and worker, as soon as they exist
@@ -170,7 +173,7 @@ class Server(EngineBase):
 
     @property
     def alive(self) -> bool:
-        return not self.stopped and not self.broken and self.exit_code is None
+        return not self.stopped and not self.broken and self.exit_code is None and self.nodes_alive
 
     def health(self) -> int:
         return http_status("127.0.0.1", self.port)

@@ -183,7 +183,13 @@ def vllm_environment_problem() -> str | None:
 HARNESS_BATCH = "give the batch size as the factory's batch_size (its first argument)"
 
 #: engine arguments (``vllm.LLM``) the harness sets itself: what to use instead
-OWNED_ENGINE_ARGS = {"max_num_seqs": HARNESS_BATCH}
+#: vLLM's multi-node arguments: the harness gives each node its own from ``nodes=``
+OWNED_NODE_ARGS = {
+    name: "the harness sets vLLM's multi-node arguments for each node it starts: give nodes=N"
+    for name in ("nnodes", "node_rank", "master_addr", "master_port")
+}
+
+OWNED_ENGINE_ARGS = {"max_num_seqs": HARNESS_BATCH, **OWNED_NODE_ARGS}
 
 #: API server arguments the harness sets itself, or that would take the server out of its reach
 OWNED_SERVER_ARGS = {
@@ -199,6 +205,7 @@ OWNED_SERVER_ARGS = {
     "skip_tokenizer_init": "the harness sets it when the model directory has no tokenizer, "
                            "and its prompts follow",
     "api_key": "the harness's clients send their own key",
+    **OWNED_NODE_ARGS,
 }
 
 #: environment variables the harness sets for every engine it starts: never a factory argument
@@ -223,6 +230,7 @@ def factory_engine_args(what: str, args: Mapping[str, Any], server: bool) -> Non
     ``vllm.LLM``'s parameters, or the API server's parser) before anything starts;
     where this vLLM cannot say, vLLM's own start will.
     """
+    args = {k: v for k, v in args.items() if k not in FACTORY_ARGS}  # the factory's own (nodes=)
     if not args:
         return
     _refuse_owned_args(what, args, server)

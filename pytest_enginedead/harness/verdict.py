@@ -18,9 +18,12 @@ from ..compat import versions
 from ..contract.decisions import Verdict, overall
 from ..contract.dumps import DeadlineStack
 from ..contract.steps import StepTime
+from ..logic.planning.nodes import node_label
 from ..logic.planning.ranks import rank_label
+from ..process.remote import RemoteLook
 from . import slowpaths, stacks
 from .liveness import LivenessSettings, ProcessEvidence, Sampler, classify
+from .remoteverdict import computing, remote_dicts, remote_lines, remote_looks, remote_where
 from .stacks import Where, innermost_frames
 
 
@@ -106,6 +109,10 @@ class Finding:
     ranks: dict[int, tuple[str, str]] = field(default_factory=dict)
     #: slow paths the configuration sent the step down (``slowpaths``), one line each with the fix
     slow_paths: list[str] = field(default_factory=list)
+    #: on several nodes: the other nodes' ranks, judged from the progress they publish
+    remote: list[RemoteLook] = field(default_factory=list)
+    #: the rank ``where`` was read from, when it is another node's (``node 1 TP1``)
+    where_rank: str | None = None
 
     @property
     def false_death(self) -> bool:
@@ -132,6 +139,7 @@ class Finding:
                 }
                 for e in self.judged.values()
             ],
+            **({"remote_ranks": remote_dicts(self.remote)} if self.remote else {}),
             "stack": self.stack,
             "where": self.where.to_dict() if self.where else None,
             **({"slow_paths": self.slow_paths} if self.slow_paths else {}),
@@ -146,6 +154,7 @@ class Finding:
         ]
         for pid, ev in self.judged.items():
             lines.extend(self._process_lines(pid, ev))
+        lines.extend(remote_lines(self.remote))
         lines.extend(_fact_lines(self.facts))
         lines.extend(self._stack_lines())
         lines.append(f"  what to change: {_what_to_change(self.facts)}")
@@ -176,8 +185,8 @@ class Finding:
         in, and its innermost frames."""
         lines = []
         if self.where:
-            computing = [rank for rank, state in self.ranks.values() if state == COMPUTING]
-            rank = f"rank {computing[0]}: " if computing else ""
+            busy = [rank for rank, state in self.ranks.values() if state == COMPUTING]
+            rank = (f"rank {self.where_rank}: " if self.where_rank else f"rank {busy[0]}: " if busy else "")
             lines.append(f"  where:      {rank}{self.where.describe()}")
         lines.extend(f"  slow path:  {path}" for path in self.slow_paths)
         if self.stack:
@@ -263,11 +272,13 @@ def judge_death(
         if inspectable is not None and inspectable.evidence.has_record(pid):
             v = _judge_by_step(inspectable, sampler, pid, v, judged, settings.threshold, found)
         found.verdicts.append(v)
-    finding = Finding(overall(found.verdicts), error, t0 - started, judged, settings, found.steps,
-                      at_deadline=found.at_deadline)
-    if inspectable is not None and len(workers) > 1:  # several ranks: say what each was doing
+    remote = remote_looks(inspectable)  # the other nodes' ranks: their progress, never /proc
+    finding = Finding(overall([*found.verdicts, *(lk.verdict for lk in remote)]), error, t0 - started, judged,
+                      settings, found.steps, at_deadline=found.at_deadline, remote=remote)
+    if inspectable is not None and (len(workers) > 1 or remote):  # several ranks: what each was doing
         verdicts = dict(zip(judged, found.verdicts, strict=True))
-        finding.ranks = rank_states(judged, verdicts, found.in_step, found.waiting)
+        finding.ranks = rank_states(judged, verdicts, found.in_step, found.waiting,
+                                    node=0 if remote else None, peer_computes=bool(computing(remote)))
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
         _add_evidence(finding, inspectable)
@@ -329,8 +340,13 @@ def _add_evidence(finding: Finding, engine: Inspectable) -> None:
     """After the verdict: a false death's stack, where it was and its slow paths (a genuine
     death propagates without waiting for a stack), and the engine's facts for every death."""
     if finding.false_death:
-        pid, step = next(iter(finding.steps.items()), (next(iter(finding.judged)), None))
-        finding.stack, finding.where, paths = where_it_was(engine, pid, step)
+        if not finding.steps and computing(finding.remote):  # another node's rank computed: its stack
+            look = computing(finding.remote)[0]
+            finding.where_rank = look.label
+            finding.stack, finding.where, paths = remote_where(engine, look)
+        else:
+            pid, step = next(iter(finding.steps.items()), (next(iter(finding.judged)), None))
+            finding.stack, finding.where, paths = where_it_was(engine, pid, step)
         finding.slow_paths = paths + slowpaths.oversubscribed(finding.judged)
     summary = step_summary(engine.step_times_since_start())
     facts = {**engine.death_facts(), "step_summary": summary}
@@ -344,18 +360,21 @@ WAITING = "waiting for a peer rank inside its step (a collective waits for the r
 
 def rank_states(
     judged: dict[int, ProcessEvidence], verdicts: dict[int, Verdict], in_step: set[int],
-    waiting: Collection[int] = (),
+    waiting: Collection[int] = (), node: int | None = None, peer_computes: bool = False,
 ) -> dict[int, tuple[str, str]]:
     """Per worker of a multi-rank engine: its rank (from its title) and what it was doing.
 
     A rank idle inside its step while a peer computes is waiting for it in a collective
     (tensor parallel ranks meet at every all-reduce): not hung.  So is one whose collective
-    mark says it has sat in one (``waiting``), whatever its CPU: on CPU the wait spins.
+    mark says it has sat in one (``waiting``), whatever its CPU: on CPU the wait spins.  On
+    several nodes the ranks are named with their ``node``, and a peer on another node that
+    computes (``peer_computes``) counts as well.
     """
-    someone_computes = any(v is Verdict.SLOW for v in verdicts.values())
+    someone_computes = peer_computes or any(v is Verdict.SLOW for v in verdicts.values())
     out = {}
     for pid, ev in judged.items():
         rank = rank_label(ev.title) or f"pid {pid}"
+        rank = node_label(node, rank) if node is not None else rank
         if not ev.alive:
             state = "gone"
         elif pid in waiting:

@@ -14,6 +14,12 @@ Two jobs, at one place in vLLM (the executor's RPC for ``execute_model`` and
   progress) for ``hang_s`` ends the wait with vLLM's own ``TimeoutError``, so the engine
   dies the way it always does; ``DEAD`` is left to vLLM's worker monitor.
 
+On several nodes (``ENGINEDEAD_PROGRESS_DIR``) the ranks of the other nodes are judged from
+the progress they publish (``process.remote``): one that computes keeps the wait going like
+a local one; one whose progress stopped arriving is gone (``DEAD``), which vLLM's worker
+monitor cannot see on another machine, so the guard ends the wait itself once no rank has
+shown progress for ``hang_s``.
+
 The wait is only ever shortened from inside vLLM's loop, never extended past what
 vLLM was told: a late reply cannot answer the next RPC, and large replies that go
 through a socket keep their full timeout.  Unset, nothing in vLLM is patched.
@@ -51,11 +57,13 @@ from ..contract.guardfiles import (
     write_core_ready,
     write_guard_state,
 )
-from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV
+from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV, PROGRESS_DIR_ENV
 from ..contract.steps import steps_path
 from ..logic.inputs.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
 from ..logic.timeouts.policies import Backend
 from ..process import reading
+from ..process.remote import RemoteLook
+from .guardnodes import OtherNodes
 
 #: The wait loop runs thousands of times a second; the worker is looked at this often.
 PROBE_EVERY_S = 0.25
@@ -81,9 +89,11 @@ class Watch:
         self.sent = time.monotonic()
         self._next_probe = self.sent + FIRST_PROBE_S
         self._last: tuple[float, tuple[float, ...], tuple[int, ...]] | None = None  # t, cpu, sizes
+        self._remote_steps: tuple[tuple[int, bool], ...] = ()  # remote ranks' (step, running) last seen
         self._busy_at = self.sent  # the last time a worker showed progress
         self._cores = 0.0  # the busiest rank's CPU use at the last look
-        self._busiest = 0  # its index among the workers
+        self._busiest: int | RemoteLook = 0  # its index among the local workers, or a remote rank
+        self._gone: RemoteLook | None = None  # a remote rank whose progress stopped arriving
         self._said_deadline = False
         self._said_dead = False
         self._wrote_state = False
@@ -98,14 +108,17 @@ class Watch:
         ran = now - self.sent
         hang_s = self.core.guard.hang_s if self.core.guard else math.inf
         self._state(now, verdict)
-        if verdict is Verdict.DEAD:
+        if verdict is Verdict.DEAD and self._gone is None:
             if not self._said_dead:
                 self._said_dead = True
                 self._decide(now, verdict, GuardAction.MONITOR, "left to vLLM's worker monitor", "is gone")
-        elif verdict is Verdict.HUNG and now - self._busy_at >= hang_s:
+        elif verdict is not Verdict.SLOW and now - self._busy_at >= hang_s:
             idle = now - self._busy_at
-            self._decide(now, verdict, GuardAction.END, "ending the wait",
-                         f"idle for {idle:.1f} s (no CPU, no step progress)")
+            why = f"idle for {idle:.1f} s (no CPU, no step progress)"
+            if self._gone is not None:
+                why = (f"{why}; {self._gone.label} sent no progress for {self._gone.silent_s:.1f} s "
+                       "(vLLM's worker monitor cannot see another node)")
+            self._decide(now, verdict, GuardAction.END, "ending the wait", why)
             self._state(now, verdict, ended=GuardAction.END)
             raise TimeoutError(
                 f"enginedead guard: {self.method} worker idle for {idle:.1f} s (hang_s {hang_s:g} s)"
@@ -137,11 +150,13 @@ class Watch:
     def _state(self, now: float, verdict: Verdict, ended: GuardAction | None = None) -> None:
         procs = self.core.worker_procs()
         self._wrote_state = True
+        pid, _, _, node = self._judged()
         self.core.write_state(dict(
             in_step=ended is None, method=self.method, step=self.step, batch=self.batch,
             deadline_s=self.deadline_s, cap_s=round(self.cap_s, 3), sent=self.sent,
             busy_at=self._busy_at, verdict=verdict, cores=round(self._cores, 3),
-            worker=self._judged()[0] if procs else 0, ended=ended, updated=now,
+            worker=pid if procs else 0, ended=ended, updated=now, node=node,
+            silent=self._gone.label if self._gone is not None else None,
         ))
 
     def _probe(self, now: float) -> Verdict:
@@ -149,11 +164,18 @@ class Watch:
 
         Each rank is judged on its own CPU (its compiler children counted): ranks of one step
         meet in collectives, so one that computes keeps the others waiting — on CPU spinning,
-        a core busy with nothing but the wait, which its collective mark tells apart.
+        a core busy with nothing but the wait, which its collective mark tells apart.  Another
+        node's ranks are judged from the progress they publish; one that stopped publishing
+        is gone (``DEAD`` once no rank shows progress), left to no monitor.
         """
         procs = self.core.worker_procs()
         if not procs or any(not reading.alive(p) for p in procs):
+            self._gone = None
             return Verdict.DEAD
+        remote = self.core.remote_looks()
+        self._gone = next((lk for lk in remote if lk.gone), None)
+        steps = tuple((lk.record.step, lk.record.running) for lk in remote)
+        moved, self._remote_steps = steps != self._remote_steps, steps
         cpu = tuple(reading.cpu_seconds(p) for p in procs)
         sizes = self.core.record_sizes(procs)
         last, self._last = self._last, (now, cpu, sizes)
@@ -164,22 +186,32 @@ class Watch:
         working = [i for i, p in enumerate(procs) if not waiting_for_a_peer(self.core.marks_dir, p.pid, now)]
         self._busiest = max(working or range(len(rates)), key=rates.__getitem__)
         self._cores = rates[self._busiest] if working else 0.0
-        if reading.busy(self._cores) or sizes != last[2]:
+        alive = [lk for lk in remote if not lk.gone]
+        busiest = max(alive, key=lambda lk: lk.record.cores, default=None)
+        if busiest is not None and busiest.record.cores > self._cores:
+            self._busiest, self._cores = busiest, busiest.record.cores
+        if reading.busy(self._cores) or sizes != last[2] or moved:
             self._busy_at = now
             return Verdict.SLOW
-        return Verdict.HUNG
+        return Verdict.DEAD if self._gone is not None else Verdict.HUNG
 
-    def _judged(self) -> tuple[int, int | None, str]:
-        """(pid, rank, name) of the worker the last look judged: the busiest rank."""
+    def _judged(self) -> tuple[int, int | None, str, int | None]:
+        """(pid, rank, name, node) of the worker the last look judged: the busiest rank (node None
+        on one node; on several, a remote rank's pid is its pid on its own node)."""
         workers = self.core.workers()
+        count = self.core.rank_count()
+        node = self.core.nodes.node if self.core.remote_looks(cached=True) else None
+        if isinstance(self._busiest, RemoteLook):
+            r = self._busiest.record
+            return r.pid, r.rank, f"VLLM::Worker rank {r.rank} of {count} on node {r.node}", r.node
         if not workers:
-            return 0, None, "VLLM::Worker"
+            return 0, None, "VLLM::Worker", node
         rank, pid = workers[min(self._busiest, len(workers) - 1)]
-        name = f"VLLM::Worker rank {rank} of {len(workers)}" if len(workers) > 1 else "VLLM::Worker"
-        return pid, rank, name
+        name = f"VLLM::Worker rank {rank} of {count}" if count > 1 else "VLLM::Worker"
+        return pid, rank, name + (f" on node {node}" if node is not None else ""), node
 
     def _decide(self, now: float, verdict: Verdict, action: GuardAction, outcome: str, state: str) -> None:
-        pid, rank, name = self._judged()
+        pid, rank, name, node = self._judged()
         ran = now - self.sent
         logger.warning(
             "enginedead guard: %s has run %.1f s (deadline %g s); %s pid %d %s, "
@@ -188,7 +220,7 @@ class Watch:
         )
         self.core.note(GuardEvent(
             self.method, self.step, self.batch, round(ran, 3), self.deadline_s,
-            round(self.cap_s, 3), verdict, action, outcome, pid, now, rank, len(self.core.workers()) or 1,
+            round(self.cap_s, 3), verdict, action, outcome, pid, now, rank, self.core.rank_count(), node,
         ))
 
 
@@ -196,8 +228,9 @@ class Core:
     """The engine core's side: the deadline in force, the guard, their evidence."""
 
     def __init__(self, run_dir: str | None, guard: GuardConfig | None,
-                 state_path: str | None = None, front: int = 0) -> None:
+                 state_path: str | None = None, front: int = 0, progress_dir: str | None = None) -> None:
         self.run_dir = run_dir
+        self.nodes = OtherNodes(progress_dir)  # on several nodes: the other nodes' ranks
         self.guard = guard
         #: where the guard's state goes for a liveness probe (``GuardState``)
         self.state_path = state_path
@@ -250,6 +283,15 @@ class Core:
         """(rank, pid) of each worker, in the order of ``worker_procs``."""
         self.worker_procs()
         return self._workers
+
+    def remote_looks(self, cached: bool = False) -> list[RemoteLook]:
+        """The other nodes' ranks as their progress shows them now (none on one node); ``cached``:
+        as the last look saw them."""
+        return self.nodes.look(self._executor, cached)
+
+    def rank_count(self) -> int:
+        """Every rank the guard judges: its own node's and the others' it has heard of."""
+        return (len(self.workers()) + len(self.nodes.looks)) or 1
 
     def worker_procs(self) -> list[psutil.Process]:
         if self._procs is None and self._executor is not None:
@@ -434,7 +476,8 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
         state_path = guard_state_path(directory, os.getpid())
         remove_stale_states(directory)
     front = environ.get(ENV_FRONT_PID, "")
-    core = Core(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid())
+    core = Core(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid(),
+                environ.get(PROGRESS_DIR_ENV) or None)
     core.marks_dir = state_dir(environ)
     _install(core)
     if guard is not None:

@@ -13,13 +13,18 @@ never active in the harness's own process.  When active it wraps the worker's
   deadline after that while it runs), with samples of the step until then, into
   ``deadline-stack-<pid>.txt``: where the step was when vLLM gave up, whatever happens
   after;
-* let the harness dump its Python stack: ``SIGUSR2`` writes ``stack-<pid>.txt``.
+* let the harness dump its Python stack: ``SIGUSR2`` writes ``stack-<pid>.txt``;
+* on several nodes (``ENGINEDEAD_PROGRESS_DIR``), publish the rank's progress where the
+  other nodes read it (``progress.Publisher``), and read the control from there: a node on
+  another machine shares that directory, not the head's run directory.  Without a run
+  directory (a production cluster that only publishes) it records nothing else.
 
 The formats are ``record.py``'s, shared with the harness that reads them.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import faulthandler
 import functools
@@ -33,7 +38,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from ..compat import in_worker, versions
-from ..contract.control import CRASH_EXIT_CODE, ControlReader, Injection
+from ..contract.control import CRASH_EXIT_CODE, Control, ControlReader, Injection
 from ..contract.dumps import (
     MAIN_THREAD_PREFIX,
     STACK_SIGNAL,
@@ -42,8 +47,9 @@ from ..contract.dumps import (
     sample_block,
     stack_path,
 )
-from ..contract.names import ENV_DIR
+from ..contract.names import ENV_DIR, PROGRESS_DIR_ENV
 from ..contract.steps import BEGIN_SHAPE_LINE, END_LINE, SAMPLE_BEGIN_LINE, SAMPLE_END_LINE, steps_path
+from .progress import Publisher, StepState
 
 
 def burn(seconds: float) -> None:
@@ -149,39 +155,69 @@ class DeadlineWatch:
 
 
 class StepRecorder:
-    """Per-process state: the record file, the step counters, the harness's control file."""
+    """Per-process state: the record file, the step counters, the harness's control file, and
+    (on several nodes) the publisher of the rank's progress."""
 
-    def __init__(self, run_dir: str, deadline_stacks: bool = True) -> None:
+    def __init__(self, run_dir: str | None, deadline_stacks: bool = True,
+                 progress_dir: str | None = None) -> None:
         pid = os.getpid()
-        self.control = ControlReader(run_dir)
+        control_dir = progress_dir or run_dir
+        self.control = ControlReader(control_dir) if control_dir else None
+        self.progress_dir = progress_dir
+        self.publisher: Publisher | None = None
         self.step = 0  # every recorded step of this worker
         self.epoch = -1  # the control epoch the fault steps count from
         self.fault_step = 0  # steps since that epoch began: what the faults count
         self._sample_for: int | None = None  # the step whose sample_tokens comes next
+        #: the latest step, as the publisher reads it (single assignments: no lock)
+        self._state = StepState()
+        self._fd: int | None = None
+        self._stack: IO[str] | None = None
+        self._watch: DeadlineWatch | None = None
+        #: vLLM's own deadline, for a test that set none (read once: vLLM froze it at start)
+        self._stock_deadline_s = _stock_deadline_s()
+        self._deadline_s = self._stock_deadline_s
+        if run_dir is None:
+            return
         # one O_APPEND write per record: atomic, unbuffered, no lock, no json.dumps
         self._fd = os.open(
             steps_path(run_dir, pid), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
         # kept open for the process's life: faulthandler writes into it on a signal
-        self._stack: IO[str] = open(stack_path(run_dir, pid), "w")  # noqa: SIM115
+        self._stack = open(stack_path(run_dir, pid), "w")  # noqa: SIM115
         # the harness picks the main thread's frames out of an all-threads dump
         self._stack.write(f"{MAIN_THREAD_PREFIX}0x{threading.main_thread().ident or 0:016x}\n")
         self._stack.flush()
         faulthandler.register(STACK_SIGNAL, file=self._stack, all_threads=True)
-        #: vLLM's own deadline, for a test that set none (read once: vLLM froze it at start)
-        self._stock_deadline_s = _stock_deadline_s()
-        self._watch = (
-            DeadlineWatch(deadline_stack_path(run_dir, pid), threading.main_thread().ident or 0)
-            if deadline_stacks else None
-        )
-        self._deadline_s = self._stock_deadline_s
+        if deadline_stacks:
+            self._watch = DeadlineWatch(deadline_stack_path(run_dir, pid), threading.main_thread().ident or 0)
 
     def close(self) -> None:
+        if self.publisher is not None:
+            self.publisher.close()
         if self._watch is not None:
             self._watch.close()
+        if self._fd is None:
+            return
         faulthandler.unregister(STACK_SIGNAL)
         os.close(self._fd)
-        self._stack.close()
+        if self._stack is not None:
+            self._stack.close()
+
+    def step_state(self) -> StepState:
+        """Where this rank's steps stand (``progress.StepSource``)."""
+        return self._state
+
+    def _write(self, line: bytes) -> None:
+        if self._fd is not None:
+            os.write(self._fd, line)
+
+    def publish_as(self, node: int, rank: int) -> None:
+        """Start publishing this rank's progress (once), if there is a directory for it; at a clean
+        exit its last record says so."""
+        if self.publisher is None and self.progress_dir:
+            self.publisher = Publisher(self.progress_dir, node, rank, self)
+            atexit.register(self.publisher.close)
 
     def run_sample(self, call: Callable[[], Any]) -> Any:
         """The step's second RPC (sampling): same step index, its own begin and end."""
@@ -189,13 +225,18 @@ class StepRecorder:
         if step is None:  # no recorded model step waits for it
             return call()
         began = time.monotonic()
-        os.write(self._fd, SAMPLE_BEGIN_LINE % (step, began))
+        self._write(SAMPLE_BEGIN_LINE % (step, began))
         self._arm(step, "sample_tokens", began)
+        state = self._state  # the step's execute_model has ended: it runs again, sampling
+        self._state = StepState(state.step, state.batch, True, state.began, state.last_s, state.finished)
         try:
             return call()
         finally:
             self._disarm()
-            os.write(self._fd, SAMPLE_END_LINE % (step, time.monotonic()))
+            ended = time.monotonic()
+            self._write(SAMPLE_END_LINE % (step, ended))
+            self._state = StepState(state.step, state.batch, False, state.began, ended - state.began,
+                                    state.finished)
 
     def _arm(self, step: int, phase: str, began: float) -> None:
         if self._watch is not None:
@@ -213,20 +254,23 @@ class StepRecorder:
         context: int = -1,
         window_context: int = -1,
         rank: int = 0,
+        node: int = 0,
     ) -> Any:
         """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended;
-        the faults run only on the ranks they name (``rank``: this worker's)."""
-        control = self.control.get()  # once per step: the faults of the test running now
+        the faults run only on the ranks and nodes they name (``rank``, ``node``: this worker's)."""
+        control = self.control.get() if self.control is not None else Control()  # the test's faults
         if control.epoch != self.epoch:
             self.epoch, self.fault_step = control.epoch, 0
         self.step += 1
         self.fault_step += 1
         step = self.step
         began = time.monotonic()
-        os.write(self._fd, BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
+        self._write(BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
+        finished = self._state.finished
+        self._state = StepState(step, batch, True, began, 0.0, finished)
         self._deadline_s = control.deadline_s or self._stock_deadline_s
         self._arm(step, "execute_model", began)
-        inj = control.injection if control.injection.applies_to(rank) else Injection()
+        inj = control.injection if control.injection.applies_to(rank, node) else Injection()
         if inj.crash_at_step == self.fault_step:
             os._exit(CRASH_EXIT_CODE)
         if inj.hang_at_step == self.fault_step:
@@ -237,7 +281,9 @@ class StepRecorder:
             return call()
         finally:
             self._disarm()
-            os.write(self._fd, END_LINE % (step, time.monotonic()))
+            ended = time.monotonic()
+            self._write(END_LINE % (step, ended))
+            self._state = StepState(step, batch, False, began, ended - began, finished + 1)
             self._sample_for = step
 
 
@@ -265,7 +311,8 @@ def _window(wrapper: Any) -> int | None:
 def _get_recorder() -> StepRecorder:
     global _recorder
     if _recorder is None:
-        _recorder = StepRecorder(os.environ[ENV_DIR])
+        _recorder = StepRecorder(os.environ.get(ENV_DIR) or None,
+                                 progress_dir=os.environ.get(PROGRESS_DIR_ENV) or None)
     return _recorder
 
 
@@ -273,11 +320,14 @@ def wrap_execute_model(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         batch = in_worker.step_batch_size(scheduler_output)
+        recorder = _get_recorder()
+        rank, node = in_worker.worker_rank(self), in_worker.worker_node(self)
+        recorder.publish_as(node, rank)  # from its first call on, empty steps included
         if batch == 0:
             return method(self, scheduler_output, *args, **kwargs)
-        return _get_recorder().run_step(
+        return recorder.run_step(
             batch, lambda: method(self, scheduler_output, *args, **kwargs),
-            *in_worker.step_shape(scheduler_output, _window(self)), rank=in_worker.worker_rank(self),
+            *in_worker.step_shape(scheduler_output, _window(self)), rank=rank, node=node,
         )
 
     execute_model.__enginedead__ = True  # type: ignore[attr-defined]
@@ -295,8 +345,8 @@ def wrap_sample_tokens(name: str, method: Callable[..., Any] | None) -> Callable
 
 
 def register() -> None:
-    """In a worker process: wrap the worker's step when the harness asks."""
-    if not os.environ.get(ENV_DIR):
+    """In a worker process: wrap the worker's step when the harness asks, or to publish its progress."""
+    if not (os.environ.get(ENV_DIR) or os.environ.get(PROGRESS_DIR_ENV)):
         return
     target = in_worker.worker_step_target(versions.installed_version())
     module_name, class_name, method_name = target

@@ -20,6 +20,9 @@ FACTORY = "factory"
 #: two tensor-parallel ranks: warm-up, a stock false death on one rank, the guard with a slow
 #: rank and a hung one, and a server with two ranks and a killed rank behind it
 TENSOR_PARALLEL = "tensor_parallel"
+#: two nodes of one rank (vLLM's multi-node executor, node 1 in a PID namespace of its own):
+#: warm-up, a stock false death on node 1, a killed node, the guard with node 1 slow and hung, a server
+NODES = "nodes"
 #: the false death, cold: batch 64 outlives a 2 s deadline while its worker computes
 FALSE_DEATH = "false_death"
 #: the original report's model family, shrunk: a Gemma-4 mixture-of-experts with dummy weights

@@ -49,7 +49,7 @@ def whole_seconds(what: str, name: str, value: Any) -> float:
     return seconds
 
 
-INJECT_ARGS = ("slow_s_per_seq", "hang_at_step", "crash_at_step", "ranks")
+INJECT_ARGS = ("slow_s_per_seq", "hang_at_step", "crash_at_step", "ranks", "nodes")
 
 
 def injection(what: str, kwargs: Mapping[str, Any]) -> Injection:
@@ -65,26 +65,29 @@ def injection(what: str, kwargs: Mapping[str, Any]) -> Injection:
         hang_at_step=step_number(what, "hang_at_step", kwargs.get("hang_at_step")),
         crash_at_step=step_number(what, "crash_at_step", kwargs.get("crash_at_step")),
         ranks=rank_list(what, kwargs.get("ranks")),
+        nodes=rank_list(what, kwargs.get("nodes"), "nodes", "nodes (vLLM's --node-rank)", "nodes=[1]"),
     )
 
 
-def rank_count(what: str, name: str, value: Any) -> int:
-    """``tensor_parallel_size=`` / ``pipeline_parallel_size=``: a whole number >= 1 (ranks)."""
+def rank_count(what: str, name: str, value: Any, meaning: str = "ranks: one worker process each") -> int:
+    """``tensor_parallel_size=`` / ``pipeline_parallel_size=`` / ``nodes=``: a whole number >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadMarker(f"{what}: {name}={value!r} is not a whole number >= 1 "
-                        "(ranks: one worker process each)")
+        raise BadMarker(f"{what}: {name}={value!r} is not a whole number >= 1 ({meaning})")
     return value
 
 
-def rank_list(what: str, value: Any) -> tuple[int, ...] | None:
-    """``ranks=``: the worker ranks a fault applies to (a list of whole numbers >= 0), None: all."""
+def rank_list(what: str, value: Any, name: str = "ranks", meaning: str = "worker ranks",
+              example: str = "ranks=[1]") -> tuple[int, ...] | None:
+    """``ranks=`` (or ``nodes=``): the worker ranks (nodes) a fault applies to, a list of whole
+    numbers >= 0; None: all."""
     if value is None:
         return None
     items = [value] if isinstance(value, int) and not isinstance(value, bool) else value
     if not isinstance(items, (list, tuple)) or not items or any(
             isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in items):
-        raise BadMarker(f"{what}: ranks={value!r} must be a list of worker ranks (whole numbers >= 0), "
-                        "e.g. ranks=[1]; None: every rank")
+        every = name.removesuffix("s")
+        raise BadMarker(f"{what}: {name}={value!r} must be a list of {meaning} (whole numbers >= 0), "
+                        f"e.g. {example}; None: every {every}")
     return tuple(sorted(set(items)))
 
 
@@ -172,4 +175,4 @@ def complete_arguments(
 
 
 #: the factories' own keyword arguments (beside the engine's or server's)
-FACTORY_ARGS = ("batch_size", "timeout_s", "inject", "model")
+FACTORY_ARGS = ("batch_size", "timeout_s", "inject", "model", "nodes")

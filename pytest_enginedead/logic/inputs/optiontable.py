@@ -18,6 +18,7 @@ from .values import (
     MIN_INTERVAL_S,
     parse_batch_sizes,
     parse_fraction,
+    parse_nodes,
     parse_policy,
     parse_ranks,
     parse_seconds,
@@ -108,6 +109,14 @@ OPTIONS = (
         "worker process per rank, each bound to its own cores unless VLLM_CPU_OMP_THREADS_BIND is set "
         "(default 1; the factories take tensor_parallel_size=).",
         "1", parse_ranks, "N",
+    ),
+    Option(
+        "enginedead_nodes",
+        "Nodes the ranks of the vllm_engine and vllm_server fixtures' engines spread over (vLLM's "
+        "multi-node executor: --nnodes): the head and N-1 headless nodes, on this machine each in a "
+        "PID namespace of its own, their ranks judged from the progress they publish; one rank per "
+        "node unless --enginedead-tensor-parallel-size gives more (default 1; the factories take nodes=).",
+        "1", parse_nodes, "N",
     ),
     Option(
         "enginedead_sample_interval",

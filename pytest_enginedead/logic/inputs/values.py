@@ -177,6 +177,18 @@ def parse_ranks(raw: str) -> int:
     return int(text)
 
 
+#: the most nodes one engine may span here (each a process tree of its own)
+MAX_NODES = 16
+
+
+def parse_nodes(raw: str) -> int:
+    """``"2"`` -> 2: the nodes an engine's ranks spread over (vLLM's ``--nnodes``), from 1."""
+    text = raw.strip()
+    if not text.isdigit() or not 1 <= int(text) <= MAX_NODES:
+        raise BadValue(f"{raw!r} is not a number of nodes from 1 to {MAX_NODES} (vLLM's --nnodes)")
+    return int(text)
+
+
 def validate_input_path(raw: str) -> str:
     """An input file's path as text: not empty, ``~`` expanded (read when it is used)."""
     text = raw.strip()

@@ -56,10 +56,17 @@ class EngineSpec:
     #: vLLM's ``tensor_parallel_size`` and ``pipeline_parallel_size``: one worker process per rank
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
+    #: the nodes the ranks are spread over (vLLM's ``--nnodes``): the head and N-1 headless
+    #: nodes, each its own process tree (on one machine, each in a PID namespace of its own)
+    nodes: int = 1
 
     @property
     def ranks(self) -> int:
         return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.ranks // max(1, self.nodes)
 
     def rank_args(self) -> dict[str, int]:
         """The ranks as vLLM's engine arguments (none for a single rank)."""
@@ -87,6 +94,8 @@ class EngineSpec:
             parts.insert(1 if self.server else 0, f"tp{self.tensor_parallel}")
         if self.pipeline_parallel > 1:
             parts.insert(1 if self.server else 0, f"pp{self.pipeline_parallel}")
+        if self.nodes > 1:
+            parts.insert(1 if self.server else 0, f"n{self.nodes}")
         if self.guard is not None:
             parts.append(self.guard.describe())
         if self.extra_args:
@@ -135,13 +144,14 @@ class Need:
     guard: GuardSpec | None = None
     server: bool = False
     tensor_parallel: int = 1
+    nodes: int = 1
 
 
 def spec_for(need: Need, model: str, cpu_bind: str | None = None) -> EngineSpec:
     """The engine one need asks for, before sharing."""
     return EngineSpec(
         model=model, max_num_seqs=need.batch_size, cpu_bind=cpu_bind, guard=need.guard,
-        server=need.server, tensor_parallel=need.tensor_parallel,
+        server=need.server, tensor_parallel=need.tensor_parallel, nodes=need.nodes,
     )
 
 

@@ -108,6 +108,14 @@ class Started(Protocol):
     @property
     def procs(self) -> Sequence[ProcessId]: ...
 
+    @property
+    def node_procs(self) -> Sequence[ProcessId]:
+        """On several nodes: the headless nodes' processes (each node's namespace seen from this one)."""
+        ...
+
+    @property
+    def node_shm(self) -> set[str]: ...
+
 
 class StartRecord(Protocol):
     """One start and the tests that used it (``harness.pool.EngineRecord``)."""
@@ -336,8 +344,8 @@ def engine_row(engine: Started, tests: Sequence[str], restart: bool = False) -> 
         genuine_deaths=genuine,
         guard_events=[e.to_dict() for e in engine.evidence.guard_events()],
         tests=list(tests),
-        pids=[{"pid": r.pid, "create_time": r.create_time} for r in engine.procs],
-        shm=sorted(engine.shm),
+        pids=[{"pid": r.pid, "create_time": r.create_time} for r in [*engine.procs, *engine.node_procs]],
+        shm=sorted(engine.shm | engine.node_shm),
     )
 
 def _r(x: float | None, nd: int = 4) -> float | None:

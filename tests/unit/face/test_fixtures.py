@@ -95,6 +95,15 @@ CASES = [
     Case("factory-guard-variable", ("vllm_engine_factory: ENGINEDEAD_GUARD_POLICY='p:x' is the harness's",
                                     "--enginedead-guard"),
          suite=factory_call("vllm_engine_factory(2, ENGINEDEAD_GUARD_POLICY='p:x')"), kind=TEST),
+    Case("factory-nodes-uneven", ("vllm_engine_factory: nodes=2, tensor_parallel_size=3, "
+                                  "pipeline_parallel_size=1: 3 rank(s) do not spread evenly over 2 nodes",),
+         suite=factory_call("vllm_engine_factory(2, nodes=2, tensor_parallel_size=3)"), kind=TEST),
+    Case("factory-nodes-zero", ("vllm_engine_factory: nodes=0 is not a whole number >= 1 "
+                                "(nodes: vLLM's --nnodes)",),
+         suite=factory_call("vllm_engine_factory(2, nodes=0)"), kind=TEST),
+    Case("factory-master-port", ("vllm_server_factory: master_port=1 is the harness's to set",
+                                 "give nodes=N"),
+         suite=factory_call("vllm_server_factory(2, master_port=1)"), kind=TEST),
     Case("factory-model-not-a-path", ("vllm_engine_factory: model=42 is not a path",),
          suite=factory_call("vllm_engine_factory(2, model=42)"), kind=TEST),
     Case("factory-model-unknown-architecture", ("vllm_engine_factory: model='m'", "names architecture "

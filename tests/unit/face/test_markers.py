@@ -85,7 +85,7 @@ def test_markers_lists_every_marker(downstream: Downstream) -> None:
             "@pytest.mark.enginedead_timeout(seconds):*",
             "@pytest.mark.enginedead_guard(hang_s=None, policy=None):*",
             "@pytest.mark.enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None, "
-            "ranks=None):*",
+            "ranks=None, nodes=None):*",
         ],
         consecutive=False,
     )

@@ -178,3 +178,41 @@ def test_without_the_guard_an_idle_worker_is_idle(tmp_path: Path) -> None:
         wait_until_idle(worker.pid)  # past its interpreter's start
         answer = execprobe.probe(port=port)
         assert answer.alive and "the worker is idle; the guard is off" in answer.why, answer.why
+
+
+# --- several nodes: the other nodes' ranks from the progress they publish ---------------------
+
+
+def test_the_answer_names_the_node_of_the_worker_the_guard_judged() -> None:
+    answer = execprobe.answer_for(in_step(node=1, worker=9), now=100.3, busy=None)
+    assert answer.alive and "VLLM::Worker pid 9 on node 1 at 98 % CPU" in answer.why
+    ended = state(ended=GuardAction.END, verdict=Verdict.DEAD, silent="node 1 TP1", step=5, busy_at=90.0,
+                  updated=96.0)
+    dead = execprobe.answer_for(ended, now=100.0, busy=None)
+    assert not dead.alive
+    assert dead.why == ("dead: the guard ended step 5: node 1 TP1 sent no progress and no rank computed "
+                        "for 6.0 s")
+
+
+def test_a_remote_rank_that_fell_silent_makes_the_engine_dead_and_one_that_computes_busy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_enginedead.contract.names import PROGRESS_DIR_ENV
+    from pytest_enginedead.contract.progress import write_progress
+    from pytest_enginedead.process import remote
+    from tests.unit.contract.test_progress import record
+
+    progress_dir = tmp_path / "progress"
+    progress_dir.mkdir()
+    monkeypatch.setenv(PROGRESS_DIR_ENV, str(progress_dir))  # the tree inherits it, as vLLM's do
+    monkeypatch.setattr(remote, "SILENT_AFTER_S", 0.3)
+    for front, port, _ in fake_server(tmp_path, "idle"):
+        (core,) = execprobe.engine_cores(front)
+        wait_until_idle(execprobe.workers(core)[0].pid)
+        write_progress(str(progress_dir), record(wall=time.time(), cores=1.0))
+        busy = execprobe.probe(port=port)
+        assert busy.alive and "the worker is computing; the guard is off" in busy.why, busy.why
+        time.sleep(0.5)  # node 1's rank says nothing more
+        gone = execprobe.probe(port=port)
+        assert not gone.alive and gone.exit_code == 1
+        assert gone.why.startswith("dead: node 1 TP1 (VLLM::Worker_TP1, pid 9 on host h) sent no progress")

@@ -7,16 +7,19 @@ from types import SimpleNamespace
 
 from pytest_enginedead.contract.decisions import Verdict, overall
 from pytest_enginedead.contract.steps import StepTime
-from pytest_enginedead.harness.liveness import LivenessSettings, ProcessEvidence, classify
+from pytest_enginedead.harness.liveness import LivenessSettings, ProcessEvidence, Sampler, classify
+from pytest_enginedead.harness.remoteverdict import remote_lines
 from pytest_enginedead.harness.verdict import (
     COMPUTING,
     WAITING,
     Finding,
     _judge_by_step,
     _Judgements,
+    judge_death,
     rank_states,
     step_summary,
 )
+from pytest_enginedead.process.remote import RemoteLook
 
 
 def test_step_summary() -> None:
@@ -66,6 +69,103 @@ def test_the_message_names_each_rank_and_where_the_computing_one_was() -> None:
     rows = {p["pid"]: p for p in finding.to_dict()["processes"]}
     assert rows[11]["rank"] == "TP1" and rows[11]["rank_state"] == COMPUTING
     assert finding.to_dict()["slow_paths"]
+
+
+# --- ranks on another node: judged from their published progress ------------------------
+
+
+class NodeEvidence:
+    """An engine's records as ``RunEvidence`` gives them, with one rank on another node."""
+
+    def __init__(self, pid: int, looks: list[RemoteLook], stack: str | None) -> None:
+        self.worker_pids = [pid]
+        self._looks, self._stack = looks, stack
+        self.has_remote = True
+        self.asked: list[tuple[int, int]] = []
+
+    def running_step(self, pid: int) -> StepTime | None:
+        return StepTime(5, 64, time.monotonic() - 2.0, None, pid)
+
+    def has_record(self, pid: int) -> bool:
+        return True
+
+    def deadline_stack(self, pid: int, step: StepTime, deadline_s: float, wait_s: float | None = 0.5) -> None:
+        return None
+
+    def capture_stack(self, pid: int, timeout_s: float = 0.4) -> str | None:
+        return None
+
+    def remote_ranks(self, fresh: bool = False) -> list[RemoteLook]:
+        assert fresh  # after a death the verdict waits for news
+        return self._looks
+
+    def remote_stack(self, node: int, rank: int, timeout_s: float = 1.0) -> str | None:
+        self.asked.append((node, rank))
+        return self._stack
+
+
+class NodeEngine:
+    liveness_settings = LivenessSettings()
+    timeout_s = 2.0
+
+    def __init__(self, pid: int, looks: list[RemoteLook], stack: str | None = None) -> None:
+        self.pids = [pid]
+        self.evidence = NodeEvidence(pid, looks, stack)
+
+    def step_times_since_start(self) -> list[StepTime]:
+        return []
+
+    def death_facts(self) -> dict[str, object]:
+        return {"deadline_s": 2.0, "batch_size": 64}
+
+
+BURNING = (
+    "main-thread 0x0000000000000001\n"
+    "Thread 0x0000000000000001 (most recent call first):\n"
+    '  File "/site/pytest_enginedead/invllm/worker.py", line 51 in burn\n'
+    '  File "/site/pytest_enginedead/invllm/worker.py", line 270 in run_step\n'
+)
+
+
+def test_a_false_death_whose_computing_rank_is_on_another_node_names_that_node_and_rank() -> None:
+    """The head's rank idles in its step (waiting for its peer); node 1's rank publishes that it
+    computes: SLOW, the head's rank waiting, and ``where:`` from the stack node 1 sent when asked."""
+    from tests.support import procs
+    from tests.unit.contract.test_progress import record
+
+    computing = RemoteLook(record(), 0.2, Verdict.SLOW)
+    with procs.worker("idle", 30.0) as idle:
+        engine = NodeEngine(idle.pid, [computing], BURNING)
+        with Sampler([idle.pid], 0.1, 0.5) as sampler:
+            time.sleep(0.8)
+            finding = judge_death(engine, sampler, time.monotonic() - 2.1, "EngineDeadError",
+                                  LivenessSettings())
+    assert finding.verdict is Verdict.SLOW and finding.false_death
+    assert finding.ranks == {idle.pid: (f"node 0 pid {idle.pid}", WAITING)}
+    text = finding.message()
+    assert "  process:    VLLM::Worker_TP1 on node 1 (pid 9 in its node, host h): computing" in text
+    assert "  rank:       node 1 TP1: computing" in text
+    assert "  where:      rank node 1 TP1: " in text and "in burn" in text
+    assert engine.evidence.asked == [(1, 1)]
+    (entry,) = finding.to_dict()["remote_ranks"]
+    assert (entry["node"], entry["rank"], entry["verdict"], entry["state"]) == (1, 1, "SLOW", COMPUTING)
+
+
+def test_a_rank_on_another_node_that_fell_silent_is_a_genuine_death() -> None:
+    from tests.support import procs
+    from tests.unit.contract.test_progress import record
+
+    gone = RemoteLook(record(), 2.4, Verdict.DEAD)
+    with procs.worker("idle", 30.0) as idle:
+        engine = NodeEngine(idle.pid, [gone])
+        with Sampler([idle.pid], 0.1, 0.5) as sampler:
+            time.sleep(0.8)
+            finding = judge_death(engine, sampler, time.monotonic() - 0.3, "EngineDeadError",
+                                  LivenessSettings())
+    assert finding.verdict is Verdict.DEAD and not finding.false_death
+    assert finding.ranks[idle.pid][1] == "idle inside its step"  # nobody computes: not waiting for one
+    assert engine.evidence.asked == []  # a genuine death waits for no stack
+    assert "gone (no progress for 2.4 s" in "\n".join(remote_lines(finding.remote))
 
 
 class _Records:

@@ -158,6 +158,76 @@ def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) 
         assert watch._probe(time.monotonic()) is Verdict.HUNG
 
 
+def remote_record(tmp_path: Path, seq: int, cores: float, wall: float | None = None) -> None:
+    """Node 1's rank 1 publishes a record (``contract.progress``), as a headless node's worker does."""
+    from pytest_enginedead.contract.progress import RankProgress, write_progress
+
+    write_progress(str(tmp_path), RankProgress(
+        node=1, rank=1, pid=9, title="VLLM::Worker_TP1", host="n1", seq=seq,
+        wall=time.time() if wall is None else wall, mono=float(seq), cpu_s=float(seq), cores=cores,
+        window_s=1.0, step=5, batch=64, running=True, ran_s=1.0, steps=4))
+
+
+def test_the_guard_waits_for_a_computing_rank_on_another_node_and_names_it(tmp_path: Path) -> None:
+    """The head's own rank idles (waiting in a collective); node 1's rank publishes that it computes:
+    SLOW, and the decision names node 1's rank by its pid there."""
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=60.0)  # type: ignore[arg-type]
+    run_dir, progress_dir = tmp_path / "run", tmp_path / "progress"
+    run_dir.mkdir()
+    progress_dir.mkdir()
+    with procs.worker("idle", 30.0) as idle:
+        core = guard.Core(str(run_dir), cfg, progress_dir=str(progress_dir))
+        core._executor = executor(idle.pid)
+        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
+        remote_record(progress_dir, 1, 1.0)
+        time.sleep(1.0)
+        assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
+        time.sleep(0.3)
+        remote_record(progress_dir, 2, 1.0)
+        watch.sent -= 1.0
+        watch._next_probe = 0.0
+        watch.observe()
+        (event,) = read_guard_events(guard_events_path(str(run_dir)))
+        assert (event.verdict, event.action, event.rank, event.node, event.pid, event.ranks) == (
+            Verdict.SLOW, GuardAction.WAIT, 1, 1, 9, 2)
+        assert watch._judged()[2] == "VLLM::Worker rank 1 of 2 on node 1"
+
+
+def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tmp_path: Path) -> None:
+    """Node 1's rank stopped publishing (its last record is old) and the head's rank idles: no rank
+    shows progress, so after hang_s the wait ends, as DEAD: vLLM's monitor cannot see that node."""
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=0.5)  # type: ignore[arg-type]
+    run_dir, progress_dir = tmp_path / "run", tmp_path / "progress"
+    run_dir.mkdir()
+    progress_dir.mkdir()
+    with procs.worker("idle", 30.0) as idle:
+        core = guard.Core(str(run_dir), cfg, str(tmp_path / "state.json"), progress_dir=str(progress_dir))
+        core.nodes.born_wall -= 60.0  # the record below is this engine's
+        core._executor = executor(idle.pid)
+        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+        remote_record(progress_dir, 1, 1.0, wall=time.time() - 10.0)  # silent for 10 s
+        time.sleep(1.0)
+        assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
+        time.sleep(0.3)
+        watch._busy_at -= 1.0
+        watch._next_probe = 0.0
+        with pytest.raises(TimeoutError, match="idle"):
+            watch.observe()
+    (event,) = read_guard_events(guard_events_path(str(run_dir)))
+    assert (event.verdict, event.action) == (Verdict.DEAD, GuardAction.END)
+    state_now = read_guard_state(str(tmp_path / "state.json"))
+    assert state_now is not None and state_now.silent == "node 1 TP1" and state_now.ended is GuardAction.END
+
+
+def test_a_record_older_than_the_engine_core_is_another_engines(tmp_path: Path) -> None:
+    core = guard.Core(None, None, progress_dir=str(tmp_path))
+    core._executor = executor()
+    remote_record(tmp_path, 1, 1.0, wall=time.time() - 100.0)
+    assert core.remote_looks() == []
+    remote_record(tmp_path, 2, 1.0)
+    assert [lk.label for lk in core.remote_looks()] == ["node 1 TP1"] and core.rank_count() == 1
+
+
 def test_a_rank_spinning_in_a_collective_waits_and_its_idle_peer_is_hung(tmp_path: Path) -> None:
     """vLLM's CPU all-reduce spins while it waits for a late peer: rank 0 busy, marked inside a
     collective, rank 1 idle (hung in its step).  HUNG, judged on rank 1; without the mark the
