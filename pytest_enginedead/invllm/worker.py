@@ -212,10 +212,13 @@ class StepRecorder:
         tokens: int = -1,
         context: int = -1,
         window_context: int = -1,
+        read: int = -1,
+        window_read: int = -1,
         rank: int = 0,
     ) -> Any:
-        """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended;
-        the faults run only on the ranks they name (``rank``: this worker's)."""
+        """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended,
+        ``read`` keys read from the KV cache; the faults run only on the ranks they name (``rank``:
+        this worker's)."""
         control = self.control.get()  # once per step: the faults of the test running now
         if control.epoch != self.epoch:
             self.epoch, self.fault_step = control.epoch, 0
@@ -223,7 +226,8 @@ class StepRecorder:
         self.fault_step += 1
         step = self.step
         began = time.monotonic()
-        os.write(self._fd, BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
+        os.write(self._fd, BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, read, window_read,
+                                                began))
         self._deadline_s = control.deadline_s or self._stock_deadline_s
         self._arm(step, "execute_model", began)
         inj = control.injection if control.injection.applies_to(rank) else Injection()
