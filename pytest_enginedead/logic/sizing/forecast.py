@@ -48,8 +48,8 @@ JOINT_TERMS = (
     "window_read",
 )
 #: the full model's terms, in their order
-FULL_TERMS = ("fixed", "per_seq", "per_token", "per_context_token", "per_window_context_token", "per_read_token",
-              "per_window_read_token")
+FULL_TERMS = ("fixed", "per_seq", "per_token", "per_context_token", "per_window_context_token",
+              "per_read_token", "per_window_read_token")
 #: passes of fit -> this machine's rates -> floors -> fit
 FLOOR_PASSES = 3
 
@@ -91,7 +91,8 @@ def _features(step: Step, lay: Layout, w: LayerWeights, tied: bool) -> list[floa
             w.key[t] * (window if lay.windowed(t) else step.context_tokens) for t in lay.layer_types
         )
         reads = sum(_kv(w, t) * (step.window_read if lay.windowed(t) else step.read) for t in lay.layer_types)
-        return [1.0, step.seqs, step.tokens, lay.depth, token_weight * step.tokens, attention, 0.0, reads, 0.0]
+        return [1.0, step.seqs, step.tokens, lay.depth, token_weight * step.tokens, attention, 0.0, reads,
+                0.0]
     return [
         1.0,
         step.seqs,
@@ -150,8 +151,8 @@ class Forecast:
         out = {}
         for t in lay.types:
             if self.tied:
-                ctx, read = low.get("full_context", 0.0) * self.weights.key[t], low.get("full_read", 0.0) * _kv(
-                    self.weights, t)
+                ctx = low.get("full_context", 0.0) * self.weights.key[t]
+                read = low.get("full_read", 0.0) * _kv(self.weights, t)
             else:
                 side = "window" if lay.windowed(t) else "full"
                 ctx, read = low.get(f"{side}_context", 0.0), low.get(f"{side}_read", 0.0)
@@ -179,8 +180,8 @@ def _lower(config: Mapping[str, Any], full: Layout, w: LayerWeights, rate: floor
     low = dict.fromkeys(JOINT_TERMS, 0.0)
     if rate is None:
         return [low[t] for t in JOINT_TERMS]
-    compute = {t: floors_.attention_macs(config, t) / rate.macs_per_s for t in full.types}
-    memory = {t: kv_bytes_per_token(config, t) / rate.bytes_per_s for t in full.types}
+    compute = {t: floors_.compute_floor(config, t, rate) for t in full.types}
+    memory = {t: floors_.read_floor(config, t, rate) for t in full.types}
     if tied:
         low["full_context"] = min(compute[t] / w.key[t] for t in full.types)
         low["full_read"] = min(memory[t] / _kv(w, t) for t in full.types)
@@ -250,7 +251,8 @@ def fit_slices(
     cov = solve.bootstrap_covariance(scaled, [coef[t] for t in JOINT_TERMS], lower)
     names = tuple(terms)
     matrix = [[_full_terms(_unit(j), full, weights, tied)[n] for j in JOINT_TERMS] for n in names]
-    uncertainty = Uncertainty(names, tuple(tuple(r) for r in solve.transform(cov, matrix)), step_spread(pooled))
+    full_cov = tuple(tuple(r) for r in solve.transform(cov, matrix))
+    uncertainty = Uncertainty(names, full_cov, step_spread(pooled))
     fit = Fit(
         terms,
         worst,
@@ -282,7 +284,8 @@ def _full_terms(c: Mapping[str, float], lay: Layout, w: LayerWeights, tied: bool
                                     ("read", "per_read_token", "per_window_read_token")):
         weight = w.key if kind == "context" else {t: _kv(w, t) for t in lay.types}
         if full_layers:
-            terms[name] = c[f"full_{kind}"] * (sum(weight[t] for t in full_layers) if tied else len(full_layers))
+            layers = sum(weight[t] for t in full_layers) if tied else len(full_layers)
+            terms[name] = c[f"full_{kind}"] * layers
         if sliding_layers:
             terms[window_name] = (
                 c[f"full_{kind}"] * sum(weight[t] for t in sliding_layers)

@@ -211,9 +211,9 @@ def cache_problem(cache: KvCache, max_model_len: int, max_num_batched_tokens: in
         return (f"{given} leaves no KV cache: {cache.source} is {cache.bytes / GIB:.1f} GiB; vLLM refuses to "
                 "start (a larger --server-memory-gib or --gpu-memory-utilization, or VLLM_CPU_KVCACHE_SPACE)")
     if cache.bytes < need:
-        return (f"{given}: the KV cache ({cache.bytes / GIB:.2f} GiB, {cache.source}) cannot hold one request of "
-                f"--max-model-len {max_model_len} ({need / GIB:.2f} GiB): vLLM refuses to start; lower "
-                "--max-model-len or give the server more memory")
+        return (f"{given}: the KV cache ({cache.bytes / GIB:.2f} GiB, {cache.source}) cannot hold one "
+                f"request of --max-model-len {max_model_len} ({need / GIB:.2f} GiB): vLLM refuses to start; "
+                "lower --max-model-len or give the server more memory")
     return None
 
 

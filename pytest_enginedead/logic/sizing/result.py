@@ -16,8 +16,8 @@ from ..fingerprint import preload_note, this_machine
 from ..policy import STOCK_DEADLINE_S
 from . import advice, shapes, slices
 from . import fit as fit_
-from .kvcache import cache_of
 from .forecast import Forecast, fit_slices
+from .kvcache import cache_of
 from .plan import EnginePlan, SizingPlan
 
 
@@ -119,7 +119,9 @@ def sizing_result(plan: SizingPlan, measured: Sequence[Measured], headroom: floa
         "results": _rows(plan, measured, fitted, adv, headroom),
         "engines": [{"label": m.plan.label, "depth": m.plan.depth, "start_s": m.start_s,
                      "memory_bytes": m.plan.memory.total, "kv_cache_gib": m.plan.kv_cache_gib,
-                     "steps": sum(len(v) for v in m.runs.values())} for m in measured],
+                     "steps": sum(len(v) for v in m.runs.values()),
+                     "recorded": {name: [[*s.as_dict().values(), t] for s, t in samples_of(steps)]
+                                  for name, steps in m.runs.items()}} for m in measured],
     }
     if plan.forecast:
         out["forecast"] = fc.as_dict(plan.layout)
@@ -140,15 +142,21 @@ def worst_of(plan: SizingPlan, adv: advice.Advice) -> dict[str, Any]:
     pool = cache_of(plan.limits, plan.kv)
     return {
         **step.as_dict(), "plan": adv.worst.as_dict(), "predicted_s": predicted, "interval_s": [low, high],
-        "upper_s": high, "measured_s": None, "stock_fires": high > STOCK_DEADLINE_S, "forecast": plan.forecast,
+        "upper_s": high, "measured_s": None, "stock_fires": high > STOCK_DEADLINE_S,
+        "forecast": plan.forecast,
         "binding": list(adv.binding),
         "kv_cache_held_bytes": None if pool is None else pool.held(adv.worst),
         "kv_cache_bytes": None if pool is None else pool.bytes,
     }
 
 
+#: keys per token below which a step measures the batch terms, not attention (one-token prompts)
+SHORT_CONTEXT = 64
+
+
 def _contexts(measured: Sequence[Measured]) -> dict[str, Any]:
-    """The spread of contexts the fit saw: keys per decode and per chunk token, longest over shortest."""
+    """The spread of contexts the fit saw: keys per decode and per prefill token (steps at more than
+    ``SHORT_CONTEXT`` keys a token), longest over shortest."""
     decode, chunk = set(), set()
     for m in measured:
         for name, steps in m.runs.items():
@@ -156,11 +164,11 @@ def _contexts(measured: Sequence[Measured]) -> dict[str, Any]:
                 step = s[0]
                 if step.tokens == step.seqs and step.seqs:
                     decode.add(round(step.context_tokens / step.seqs))
-                elif step.tokens > step.seqs:
-                    chunk.add(round(step.context_tokens / step.tokens))
+                elif step.tokens > step.seqs:  # a chunk's tokens (beside decodes, which add little)
+                    chunk.add(round(step.context_tokens / (step.tokens - step.seqs + 1)))
     out: dict[str, Any] = {}
     for name, found in (("decode", decode), ("prefill", chunk)):
-        long = [c for c in found if c > 0]
+        long = [c for c in found if c > SHORT_CONTEXT]
         out[name] = {"shortest": min(long, default=None), "longest": max(long, default=None),
                      "factor": max(long) / min(long) if long else None}
     return out
@@ -265,10 +273,13 @@ def format_sizing(out: dict[str, Any]) -> str:
         if f["context_terms_tied"]:
             lines.append("  (the layer types' context terms are tied by their attention work per key: "
                          "the measured contexts could not tell them apart)")
-        held = [f"{k} per key attended >= {v['per_context_token_s']:.3g} s, read >= {v['per_read_token_s']:.3g} s"
-                for k, v in (f.get("floors") or {}).items() if v["per_context_token_s"] or v["per_read_token_s"]]
+        held = [f"{k} per key attended >= {v['per_context_token_s']:.3g} s, "
+                f"read >= {v['per_read_token_s']:.3g} s"
+                for k, v in (f.get("floors") or {}).items()
+                if v["per_context_token_s"] or v["per_read_token_s"]]
         if held:
-            lines.append("  floors from the model's shape at this machine's measured rates: " + "; ".join(held))
+            lines.append("  floors from the model's shape at this machine's measured rates: "
+                         + "; ".join(held))
     worst_at = fit.get("worst_residual_step") or {}
     lines.append(f"step model ({fit['origin']}, {fit['steps']} steps in {fit['groups']} groups; worst "
                  f"residual {fit['worst_residual'] * 100:.0f} % at {worst_at.get('seqs')} seqs, "
@@ -289,7 +300,8 @@ def format_sizing(out: dict[str, Any]) -> str:
                      f"requests of {lim['max_model_len']:,} tokens (vLLM would log 'KV cache size: "
                      f"{kv['tokens']:,} tokens')")
     head = f"stock {stock:g} s"
-    lines.append(f"{'batch':>5}  {'context':>7}  {'measured p50':>12}  {'model':>9}  {'interval':>17}  {head:>12}")
+    lines.append(f"{'batch':>5}  {'context':>7}  {'measured p50':>12}  {'model':>9}  {'interval':>17}  "
+                 f"{head:>12}")
     for r in out["results"]:
         measured = _s(r["p50_s"]) if r["measured"] else ("forecast" if r["forecast"] else "-")
         fires = "FIRES" if r["stock_fires"] else "ok"
@@ -305,8 +317,9 @@ def format_sizing(out: dict[str, Any]) -> str:
     if worst.get("binding"):
         names = {"kv_cache": "the KV cache"}
         held = worst.get("kv_cache_held_bytes")
-        cache = (f" (it holds {held / slices.GIB:.2f} of the cache's {worst['kv_cache_bytes'] / slices.GIB:.2f} GiB)"
-                 if held is not None and worst.get("kv_cache_bytes") else "")
+        total = worst.get("kv_cache_bytes")
+        cache = (f" (it holds {held / slices.GIB:.2f} of the cache's {total / slices.GIB:.2f} GiB)"
+                 if held is not None and total else "")
         lines.append("  limits that bind: " + ", ".join(names.get(b, b) for b in worst["binding"]) + cache)
     measured_text = (f"measured {_s(worst['measured_s'])} (formed: {worst['formed']['seqs']} seqs, "
                      f"{worst['formed']['tokens']} tokens, "
@@ -314,8 +327,8 @@ def format_sizing(out: dict[str, Any]) -> str:
                      f"the model says {_s(worst['formed']['predicted_s'])})"
                      if worst.get("formed") else worst.get("note", ""))
     low, high = worst.get("interval_s") or (worst["predicted_s"], worst["predicted_s"])
-    lines.append(f"  predicted {_s(worst['predicted_s'])} (interval {_s(low)}-{_s(high)}; the advice is taken "
-                 f"from {_s(high)}); {measured_text}")
+    lines.append(f"  predicted {_s(worst['predicted_s'])} (interval {_s(low)}-{_s(high)}; the advice is "
+                 f"taken from {_s(high)}); {measured_text}")
     if out.get("repeats"):
         rep = out["repeats"]
         lines.append("  each round alone: " + ", ".join(_s(v) for v in rep["worst_predicted_s"])

@@ -260,7 +260,8 @@ def binding(plan: StepPlan, limits: Limits, window: int | None, pool: Pool | Non
         c.offset + c.tokens >= top for c in plan.chunks)
     if at_top:
         out.append("max_model_len")
-    if pool is not None and ((plan.decodes and plan.decode_context < top) or pool.held(plan) > 0.98 * pool.bytes):
+    cut = plan.decodes and plan.decode_context < top
+    if pool is not None and (cut or pool.held(plan) > 0.98 * pool.bytes):
         out.append("kv_cache")
     return out
 
