@@ -269,7 +269,8 @@ def format_sizing(out: dict[str, Any]) -> str:
                      f"{dep['per_token_s']:.4g} s/token; per layer:")
         for kind, t in f["per_layer"].items():
             lines.append(f"  {kind:<24} {t['fixed_s']:.4g} s + {t['per_token_s']:.4g} s/token + "
-                         f"{t['per_context_token_s']:.4g} s/context token")
+                         f"{t['per_context_token_s']:.4g} s/key attended + "
+                         f"{t.get('per_read_token_s', 0.0):.4g} s/key read")
         if f["context_terms_tied"]:
             lines.append("  (the layer types' context terms are tied by their attention work per key: "
                          "the measured contexts could not tell them apart)")

@@ -367,9 +367,12 @@ def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], ste
     * decode batches at short context (one-token prompts): the fixed and per-sequence
       terms;
     * a short prefill (8 prompts of 16 tokens): tokens without sequences or context;
-    * the context run: a few short decodes running, then one long prompt — its
-      prefill chunks beside the decodes (the mixed steps) and then its decodes at
-      long context give the context terms at small batch.
+    * the context run: a few short decodes running, then one long prompt (``longest``
+      tokens, as the limits allow) — its prefill chunks beside the decodes attend from
+      one chunk's keys to the whole context: the keys attended, a factor 16 apart;
+    * the ladder: ``LADDER_SEQS`` decodes at 1/16, 1/4 and all of that context, their
+      prompts going on past the long prompt (found in the prefix cache): the keys read,
+      a factor 16 apart, for a few tokens of prefill each.
     """
     runs = [Run(f"decode batch {n}", (Wave((1,) * n, steps + 1),)) for n in batch_sizes]
     if limits.max_num_seqs >= PREFILL_SEQS and limits.max_model_len > PREFILL_LEN + 2:
