@@ -322,8 +322,9 @@ PREFILL_SEQS, PREFILL_LEN = 8, 16
 #: the longest context measured (the context run's prompt), when the model's length allows: 16x
 #: the shortest of the ladder (``LADDER``), and what a depth slice prefills in a minute or two
 LONG_CONTEXT = 16384
-#: the ladder of decode contexts, as fractions of the longest: a factor 16 between its ends
-LADDER = (16, 4, 1)
+#: the ladder of decode contexts, as fractions of the longest: a factor 32 between its ends (16 and
+#: more once each decode's few tokens of its own are counted)
+LADDER = (32, 4, 1)
 #: sequences decoding at each rung, and the tokens that make their prompts distinct
 LADDER_SEQS, LADDER_TAIL = 8, 8
 
@@ -333,7 +334,7 @@ def context_length(limits: Limits, window: int | None, steps: int, longest: int 
     length allows, in whole KV blocks.
 
     Its prefill chunks attend from one chunk's keys to the whole context (a factor 16 and
-    more), and the ladder's decodes read from 1/16 of it to all of it: the context terms
+    more), and the ladder's decodes read from 1/32 of it to all of it: the context terms
     measured where they are large, not carried from a short context.
     """
     want = max(longest, 2 * window) if window else longest
@@ -343,7 +344,7 @@ def context_length(limits: Limits, window: int | None, steps: int, longest: int 
 
 
 def ladder(longest: int) -> list[int]:
-    """The decode contexts of the ladder: 1/16, 1/4 and all of the longest (in whole blocks where
+    """The decode contexts of the ladder: 1/32, 1/4 and all of the longest (in whole blocks where
     it is long enough to have them)."""
     out = []
     for part in LADDER:
@@ -370,7 +371,7 @@ def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], ste
     * the context run: a few short decodes running, then one long prompt (``longest``
       tokens, as the limits allow) — its prefill chunks beside the decodes attend from
       one chunk's keys to the whole context: the keys attended, a factor 16 apart;
-    * the ladder: ``LADDER_SEQS`` decodes at 1/16, 1/4 and all of that context, their
+    * the ladder: ``LADDER_SEQS`` decodes at 1/32, 1/4 and all of that context, their
       prompts going on past the long prompt (found in the prefix cache): the keys read,
       a factor 16 apart, for a few tokens of prefill each.
     """

@@ -22,18 +22,18 @@ from tests.support.sizing import COEF, GEMMA_26B, config_26b
 
 def test_the_runs_measure_contexts_a_factor_16_apart() -> None:
     """At the report's limits: the context run's prompt is 16K tokens (its chunks attend from one
-    chunk's keys to all 16K), and 8 decodes run at 1K, 4K and 16K tokens of context, their prompts
+    chunk's keys to all 16K), and 8 decodes run at 512, 4K and 16K tokens of context, their prompts
     going on past the long prompt (found in the prefix cache: a short prefill each)."""
     runs = shapes.fit_runs(Limits(128, 2048, 262144), 1024, (1, 8, 32), 4)
     names = [r.name for r in runs]
     assert "context 16384 beside 8 decodes" in names
     rungs = [r for r in runs if r.name.startswith("8 decodes at")]
-    assert [r.waves[0].shared for r in rungs] == [1024, 4096, 16384]
+    assert [r.waves[0].shared for r in rungs] == [512, 4096, 16384]
     assert max(r.waves[0].shared for r in rungs) / min(r.waves[0].shared for r in rungs) >= 16
     assert all(r.prefill_tokens == 8 * shapes.LADDER_TAIL for r in rungs)  # the shared part is cached
     context_run = next(r for r in runs if r.name.startswith("context"))
     assert context_run.prefill_tokens == 8 + 16384  # the long prompt itself is prefilled
-    assert shapes.ladder(512) == [32, 128, 512]
+    assert shapes.ladder(512) == [16, 128, 512]
 
 
 def test_a_short_model_measures_what_its_length_allows() -> None:
@@ -156,7 +156,7 @@ def test_two_rounds_on_one_engine_are_fitted_alone_and_compared(tmp_path: Path) 
     shapes_ = [StepPlan(n, 3) for n in (1, 8, 32)]
     shapes_ += [StepPlan(8, 20, (Chunk(2040, 2040 * k),)) for k in range(8)]
     shapes_ += [StepPlan(8, 20, (Chunk(64, 16320),))]  # the long prompt's last chunk
-    shapes_ += [StepPlan(8, c) for c in (1024, 4096, 16384)]
+    shapes_ += [StepPlan(8, c) for c in (512, 4096, 16384)]
     measured = []
     for ep in plan.engines:
         runs = {}
