@@ -123,17 +123,18 @@ def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: 
     try:
         engine.start(Instructions(deadline, "sizing (reference policy)"), progress)
         out.start_s = engine.start_s
-        engine.drive([(engine.prompts([1, 1], 7), 3)])  # warm-up, not measured
-        base = engine.prompts([max(1, plan.longest)], BASE_SEED)[0]
-        for rep in range(repeats):
+        engine.drive([(engine.prompts([1, 1], 7), 3)])
+        # round 0 warms the engine up and is not measured: the first step of every shape (tokens in
+        # the step) builds its kernels (oneDNN primitives, on CPU) and cost up to 2x the next one
+        for rep in range(repeats + 1):
+            base = engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0]  # each round its own
             for i, run in enumerate(plan.runs):
                 if progress:
-                    rounds = f" (round {rep + 1}/{repeats})" if repeats > 1 else ""
-                    progress(f"{ep.short}: {run.name}{rounds}")
-                # a round after the first sends other prompts (no prefix-cache hit on the last round's)
-                steps = _run_one(engine, run, i + 1 + 1000 * rep, base if rep == 0 else
-                                 engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0])
-                out.runs[run.name if rep == 0 else f"{run.name} #{rep + 1}"] = steps
+                    rounds = f" (round {rep}/{repeats})" if repeats > 1 else ""
+                    progress(f"{ep.short}: {run.name}{rounds}" if rep else f"{ep.short}: warm-up: {run.name}")
+                steps = _run_one(engine, run, i + 1 + 1000 * rep, base)
+                if rep:
+                    out.runs[run.name if rep == 1 else f"{run.name} #{rep}"] = steps
         if plan.validate:
             _validate(plan, ep, engine, out, progress)
     finally:

@@ -283,15 +283,16 @@ def _frozen(m: Sequence[Sequence[float]]) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(r) for r in m)
 
 
-def step_spread(samples: Iterable[tuple[Step, float]]) -> float:
-    """Relative standard deviation of a step about the median of its like steps (robust: 1.4826 x
-    the median absolute deviation, pooled over every group of two or more)."""
+def step_spread(*engines: Iterable[tuple[Step, float]]) -> float:
+    """Relative standard deviation of a step about the median of its like steps on the same engine
+    (robust: 1.4826 x the median absolute deviation, pooled over every group of two or more)."""
     deviations = []
-    for members in _members(samples).values():
-        if len(members) < 2:
-            continue
-        mid = statistics.median(members)
-        deviations += [abs(t / mid - 1) for t in members]
+    for samples in engines:
+        for members in _members(samples).values():
+            if len(members) < 2:
+                continue
+            mid = statistics.median(members)
+            deviations += [abs(t / mid - 1) for t in members]
     if not deviations:
         return 0.0
     return 1.4826 * statistics.median(deviations)

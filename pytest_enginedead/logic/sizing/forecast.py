@@ -16,9 +16,9 @@ LM head, sampler: ``fixed``, ``per_seq``, ``per_token``) plus, for each layer,
 Measured slices differ only in how many layers of each type they keep, so one
 non-negative fit over all their steps gives every term; the full model's ``Fit`` is
 those terms at its own layer counts.  When the steps cannot tell the two layer types'
-context terms apart (contexts short of twice the window) or the fit drops one the
-model's layers need, they are tied by the attention work a key costs in each layer type
-(query heads x head size) and the KV bytes it takes, and the forecast says so.
+context terms apart (contexts short of twice the window), they are tied by the
+attention work a key costs in each layer type (query heads x head size) and the KV
+bytes it takes, and the forecast says so.
 
 No context term falls below what the model's shape implies at this machine's measured
 rates (``floors``): a term the steps cannot resolve is held there, not at 0.  The fit's
@@ -222,19 +222,13 @@ def fit_slices(
     if not grouped:
         raise FitError("no finished step with a positive time to fit")
     times = [t for _, t, _ in grouped]
-    both = full.has_full and full.has_sliding
-    attempts = ([False, True] if separable(pooled) else [True]) if both else [False]
+    # the layer types' context terms apart when the steps can tell them apart; where one falls, the
+    # floors hold it (tying them then let noise decide both: the 2026-12-04 forecast's every term 0)
+    tied = full.has_full and full.has_sliding and not separable(pooled)
+    rows = [_features(shape, lay, weights, tied) for shape, _, lay in grouped]
     lower = [0.0] * len(JOINT_TERMS)
     rate = None
-    for tied in attempts:
-        rows = [_features(shape, lay, weights, tied) for shape, _, lay in grouped]
-        lower = [0.0] * len(JOINT_TERMS)
-        coef = _fit_rows(rows, times, lower)
-        dropped = (full.has_full and coef["full_context"] <= 0) or (
-            not tied and full.has_sliding and coef["window_context"] <= 0
-        )
-        if not dropped:
-            break
+    coef = _fit_rows(rows, times, lower)
     for _ in range(FLOOR_PASSES if floors else 0):
         rate = floors_.rates(config, full, _full_terms(coef, full, weights, tied))
         lower = _lower(config, full, weights, rate, tied)
@@ -252,7 +246,7 @@ def fit_slices(
     names = tuple(terms)
     matrix = [[_full_terms(_unit(j), full, weights, tied)[n] for j in JOINT_TERMS] for n in names]
     full_cov = tuple(tuple(r) for r in solve.transform(cov, matrix))
-    uncertainty = Uncertainty(names, full_cov, step_spread(pooled))
+    uncertainty = Uncertainty(names, full_cov, step_spread(*(samples for _, samples in slices)))
     fit = Fit(
         terms,
         worst,
