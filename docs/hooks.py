@@ -1,9 +1,13 @@
-"""mkdocs hook: the reference tables, built from the code at every build.
+"""The reference tables, built from the code: written into the pages, and fresh at every build.
 
-A line ``<!-- generated: NAME -->`` in a page is replaced, before the page is rendered,
-by what the code says today:
+A line ``<!-- generated: NAME -->`` in a page is followed by what the code says today, up to
+``<!-- end generated: NAME -->``.  ``make docs-tables`` (``python docs/hooks.py``) writes them
+into the pages, which are committed so that a page read as a plain file is complete;
+``tests/unit/test_docs.py`` fails when a committed table differs from what the code makes
+(``python docs/hooks.py --check`` says which).  As an mkdocs hook it makes them again before
+each page is rendered.  The tables:
 
-- ``options``: every plugin option (``pytest_enginedead.logic.optiontable.OPTIONS``):
+- ``options``: every plugin option (``pytest_enginedead.logic.inputs.optiontable.OPTIONS``):
   flag, ini key, environment variable (``opt.env``), default, help.
 - ``option-variables``: the options' environment variables alone (``opt.env``).
 - ``markers``: the markers (``pytest_enginedead.face.markers.DOCS``).
@@ -20,7 +24,7 @@ by what the code says today:
   ``--help`` (``FALLBACK_EXITS`` below for a command without one), pytest's (its ``ExitCode``),
   the serving process's (``contract.names.EXIT_DEAD`` / ``EXIT_HUNG``).
 - ``presets``: the model presets shipped with the package (``pytest_enginedead/models/``, as
-  ``logic.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
+  ``logic.inputs.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
 - ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, and the file.
 - ``rooms``: the package's folders and modules with the first line of their docstrings.
 - ``import-rules``: the ``[tool.importlinter]`` contracts of ``pyproject.toml``.
@@ -86,6 +90,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PACKAGE = ROOT / "pytest_enginedead"
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->[ \t]*$", re.MULTILINE)
+#: a table as committed: the marker, what ``make docs-tables`` wrote, the end marker
+BLOCK = re.compile(r"^<!-- generated: (?P<name>[a-z-]+) -->[ \t]*\n(?P<body>.*?)"
+                   r"^<!-- end generated: (?P=name) -->[ \t]*$", re.MULTILINE | re.DOTALL)
 PYTHON_FENCE = re.compile(r"^(\s*)```python\b(.*)$", re.MULTILINE)
 #: the width argparse formats help to (it reads COLUMNS), so the pages do not depend on a terminal
 HELP_COLUMNS = "96"
@@ -111,7 +118,7 @@ def first_paragraph(doc: str | None) -> str:
 
 
 def options() -> str:
-    from pytest_enginedead.logic.optiontable import OPTIONS
+    from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 
     rows = []
     for opt in OPTIONS:
@@ -127,7 +134,7 @@ def options() -> str:
 
 
 def option_variables() -> str:
-    from pytest_enginedead.logic.optiontable import OPTIONS
+    from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 
     return table(("variable", "flag", "ini key"),
                  [(f"`{opt.env}`", f"`{opt.flag}`", f"`{opt.name}`") for opt in OPTIONS])
@@ -239,7 +246,6 @@ def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 
 def _parser() -> argparse.ArgumentParser:
-    os.environ["COLUMNS"] = HELP_COLUMNS
     from pytest_enginedead.command import build_parser
 
     return build_parser()
@@ -333,8 +339,8 @@ def exit_codes() -> str:
 
 
 def presets() -> str:
-    from pytest_enginedead.logic.modelconfig import preset_summary, read_config
-    from pytest_enginedead.logic.modelconfig import presets as found
+    from pytest_enginedead.logic.inputs.modelconfig import preset_summary, read_config
+    from pytest_enginedead.logic.inputs.modelconfig import presets as found
 
     rows = []
     for name, directory in found().items():
@@ -537,18 +543,97 @@ def on_config(config: Any) -> Any:
     return config
 
 
+def with_tables(markdown: str, where: str) -> str:
+    """``markdown`` with every generated table as the code makes it now, between its markers
+    (a bare marker gets its end marker).  What ``make docs-tables`` writes into the pages, and what
+    a page's committed tables must equal (``tests/unit/test_docs.py``)."""
+    done: dict[str, str] = {}
+
+    def generate(name: str) -> str:
+        make = GENERATORS.get(name)
+        if make is None:
+            raise PluginError(f"{where}: unknown <!-- generated: {name} -->; known: {', '.join(GENERATORS)}")
+        if name not in done:
+            done[name] = make().rstrip("\n")
+        return done[name]
+
+    with _help_width():
+        return _with_tables(markdown, generate)
+
+
+@contextlib.contextmanager
+def _help_width() -> Iterator[None]:
+    """argparse formats help to ``COLUMNS``: fixed while the tables are made, then as it was."""
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = before
+
+
+def _with_tables(markdown: str, generate: Callable[[str], str]) -> str:
+    out, at = [], 0
+    for match in MARKER.finditer(markdown):
+        if match.start() < at:
+            continue  # inside a block already written
+        name = match.group(1)
+        block = BLOCK.match(markdown, match.start())
+        end = block.end() if block is not None else match.end()
+        out.append(markdown[at:match.start()])
+        out.append(f"<!-- generated: {name} -->\n\n{generate(name)}\n\n<!-- end generated: {name} -->")
+        at = end
+    out.append(markdown[at:])
+    return "".join(out)
+
+
+def table_pages() -> list[Path]:
+    """The pages that hold a generated table."""
+    return [p for p in sorted((ROOT / "docs").rglob("*.md")) if MARKER.search(p.read_text())]
+
+
+def write_tables(check: bool = False) -> list[str]:
+    """Write every page's generated tables (``make docs-tables``); with ``check``, write nothing.
+    Returns the pages that were (or would be) changed, relative to the repository."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    changed = []
+    for page in table_pages():
+        text = page.read_text()
+        fresh = with_tables(text, page.relative_to(ROOT).as_posix())
+        if fresh != text:
+            changed.append(page.relative_to(ROOT).as_posix())
+            if not check:
+                page.write_text(fresh)
+    return changed
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """The page as committed, its generated tables made again from this checkout's code: the site
+    is never staler than the code (a committed table that differs fails ``tests/unit/test_docs.py``)."""
     where = page.file.src_uri
     check_python_fences(markdown, where)
     problems = recording_problems(markdown, where)
     if problems:
         raise PluginError("\n".join(problems))
+    # the markers are HTML comments: they stay in the page's source, invisible on the site
+    return with_tables(markdown, where)
 
-    def replace(match: re.Match[str]) -> str:
-        name = match.group(1)
-        generate = GENERATORS.get(name)
-        if generate is None:
-            raise PluginError(f"{where}: unknown <!-- generated: {name} -->; known: {', '.join(GENERATORS)}")
-        return generate()
 
-    return MARKER.sub(replace, markdown)
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python docs/hooks.py [--check]``: write the generated tables into the pages (``make
+    docs-tables``); ``--check`` writes nothing and exits 1 when a page is stale."""
+    parser = argparse.ArgumentParser(prog="docs/hooks.py", description=main.__doc__)
+    parser.add_argument("--check", action="store_true", help="say which pages are stale; write nothing")
+    args = parser.parse_args(argv)
+    changed = write_tables(check=args.check)
+    for page in changed:
+        print(f"{page}: {'stale' if args.check else 'written'}")
+    return 1 if args.check and changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,24 +11,24 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .contract.control import Injection as Injection
+    from .contract.decisions import Verdict as Verdict
     from .contract.steps import StepTime as StepTime
     from .face.assertions import assert_no_false_death as assert_no_false_death
     from .face.handles import EngineHandle as EngineHandle
     from .face.handles import ServerHandle as ServerHandle
-    from .logic.planning import EngineSpec as EngineSpec
-    from .logic.planning import Instructions as Instructions
-    from .logic.policy import Backend as Backend
-    from .logic.policy import TimeoutPolicy as TimeoutPolicy
-    from .logic.verdicts import Verdict as Verdict
+    from .logic.planning.engines import EngineSpec as EngineSpec
+    from .logic.planning.engines import Instructions as Instructions
+    from .logic.timeouts.policies import Backend as Backend
+    from .logic.timeouts.policies import TimeoutPolicy as TimeoutPolicy
 
 _WHERE = {
     "assert_no_false_death": "face.assertions",
     "EngineHandle": "face.handles",
-    "Verdict": "logic.verdicts",
-    "EngineSpec": "logic.planning",
-    "Instructions": "logic.planning",
-    "Backend": "logic.policy",
-    "TimeoutPolicy": "logic.policy",
+    "Verdict": "contract.decisions",
+    "EngineSpec": "logic.planning.engines",
+    "Instructions": "logic.planning.engines",
+    "Backend": "logic.timeouts.policies",
+    "TimeoutPolicy": "logic.timeouts.policies",
     "Injection": "contract.control",
     "StepTime": "contract.steps",
     "ServerHandle": "face.handles",

@@ -11,7 +11,7 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from .commands import calibrate, check, doctor, merge, probe, probes
+from .commands import calibrate, check, doctor, merge, models, probe, probes
 from .commands.common import Parser, Refused, refused, verbose_in
 from .compat import versions
 
@@ -20,7 +20,7 @@ EPILOG = ("Start with `enginedead doctor`; `enginedead COMMAND --help` says what
           "its exit status and the variables it reads.")
 #: in the order ``enginedead --help`` lists them
 COMMANDS = {"doctor": doctor, "check": check, "calibrate": calibrate, "probe": probe, "probes": probes,
-            "merge": merge}
+            "merge": merge, "models": models}
 
 
 def build_parser(verbose: bool = False) -> argparse.ArgumentParser:

@@ -3,6 +3,10 @@
 ``face.session`` (settings, outputs, header, the end of the run), ``face.collection`` (what
 each test needs, the plan, the order, the shard), ``face.judging`` (the policy's invariants,
 the report's rows), ``face.fixtures`` (engines, servers, factories), ``face.summary``.
+
+Installed, the plugin loads in every pytest run of its environment (pytest's ``pytest11``
+entry point), most of which have no engine test: a room is imported when a test of the
+plugin's needs it, so such a run costs no more than its options and says nothing.
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from .face import collection, hooks, judging, options, summary
+from .face import hooks, options
 from .face import session as lifecycle
-from .face.fixtures import (
+from .face.fixturedefs import (
     engine_batch_size,
     enginedead_policy,
     vllm_engine,
@@ -22,7 +26,7 @@ from .face.fixtures import (
     vllm_server,
     vllm_server_factory,
 )
-from .face.run import run_key
+from .face.run import plan_key, run_key, run_of, uses_plugin
 
 #: the fixtures this plugin provides (pytest finds them as this module's attributes)
 __all__ = ["engine_batch_size", "enginedead_policy", "vllm_engine", "vllm_engine_factory", "vllm_server",
@@ -45,28 +49,43 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     lifecycle.unconfigure_run(config)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return lifecycle.header(config)
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    collection.parametrize_batch_sizes(metafunc)
+    if "engine_batch_size" in metafunc.fixturenames:
+        from .face import collection
+
+        collection.parametrize_batch_sizes(metafunc)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run = run_of(config)
+    light = (run.settings.shard is None and not hasattr(config, "workerinput")
+             and not any(uses_plugin(item) for item in items))
+    if light:  # nothing to plan: no test of the plugin's, no shard to keep, no xdist controller to tell
+        with options.shown_whole_if_verbose(config):
+            options.check_late_policy_hooks(config, run.settings)
+        return
+    from .face import collection
+
     collection.plan_collection(config, items)
 
 
-def pytest_report_collectionfinish(config: pytest.Config) -> str | None:
-    return collection.shard_line(config)
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    return lifecycle.collection_lines(config)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    collection.refuse_unplanned(item)
+    if plan_key in item.stash:
+        from .face import collection
+
+        collection.refuse_unplanned(item)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    if item.get_closest_marker("enginedead_invariants") is None:
+        return (yield)
+    from .face import judging
+
     return (yield from judging.judge_invariants(item))
 
 
@@ -74,6 +93,11 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    run = item.config.stash.get(run_key, None)
+    if run is None or not (run.plugin_tests or uses_plugin(item)):
+        return (yield)
+    from .face import judging
+
     return (yield from judging.observe_report(item, call))
 
 
@@ -83,5 +107,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     run = config.stash.get(run_key, None)
-    if run is not None:
+    if run is not None and run.has_results and run.results.engines:
+        from .face import summary
+
         summary.terminal_summary(terminalreporter, run.results, run.settings.policy_name)

@@ -3,7 +3,8 @@
 The helpers behind them live in ``support/downstream.py``; ``examples/`` holds the downstream
 suites (copied into ``pytester`` directories, never collected here).  Every engine the
 suite's runs start, inner runs and commands included, goes to one start ledger
-(``pytest_enginedead.harness.ledger``), totalled at the end of the run.
+(``pytest_enginedead.harness.ledger``), totalled at the end of the run and held to the engine
+suite's budget (``tests/engine_budget.py``): a start it does not allow fails the run.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ pytest.register_assert_rewrite("tests.support")
 
 from pytest_enginedead.contract.names import START_LEDGER_ENV, START_LEDGER_TAG_ENV  # noqa: E402
 from pytest_enginedead.harness import ledger  # noqa: E402
+from tests import engine_budget  # noqa: E402
 from tests.support.downstream import Downstream  # noqa: E402
 
 collect_ignore = ["examples"]
@@ -48,7 +50,11 @@ def downstream(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> It
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """One start ledger for the whole run, unless the caller keeps their own."""
+    """One start ledger for the whole run, unless the caller keeps their own.  Under xdist the
+    work goes out in the order ``pytest_collection_modifyitems`` gives (the longest groups
+    first), not xdist's own reordering of groups by their number of tests."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     if hasattr(config, "workerinput") or os.environ.get(START_LEDGER_ENV):
         return
     fd, path = tempfile.mkstemp(prefix="enginedead-ledger-", suffix=".jsonl")
@@ -57,12 +63,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[ledger_key] = path
 
 
+#: the starts of this run that the engine suite's budget (``tests/engine_budget.py``) does not allow
+over_budget_key = pytest.StashKey[list[str]]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A run whose engine tests started what ``tests/engine_budget.py`` does not name fails."""
+    path = session.config.stash.get(ledger_key, None)
+    problems = engine_budget.ledger_problems(ledger.read(path)) if path else []
+    session.config.stash[over_budget_key] = problems
+    if problems and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     path = config.stash.get(ledger_key, None)
     lines = ledger.summary(ledger.read(path)) if path else []
     if lines:
         terminalreporter.section("engine starts of this run and the runs inside it")
         for line in lines:
+            terminalreporter.write_line(line)
+    problems = config.stash.get(over_budget_key, [])
+    if problems:
+        terminalreporter.section("engine starts over the budget (tests/engine_budget.py)", red=True)
+        for line in problems:
             terminalreporter.write_line(line)
 
 
@@ -78,15 +103,38 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 DURATIONS = Path(__file__).resolve().parents[1] / "durations" / "vllm0320.json"
 
 
+def _group(item: pytest.Item) -> str:
+    """What one xdist worker runs whole: the test's ``xdist_group``, else the test alone."""
+    marks = [str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args]
+    return marks[0] if marks else item.nodeid.split("@")[0]
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup adds "@group" to the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest tests first (as recorded), so that no xdist worker is left with one long
-    test while the other idles; tests without a record keep their order, after them."""
+    """The longest groups first (a group's recorded tests added up; an engine test without a
+    record counts as the median engine test), so that no xdist worker is left with one long group
+    while the other idles; a group's tests stay together, in their order; the rest after them."""
     try:
-        seconds = json.loads(DURATIONS.read_text())["tests"]
-    except (OSError, ValueError, KeyError):
+        seconds = {k.split("@")[0]: float(v) for k, v in json.loads(DURATIONS.read_text())["tests"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return
-    items.sort(key=lambda item: -float(seconds.get(item.nodeid.split("@")[0], 0.0)))
+    engine = sorted(v for k, v in seconds.items() if k.startswith("tests/engine/"))
+    unknown_engine = engine[len(engine) // 2] if engine else 0.0
+
+    def recorded(item: pytest.Item) -> float:
+        nodeid = item.nodeid.split("@")[0]
+        if nodeid in seconds:
+            return seconds[nodeid]
+        return unknown_engine if item.get_closest_marker("engine") else 0.0
+
+    totals: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        group = _group(item)
+        totals[group] = totals.get(group, 0.0) + recorded(item)
+        first.setdefault(group, i)
+    order = {id(item): i for i, item in enumerate(items)}
+    items.sort(key=lambda item: (-totals[_group(item)], first[_group(item)], order[id(item)]))
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ from typing import Any
 
 from pytest_enginedead.face.handles import EngineHandle
 from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.logic.planning import EngineSpec, Instructions
+from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
 
 #: what a process's maps are searched for: the preloads and the OpenMP runtime torch links
 LIBRARIES = ("libtcmalloc", "libiomp5", "libgomp")

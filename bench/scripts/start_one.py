@@ -19,8 +19,8 @@ import time
 from pytest_enginedead.compat import llm_api, llm_config, versions
 from pytest_enginedead.harness.environment import kv_cache
 from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import EngineSpec, Instructions
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
 
 
 def harness(spec: EngineSpec) -> tuple[float, float]:

@@ -26,8 +26,8 @@ from pytest_enginedead.contract.guardfiles import core_ready_path
 from pytest_enginedead.contract.names import ENV_DIR
 from pytest_enginedead.face.handles import EngineHandle
 from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
 
 
 class Inert(Engine):

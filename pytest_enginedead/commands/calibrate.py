@@ -21,14 +21,14 @@ from ..compat import llm_config, moe, versions
 from ..harness import outputs
 from ..harness.measure import measure, size
 from ..harness.outputs import Output
-from ..logic.fingerprint import meminfo, this_machine
-from ..logic.modelconfig import preset_summary, presets, read_config
+from ..logic.inputs.modelconfig import preset_summary, presets, read_config
+from ..logic.inputs.values import BadValue, parse_batch_sizes
+from ..logic.machine import meminfo, this_machine
 from ..logic.sizing import kvcache, shapes
 from ..logic.sizing.decode import calibration, format_calibration
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
 from ..logic.sizing.result import format_sizing
 from ..logic.sizing.slices import GIB
-from ..logic.values import BadValue, parse_batch_sizes
 from .common import (
     GUARD_SWITCH,
     Refused,

@@ -26,12 +26,14 @@ from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
 from ..harness.outputs import Output
 from ..harness.server import has_tokenizer
-from ..logic import checking, planning
-from ..logic.arguments import BadMarker, fits_context
-from ..logic.fingerprint import preload_note, this_machine
-from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.policy import PolicyError, load_policy, policy_name
-from ..logic.values import DEFAULT_BATCH_SIZES
+from ..logic.inputs.arguments import BadMarker, fits_context
+from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.inputs.modelconfig import model_name
+from ..logic.inputs.values import DEFAULT_BATCH_SIZES
+from ..logic.machine import preload_note, this_machine
+from ..logic.reporting import checking
+from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
+from ..logic.words import plural
 from .common import (
     GUARD_SWITCH,
     Refused,
@@ -99,8 +101,21 @@ def add_parser(sub: Any, verbose: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    claimed = preflight(args, before_model=_check_inputs, after_model=_check_runs, server=args.server)
-    return run_claimed(args, claimed, run_check)
+    planned: list[checking.CheckPlan] = []  # built once vLLM's environment and the model are checked
+
+    def check_runs(args: argparse.Namespace) -> None:
+        planned.append(plan_of(args))
+        _check_runs(args, planned[0])
+
+    claimed = preflight(args, before_model=_check_inputs, after_model=check_runs, server=args.server)
+    return run_claimed(args, claimed, lambda args, claimed: run_check(args, claimed, planned[0]))
+
+
+def plan_of(args: argparse.Namespace) -> checking.CheckPlan:
+    """The plan of the runs the arguments ask for: built once; the runs, their checks and the verdict
+    read it."""
+    return checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
+                             guard=args.guard, server=args.server)
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
@@ -108,12 +123,10 @@ def _check_inputs(args: argparse.Namespace) -> None:
     check_policy(args.policy, args.batch_sizes)
 
 
-def _check_runs(args: argparse.Namespace) -> None:
+def _check_runs(args: argparse.Namespace, plan: checking.CheckPlan) -> None:
     """Each run fits the engine it starts on: its batch size within what vLLM builds and this machine
     holds; its prompt and ``--max-tokens`` within the harness's max_model_len (as the handles ask)."""
     refuse_batch_sizes(args, args.server)
-    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
-                             guard=args.guard, server=args.server)
     bos = args.server and has_tokenizer(args.model)
     room = llm_config.DEFAULT_MAX_MODEL_LEN - plan.prompt_len - int(bos)
     try:
@@ -147,16 +160,14 @@ def regression_environment(
 def check_policy(spec: str, batch_sizes: Sequence[int]) -> None:
     """The policy loads, and gives every batch size a deadline vLLM can use."""
     try:
-        loaded = load_policy(spec, [os.getcwd()])
+        loaded = load_policy(spec, [os.getcwd()], versions.installed_version())
         for n in batch_sizes:
-            planning.policy_deadline(loaded, policy_name(loaded, spec), n)
-    except (PolicyError, planning.PolicyFailure) as exc:
+            policy_deadline(loaded, policy_name(loaded, spec), n)
+    except (PolicyError, PolicyFailure) as exc:
         raise Refused(f"--policy {spec!r}: {exc}") from None
 
 
-def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
-    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
-                             guard=args.guard, server=args.server)
+def run_check(args: argparse.Namespace, claimed: dict[str, Output], plan: checking.CheckPlan) -> int:
     log = claimed["log"]
     scratch = tempfile.mkdtemp(prefix="enginedead-check-")
     try:
@@ -185,22 +196,23 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
                             args.pytest_args, planned)
             if problem:
                 raise Refused(problem)
-        say(
-            f"enginedead check: vLLM {versions.installed_version()}, model {args.model}, "
+        report_progress(
+            f"enginedead check: vLLM {versions.installed_version()}, model {model_name(args.model)}, "
             f"{'API server, ' if plan.server else ''}"
             + (f"{args.tensor_parallel_size} ranks, " if args.tensor_parallel_size > 1 else "")
             + f"stock deadline {plan.stock_s} s, policy {args.policy}"
             + (", guard on" if plan.guard else "")
             + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
-            + f"; {runs} runs; {preload_note(this_machine()['preloads'])}"
+            + f"; {plural(runs, 'run')}; {preload_note(this_machine()['preloads'])}"
         )
         if cleared:
-            say(f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
+            report_progress(
+                f"enginedead check: cleared {', '.join(cleared)} inherited from the environment: the stock "
                 "and policy runs are unguarded" + (
                     f", the guard run has policy {args.policy} and hang_s {DEFAULT_HANG_S:g} s"
                     if plan.guard else " (--guard adds a guarded run)"))
         code, tail = run_logged(cmd, env, log, args.verbose, progress)
-        return verdict(args, report, code, log, tail, claimed.get("report"))
+        return verdict(args, plan, report, code, log, tail, claimed.get("report"))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -263,19 +275,26 @@ def _copy(source: IO[bytes], log: IO[bytes], verbose: bool, tail: bytearray) -> 
             sys.stdout.flush()
 
 
+def report_progress(message: str) -> None:
+    """A line of what the check is doing, on stderr (the table and the verdict go to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def _show_progress(path: str, shown: int) -> int:
-    """Print the progress events not shown yet; return how many are shown now."""
+    """Print the progress events not shown yet (a run's result, or a note on an engine's start);
+    return how many are shown now."""
     with contextlib.suppress(FileNotFoundError), open(path) as f:
-        lines = f.read().splitlines()
+        lines = f.read().split("\n")[:-1]  # a line still being written has no newline yet
         for line in lines[shown:]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                say(checking.progress_line(json.loads(line)))
+                report_progress(checking.progress_line(json.loads(line)))
         return len(lines)
     return shown
 
 
 def verdict(
-    args: argparse.Namespace, report: str, code: int, log: Output, tail: bytes, out: Output | None
+    args: argparse.Namespace, plan: checking.CheckPlan, report: str, code: int, log: Output, tail: bytes,
+    out: Output | None,
 ) -> int:
     log_path = log.path
     if not os.path.exists(report):
@@ -285,7 +304,8 @@ def verdict(
                 log.discard()  # the log of a run refused before it began holds only the refusal
             print(f"enginedead check: error: pytest refused the run: {refusal}", file=sys.stderr)
             return 2
-        say(f"enginedead check: pytest exited {code} before writing a report; see {log_path}")
+        print(f"enginedead check: pytest exited {code} before writing a report; see {log_path}",
+              file=sys.stderr)
         return code or 1
     with open(report, "rb") as f:
         raw = f.read()
@@ -302,24 +322,23 @@ def verdict(
             out.write_bytes(raw)
         except outputs.OutputError as exc:
             unwritten = str(exc)
-    code = judged(args, data, code, log_path)
+    code = judged(args, plan, data, code, log_path)
     if unwritten is not None:  # proven writable at the start; it changed since
         print(f"enginedead check: error: the report was not written: {unwritten}", file=sys.stderr)
         return code or 2
     return code
 
 
-def judged(args: argparse.Namespace, data: dict[str, Any], code: int, log_path: str) -> int:
+def judged(args: argparse.Namespace, plan: checking.CheckPlan, data: dict[str, Any], code: int,
+           log_path: str) -> int:
     """The verdict table and line; the exit status they give."""
     rows = checking.rows_from_report(data)
     say("")
     say(checking.format_table(rows))
     say("")
     restarts = data.get("restarts", 0)
-    say(f"engines started: {data.get('engines_started')} ({restarts} restart(s) after a death); "
+    say(f"engines started: {data.get('engines_started')} ({plural(restarts, 'restart')} after a death); "
         f"log: {log_path}")
-    plan = checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
-                             guard=args.guard, server=args.server)
     for path in checking.slow_paths_of(data):
         say(f"slow path: {path}")
     line, verdict = checking.verdict_line(rows, plan, args.policy, args.batch_sizes)

@@ -21,10 +21,10 @@ from ..compat import versions
 from ..harness import outputs
 from ..harness.outputs import Output
 from ..harness.threads import Progress
-from ..logic.modelconfig import BUNDLED_MODEL, validate_model
-from ..logic.optiontable import OPTIONS
-from ..logic.ranks import BIND_ENV, cores_problem
-from ..logic.values import BadValue, parse_batch_sizes, parse_policy, parse_ranks, shorten_paths
+from ..logic.inputs.modelconfig import BUNDLED_MODEL, validate_model
+from ..logic.inputs.optiontable import OPTIONS
+from ..logic.inputs.values import BadValue, parse_batch_sizes, parse_policy, parse_ranks, shorten_paths
+from ..logic.planning.ranks import BIND_ENV, cores_problem
 
 
 class Parser(argparse.ArgumentParser):

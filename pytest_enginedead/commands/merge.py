@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from ..harness import outputs
-from ..logic import merging
+from ..logic.reporting import merging
 from .common import Refused, add_verbose, refused
 
 

@@ -8,9 +8,9 @@ import os
 from typing import Any
 
 from ..harness.outputs import Output, claim
-from ..logic.policy import TimeoutPolicy
 from ..logic.sizing import advice, kvcache, shapes
 from ..logic.sizing import fit as fit_
+from ..logic.timeouts.policies import TimeoutPolicy
 
 
 def plot(out: Output | str, results: list[dict[str, Any]], stock: float, policy: TimeoutPolicy) -> None:
@@ -25,7 +25,7 @@ def plot(out: Output | str, results: list[dict[str, Any]], stock: float, policy:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise RuntimeError("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
+        raise RuntimeError("--plot needs matplotlib: pip install matplotlib") from None
     sizes = [r["batch_size"] for r in results]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(sizes, [r["p50_s"] for r in results], "o-", label="step time p50")
@@ -57,7 +57,7 @@ def plot_sizing(dest: Output | str, out: dict[str, Any]) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise RuntimeError("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
+        raise RuntimeError("--plot needs matplotlib: pip install matplotlib") from None
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     rows = out["results"]
     contexts = sorted({r["context_tokens"] for r in rows if not r["measured"]})

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 
 from ..compat import llm_config, versions
 from ..harness.outputs import Output
-from ..harness.preflight import batch_problem, model_problem, vllm_environment_problem
-from ..logic.diagnosis import plugin_problem
+from ..harness.startchecks import batch_problem, model_problem, vllm_environment_problem
+from ..logic.inputs.modelconfig import model_name
+from ..logic.reporting.diagnosis import plugin_problem
 from .common import Refused, check_ranks, claim_outputs, release
 
 
@@ -43,7 +44,7 @@ def preflight(
         before_model(args)
         problem = model_problem(args.model, architecture=False, max_model_len=max_model_len, server=server)
         if problem:
-            raise Refused(f"--model {args.model}: {problem}")
+            raise Refused(f"--model {model_name(args.model)}: {problem}")
         after_model(args)
         if getattr(args, "plot", None):
             check_plot(args.plot)
@@ -52,7 +53,7 @@ def preflight(
         with quiet():  # the same check, with the architecture: importing vLLM's registry prints
             problem = model_problem(args.model)
         if problem:
-            raise Refused(f"--model {args.model}: {problem}")
+            raise Refused(f"--model {model_name(args.model)}: {problem}")
     except Refused:
         release(claimed)
         raise
@@ -61,7 +62,7 @@ def preflight(
 
 def refuse_batch_sizes(args: argparse.Namespace, server: bool) -> None:
     """``--batch-sizes`` within what vLLM builds and this machine holds, for the engines (or servers)
-    the command starts at them (``harness.preflight.batch_problem``)."""
+    the command starts at them (``harness.startchecks.batch_problem``)."""
     ranks = {"tensor_parallel_size": getattr(args, "tensor_parallel_size", 1)}
     for n in args.batch_sizes or ():
         problem = batch_problem(args.model, n, server, ranks)
@@ -73,7 +74,7 @@ def check_plot(path: str) -> None:
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        raise Refused("--plot needs matplotlib: pip install 'pytest-enginedead[plot]'") from None
+        raise Refused("--plot needs matplotlib: pip install matplotlib") from None
     formats = FigureCanvasBase.get_supported_filetypes()
     suffix = os.path.splitext(path)[1].lstrip(".").lower()
     if suffix not in formats:

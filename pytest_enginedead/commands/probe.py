@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..harness.probe import probe
+from ..harness.execprobe import probe
 
 
 def main(argv: list[str]) -> int:

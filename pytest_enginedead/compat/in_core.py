@@ -27,11 +27,6 @@ READ_TIMEOUT = (
 )
 
 
-def executor_worker_pids(executor: Any) -> list[int]:
-    """The worker processes of a ``MultiprocExecutor`` (``workers[i].proc``, 0.27.1-0.32.0)."""
-    return [pid for _, pid in executor_workers(executor)]
-
-
 def executor_workers(executor: Any) -> list[tuple[int, int]]:
     """(global rank, pid) of each worker of a ``MultiprocExecutor``: ``workers[i]`` is local rank
     i, a ``WorkerProcHandle`` with ``rank`` and ``proc`` (0.27.1-0.32.0)."""

@@ -12,10 +12,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+from ..logic.planning.engines import DEFAULT_MAX_MODEL_LEN as DEFAULT_MAX_MODEL_LEN
 from .versions import MULTIPROCESSING_ENV, Version, as_version
-
-#: The context length harness engines and servers start with, unless ``max_model_len`` is given.
-DEFAULT_MAX_MODEL_LEN = 512
 
 
 def llm_kwargs(model: str, max_num_seqs: int, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:

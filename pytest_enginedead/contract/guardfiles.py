@@ -11,8 +11,10 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from .control import write_whole
+from .decisions import GuardAction, Verdict
 from .names import ENV_DIR, STATE_DIR_ENV
 
 GUARD_EVENTS_FILE = "guard-events.jsonl"
@@ -20,7 +22,11 @@ GUARD_EVENTS_FILE = "guard-events.jsonl"
 
 @dataclass(frozen=True)
 class GuardEvent:
-    """One decision of the guard inside the engine core (see guard.py)."""
+    """One decision of the guard inside the engine core (see guard.py).
+
+    ``action`` says what it did and ``verdict`` what it found; ``outcome`` is the same
+    decision in words, for people (no code reads it).
+    """
 
     method: str  # "execute_model" / "sample_tokens"
     step: int  # the engine core's count of execute_model RPCs
@@ -28,7 +34,8 @@ class GuardEvent:
     waited_s: float  # how long the RPC had run when the guard decided
     deadline_s: float  # vLLM's deadline for it
     cap_s: float  # the guard's hard cap
-    verdict: str  # SLOW / HUNG / DEAD
+    verdict: Verdict
+    action: GuardAction
     outcome: str  # "waiting up to 1240 s", "ending the wait", "past the cap", ...
     pid: int  # the worker judged (with several ranks: the busiest)
     t: float  # time.monotonic() of the decision
@@ -37,8 +44,20 @@ class GuardEvent:
     #: how many ranks the engine has
     ranks: int = 1
 
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON holds it: the verdict by name, the action by value."""
+        return {**asdict(self), "verdict": self.verdict.name, "action": self.action.value}
+
     def to_line(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True) + "\n"
+        return json.dumps(self.to_dict(), sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GuardEvent:
+        """The event a ``to_dict`` wrote; ``ValueError``/``TypeError``/``KeyError`` if it is not one."""
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["verdict"] = Verdict.parse(data["verdict"])
+        known["action"] = GuardAction.parse(data["action"])
+        return cls(**known)
 
 
 def guard_events_path(run_dir: str) -> str:
@@ -46,12 +65,13 @@ def guard_events_path(run_dir: str) -> str:
 
 
 def read_guard_events(path: str) -> list[GuardEvent]:
+    """The guard's decisions, in order; a torn or foreign line is skipped."""
     events = []
     with contextlib.suppress(FileNotFoundError), open(path) as f:
         for line in f:
             try:
-                events.append(GuardEvent(**json.loads(line)))
-            except (ValueError, TypeError):
+                events.append(GuardEvent.from_dict(json.loads(line)))
+            except (ValueError, TypeError, KeyError, AttributeError):
                 continue
     return events
 
@@ -152,19 +172,28 @@ class GuardState:
     cap_s: float = 0.0
     sent: float = 0.0  # when the RPC of the step in flight was sent
     busy_at: float = 0.0  # the last time its worker showed progress
-    verdict: str = ""  # SLOW / HUNG / DEAD at the last look
+    verdict: Verdict | None = None  # at the last look
     cores: float = 0.0  # the worker's CPU use at the last look
     worker: int = 0
-    #: the guard ended the engine's wait: "HUNG" (idle for hang_s) or "CAP" (past its cap)
-    ended: str | None = None
+    #: the guard ended the engine's wait: ``END`` (idle for hang_s) or ``CAP`` (past its cap)
+    ended: GuardAction | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = asdict(self)
+        data["verdict"] = self.verdict.name if self.verdict else None
+        data["ended"] = self.ended.value if self.ended else None
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> GuardState:
         data = json.loads(text)
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        known["verdict"] = Verdict.read(known.get("verdict"))
+        ended = known.get("ended")
+        known["ended"] = None if ended is None else GuardAction.parse(ended)
+        if known["ended"] is not None and not known["ended"].ends:  # a wait it let go on ended nothing
+            raise ValueError(f"ended: {ended!r} is not an action that ends the engine")
+        return cls(**known)
 
 
 def write_guard_state(path: str, state: GuardState) -> None:

@@ -20,7 +20,8 @@ STATE_DIR_ENV = "ENGINEDEAD_GUARD_STATE_DIR"
 ENV_FRONT_PID = "ENGINEDEAD_FRONT_PID"
 
 
-#: The guard: on (1), its policy (the hard cap), its idle grace in seconds.
+#: The guard: on (1), its policy (the hard cap), its idle grace in seconds (default 60, at least
+#: 0.25: the guard looks at the worker every 0.25 s).
 GUARD_ENV = "ENGINEDEAD_GUARD"
 GUARD_POLICY_ENV = "ENGINEDEAD_GUARD_POLICY"
 GUARD_HANG_ENV = "ENGINEDEAD_GUARD_HANG_S"

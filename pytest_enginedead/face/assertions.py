@@ -7,34 +7,18 @@ worker's stack to the evidence.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import replace
 
 import pytest
 
 from ..compat import versions
-from ..harness.liveness import Sampler
-from ..harness.verdict import Inspectable, JudgesErrors, NotesDeaths, Watchable, judge
-from ..logic.verdicts import LivenessSettings
-
-#: The active pytest run's liveness options, for engines that carry none of their own.
-_run_settings: ContextVar[LivenessSettings] = ContextVar(
-    "enginedead_liveness", default=LivenessSettings()
-)
-
-
-@contextlib.contextmanager
-def run_settings(settings: LivenessSettings) -> Iterator[None]:
-    """Make ``settings`` the default of ``assert_no_false_death`` while the block runs."""
-    token = _run_settings.set(settings)
-    try:
-        yield
-    finally:
-        _run_settings.reset(token)
+from ..harness.liveness import LivenessSettings, Sampler
+from ..harness.verdict import Inspectable, JudgesErrors, NotesDeaths, Watchable, judge_death
+from .run import liveness_defaults
+from .run import run_settings as run_settings  # the run's defaults, set at configure
 
 
 @contextmanager
@@ -53,7 +37,8 @@ def assert_no_false_death(
     (``HUNG``, ``DEAD``) lets the original exception propagate unchanged.
     """
     __tracebackhide__ = True
-    settings = engine.liveness_settings if isinstance(engine, Inspectable) else _run_settings.get()
+    settings = (engine.liveness_settings if isinstance(engine, Inspectable)
+                else liveness_defaults.get() or LivenessSettings())
     if threshold is not None:
         settings = replace(settings, threshold=threshold)
     if interval_s is not None:
@@ -70,7 +55,7 @@ def assert_no_false_death(
             died = versions.is_engine_death(exc)
         if not (died or (extra and isinstance(exc, extra))):
             raise
-        finding = judge(engine, sampler, started, type(exc).__name__, settings)
+        finding = judge_death(engine, sampler, started, type(exc).__name__, settings)
         if isinstance(engine, NotesDeaths):
             engine.note_death(finding.to_dict())
         if not finding.false_death:

@@ -11,24 +11,17 @@ from typing import Any
 
 import pytest
 
-from ..compat import llm_config
+from ..compat import llm_config, versions
 from ..contract.control import Injection
-from ..harness.preflight import batch_problem
-from ..logic import planning, sharding
-from ..logic.arguments import BadMarker
-from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.planning import (
-    EngineSpec,
-    GuardSpec,
-    Instructions,
-    Need,
-    PolicyFailure,
-    TestPlan,
-)
-from ..logic.policy import PolicyError, load_policy, policy_name
+from ..harness.startchecks import batch_problem
+from ..logic.inputs.arguments import BadMarker
+from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.planning import engines, sharding
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
+from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from . import distributed, markers, options
 from .options import Settings
-from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_key, run_of
+from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_of, uses_plugin
 
 
 def parametrize_batch_sizes(metafunc: pytest.Metafunc) -> None:
@@ -55,15 +48,16 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
         if isinstance(batch, Exception) or batch is None:
             raise BadMarker(str(batch))
         faults = markers.inject(inject) if inject is not None else Injection()
+        from_policy = timeout is None
         if timeout is not None:
             deadline, source = markers.timeout(timeout), "the enginedead_timeout marker"
         else:
-            deadline = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            deadline = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         server = "vllm_server" in getattr(item, "fixturenames", ())
         _check_batch(item, run, batch, server)
-        return Need(batch, Instructions(deadline, source, faults), guard_of(item, run, batch), server,
-                    run.settings.tensor_parallel)
+        instructions = Instructions(deadline, source, faults, from_policy)
+        return Need(batch, instructions, guard_of(item, run, batch), server, run.settings.tensor_parallel)
     except (BadMarker, PolicyFailure) as exc:
         return str(exc)
 
@@ -93,13 +87,14 @@ def guard_of(item: pytest.Item, run: Run, batch: int) -> GuardSpec | None:
     hang_s, policy = markers.guard(marker) if marker is not None else (None, None)
     if policy is not None:
         try:
-            loaded = load_policy(policy, [str(item.config.rootpath), os.getcwd()])
-            planning.policy_deadline(loaded, policy_name(loaded, policy), batch)
+            search = [str(item.config.rootpath), os.getcwd()]
+            loaded = load_policy(policy, search, versions.installed_version())
+            policy_deadline(loaded, policy_name(loaded, policy), batch)
         except (PolicyError, PolicyFailure) as exc:
             raise BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
     else:
         try:  # the run's policy is the guard's cap
-            planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            policy_deadline(run.settings.policy, run.settings.policy_name, batch)
         except PolicyFailure as exc:
             source = "the enginedead_guard marker" if marker is not None else run.settings.guard_where
             raise BadMarker(f"the guard's cap ({source}): {exc}") from None
@@ -155,7 +150,8 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
         options.check_late_policy_hooks(config, run.settings)
     if run.settings.shard is not None:
         _keep_shard(config, run, items)
-    plan = planning.plan(
+    run.plugin_tests = any(uses_plugin(it) for it in items)
+    plan = engines.plan(
         [need_of(item, run) if uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
     )
@@ -175,7 +171,7 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
             or any("vllm_server_factory" in getattr(it, "fixturenames", ()) for it in factories)}
     controller_checks = distributed.is_worker(config) and distributed.publish_groups(
         config, ((it.nodeid, distributed.item_group(it, planned_spec(it))) for it in items),
-        engine_tests=engine_tests, uses=uses,
+        engine_tests=engine_tests, uses=uses, plugin_tests=run.plugin_tests,
     )
     if engine_tests and not controller_checks:  # under xdist the controller checks, once
         check_run_model(config, run.settings, **uses)
@@ -188,7 +184,7 @@ def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> No
     xdist worker and every machine deals the same collection the same way.
     """
     assert run.settings.shard is not None
-    plan = planning.plan(
+    plan = engines.plan(
         [need_of(item, run) if uses_engine(item) else None for item in items], run.settings.model, None
     )
     keys = [t.spec if t is not None and t.spec is not None else None for t in plan.tests]
@@ -200,11 +196,6 @@ def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> No
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = [items[i] for i in run.split.keep]
-
-
-def shard_line(config: pytest.Config) -> str | None:
-    run = config.stash.get(run_key, None)
-    return f"enginedead: {run.split.describe()}" if run is not None and run.split is not None else None
 
 
 def check_run_model(
@@ -226,9 +217,10 @@ def _add_budget(item: pytest.Item, test: TestPlan) -> None:
     cap = None
     if test.spec.guard is not None:  # a busy step may run up to the guard's cap
         with contextlib.suppress(PolicyError, PolicyFailure):
-            policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()])
-            cap = planning.policy_deadline(policy, test.spec.guard.policy, test.batch_size)
-    item.add_marker(pytest.mark.timeout(planning.budget_s(test.instructions, cap)))
+            policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()],
+                                 versions.installed_version())
+            cap = policy_deadline(policy, test.spec.guard.policy, test.batch_size)
+    item.add_marker(pytest.mark.timeout(engines.budget_s(test.instructions, cap)))
 
 
 def planned_spec(item: pytest.Item) -> EngineSpec | None:

@@ -37,8 +37,8 @@ from typing import IO, Any
 
 import pytest
 
-from ..logic.planning import EngineSpec
-from ..logic.report import Results
+from ..logic.planning.engines import EngineSpec
+from ..logic.reporting.report import Results
 
 WIRE_KEY = "enginedead"
 
@@ -137,7 +137,7 @@ def _shared_dir(config: pytest.Config) -> str | None:
 
 def publish_groups(
     config: pytest.Config, groups: Iterable[tuple[str, str | None]], engine_tests: int = 0,
-    uses: Mapping[str, bool] | None = None,
+    uses: Mapping[str, bool] | None = None, plugin_tests: bool = False,
 ) -> bool:
     """On a worker: write ``{nodeid: group}``, the number of engine tests planned and what they
     use (``uses``: the fixtures' engines, servers) where the controller reads them; return whether
@@ -150,7 +150,8 @@ def publish_groups(
     path = os.path.join(directory, f"{info.get('workerid', 'gw')}.json")
     try:
         with open(path + ".tmp", "w") as f:
-            json.dump({"groups": mapping, "engine_tests": engine_tests, "uses": dict(uses or {})}, f)
+            json.dump({"groups": mapping, "engine_tests": engine_tests, "uses": dict(uses or {}),
+                       "plugin_tests": plugin_tests}, f)
         os.replace(path + ".tmp", path)  # one file per worker: no two writers
     except OSError:
         return False  # the worker checks for itself
@@ -312,11 +313,14 @@ class ControllerHooks:
     controller makes them once, as soon as a worker says it planned engine tests.
     """
 
-    def __init__(self, results: Results, check: Callable[..., None] | None = None) -> None:
-        self.results = results  # the controller's: workers' results merge into it
+    def __init__(self, results: Callable[[], Results], check: Callable[..., None] | None = None,
+                 say_header: Callable[[], None] | None = None) -> None:
+        self.results = results  # the controller's (made on first use): workers' results merge into it
         self.groups_dir: str | None = None
         self.check = check
         self.checked = False
+        #: prints the run's header, once, when a worker collected a test of the plugin's
+        self.say_header = say_header
 
     def pytest_configure_node(self, node: Any) -> None:
         if self.groups_dir is None:
@@ -326,11 +330,17 @@ class ControllerHooks:
 
     @pytest.hookimpl(optionalhook=True)  # an xdist hook: optional for older xdist
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        """Before any test is scheduled: the model, checked once, in the controller."""
-        if self.checked or self.check is None or self.groups_dir is None:
+        """Before any test is scheduled: the header, said once, and the model, checked once, in the
+        controller."""
+        if self.groups_dir is None:
             return
         worker = str(getattr(getattr(node, "gateway", None), "id", "?"))
         published = _published(self.groups_dir, worker)
+        if published.get("plugin_tests") and self.say_header is not None:
+            say, self.say_header = self.say_header, None
+            say()
+        if self.checked or self.check is None:
+            return
         if published.get("engine_tests"):
             self.checked = True
             uses = published.get("uses")
@@ -350,7 +360,7 @@ class ControllerHooks:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         output = getattr(node, "workeroutput", None) or {}
         worker = str((getattr(node, "gateway", None) and node.gateway.id) or "?")
-        self.results.absorb(output.get(WIRE_KEY), worker)
+        self.results().absorb(output.get(WIRE_KEY), worker)
         ended = output.get(ENDED_KEY) or {}
         if ended.get("usage"):  # the worker refused its input: the run does, in the same line
             raise pytest.UsageError(*ended["usage"])

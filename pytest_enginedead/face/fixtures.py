@@ -1,4 +1,5 @@
-"""The fixtures: the policy, the batch size, shared engines and servers, and the factories.
+"""The fixtures' work: shared engines and servers, and the factories (``face.fixturedefs``
+declares the fixtures and hands over to these when a test asks for one).
 
 A shared engine (``vllm_engine``, ``vllm_server``) is the pool's for the test's planned
 configuration; a factory starts engines of its own and stops every one it made.
@@ -17,36 +18,17 @@ from ..compat import llm_config, versions
 from ..contract.control import Injection
 from ..harness.base import EngineBase, EngineStartError
 from ..harness.environment import owned_cores
-from ..harness.preflight import batch_problem, factory_engine_args, model_problem
-from ..logic import planning
-from ..logic.arguments import BadMarker, factory_arguments, rank_count
-from ..logic.guardconfig import DEFAULT_HANG_S
-from ..logic.modelconfig import model_label, validate_model
-from ..logic.planning import (
-    EngineSpec,
-    GuardSpec,
-    Instructions,
-    Need,
-    PolicyFailure,
-    TestPlan,
-)
-from ..logic.policy import PolicyLike
-from ..logic.ranks import BIND_ENV, cores_problem
+from ..harness.startchecks import batch_problem, factory_engine_args, model_problem
+from ..logic.inputs.arguments import BadMarker, factory_arguments, rank_count
+from ..logic.inputs.guardconfig import DEFAULT_HANG_S
+from ..logic.inputs.modelconfig import model_label, validate_model
+from ..logic.planning import engines
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
+from ..logic.planning.ranks import BIND_ENV, cores_problem
+from ..logic.timeouts.policies import PolicyFailure, policy_deadline
 from .collection import guard_of, need_of
 from .handles import EngineHandle, Handle, ServerHandle
 from .run import Run, fail, handle_key, plan_key, run_of
-
-
-@pytest.fixture
-def enginedead_policy(pytestconfig: pytest.Config) -> PolicyLike:
-    """The active timeout policy (``--enginedead-policy``, the hook, or the reference)."""
-    return run_of(pytestconfig).settings.policy
-
-
-@pytest.fixture
-def engine_batch_size(pytestconfig: pytest.Config) -> int:
-    """The batch size this test's engine runs at (parametrized over the batch sizes)."""
-    return run_of(pytestconfig).settings.batch_sizes[0]
 
 
 def _require_vllm() -> None:
@@ -66,7 +48,7 @@ def _started(start: Callable[[], EngineBase]) -> EngineBase:
 
 def _handle(run: Run, engine: EngineBase, batch_size: int, instructions: Instructions) -> Handle:
     try:
-        allowed: float | None = planning.policy_deadline(
+        allowed: float | None = policy_deadline(
             run.settings.policy, run.settings.policy_name, batch_size
         )
     except PolicyFailure:
@@ -84,7 +66,7 @@ def _shared(request: pytest.FixtureRequest, batch_size: int) -> Iterator[Handle]
         need = need_of(request.node, run, batch_size)  # asked for outside collection's plan
         if isinstance(need, str):
             pytest.fail(need, pytrace=False)
-        test = TestPlan(batch_size, planning.spec_for(need, run.settings.model, run.cpu_bind),
+        test = TestPlan(batch_size, engines.spec_for(need, run.settings.model, run.cpu_bind),
                         need.instructions)
     spec, instructions = test.spec, test.instructions
     assert spec is not None and instructions is not None
@@ -97,18 +79,16 @@ def _shared(request: pytest.FixtureRequest, batch_size: int) -> Iterator[Handle]
         run.pool.release(engine)
 
 
-@pytest.fixture
-def vllm_engine(request: pytest.FixtureRequest, engine_batch_size: int) -> Iterator[EngineHandle]:
-    """A real vLLM CPU engine at ``engine_batch_size``, shared with tests of the same config."""
-    for handle in _shared(request, engine_batch_size):
+def engine(request: pytest.FixtureRequest, batch_size: int) -> Iterator[EngineHandle]:
+    """``vllm_engine``: the planned shared engine."""
+    for handle in _shared(request, batch_size):
         assert isinstance(handle, EngineHandle)
         yield handle
 
 
-@pytest.fixture
-def vllm_server(request: pytest.FixtureRequest, engine_batch_size: int) -> Iterator[ServerHandle]:
-    """vLLM's OpenAI-compatible API server at ``engine_batch_size`` (``--max-num-seqs``), shared."""
-    for handle in _shared(request, engine_batch_size):
+def server(request: pytest.FixtureRequest, batch_size: int) -> Iterator[ServerHandle]:
+    """``vllm_server``: the planned shared API server."""
+    for handle in _shared(request, batch_size):
         assert isinstance(handle, ServerHandle)
         yield handle
 
@@ -123,8 +103,9 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
         batch, seconds, faults = factory_arguments(batch_size, timeout_s, inject, what)
+        from_policy = seconds is None
         if seconds is None:
-            seconds = planning.policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            seconds = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
             source = f"policy {run.settings.policy_name}"
         else:
             source = f"{what}(timeout_s=...)"
@@ -138,7 +119,7 @@ def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server
             if run.settings.guard else None)
     except BadMarker as exc:
         fail(str(exc))
-    return Need(batch, Instructions(seconds, source, faults), guard_spec, server)
+    return Need(batch, Instructions(seconds, source, faults, from_policy), guard_spec, server)
 
 
 def _factory_model(model: Any, server: bool) -> str:
@@ -193,7 +174,7 @@ def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any],
         pp = rank_count(what, "pipeline_parallel_size", args.pop("pipeline_parallel_size", 1))
     except BadMarker as exc:
         fail(str(exc))
-    spec = replace(planning.spec_for(need, model_dir, run.cpu_bind), extra_args=tuple(sorted(args.items())),
+    spec = replace(engines.spec_for(need, model_dir, run.cpu_bind), extra_args=tuple(sorted(args.items())),
                    tensor_parallel=tp, pipeline_parallel=pp)
     if spec.ranks > 1 and BIND_ENV not in os.environ:
         cores = owned_cores(spec)
@@ -233,20 +214,11 @@ def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[
             engine.stop()
 
 
-@pytest.fixture
-def vllm_engine_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., EngineHandle]]:
-    """Start engines with explicit arguments; every engine it made is stopped afterwards.
-
-    ``vllm_engine_factory(batch_size, timeout_s=None, inject=None, model=None, **engine_args)``
-    """
+def engine_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., EngineHandle]]:
+    """``vllm_engine_factory``."""
     yield from _factory(request, server=False)
 
 
-@pytest.fixture
-def vllm_server_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerHandle]]:
-    """Start API servers with explicit arguments; every server it made is stopped afterwards.
-
-    ``vllm_server_factory(batch_size, timeout_s=None, inject=None, model=None, **server_args)``
-    (server arguments become ``--flags``).
-    """
+def server_factory(request: pytest.FixtureRequest) -> Iterator[Callable[..., ServerHandle]]:
+    """``vllm_server_factory``."""
     yield from _factory(request, server=True)

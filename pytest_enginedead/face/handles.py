@@ -20,17 +20,18 @@ from typing import Any, NoReturn
 import pytest
 
 from ..compat import in_server, versions
+from ..contract.decisions import GuardAction
 from ..contract.guardfiles import GuardEvent
 from ..contract.steps import StepTime
 from ..harness.base import EngineBase
 from ..harness.clients import ClientOutcome, describe_client_error, run_async
 from ..harness.evidence import RunEvidence
-from ..harness.liveness import ProcessEvidence
+from ..harness.liveness import LivenessSettings, ProcessEvidence
 from ..harness.offline import Engine
 from ..harness.server import PROMPT_WORDS, Server, has_tokenizer
-from ..logic.arguments import BadMarker, complete_arguments, generate_arguments
-from ..logic.planning import EngineSpec, Instructions
-from ..logic.verdicts import LivenessSettings
+from ..logic.inputs.arguments import BadMarker, complete_arguments, generate_arguments
+from ..logic.inputs.modelconfig import model_name
+from ..logic.planning.engines import EngineSpec, Instructions
 
 
 def refuse(exc: BadMarker) -> NoReturn:
@@ -124,12 +125,13 @@ class Handle:
             "deadline_source": self.deadline_source,
             "policy": self.policy_name or None,
             "policy_deadline_s": self.policy_deadline_s,
+            "model": model_name(self.spec.model),
         }
         if self.spec.guard is not None:
             events = self.guard_events()
             if events:
                 last = events[-1]
-                if last.outcome.startswith("past the cap"):
+                if last.action is GuardAction.CAP:
                     facts["guard_cap_s"] = last.cap_s
                 judged = f" (judged on rank {last.rank} of {last.ranks})" if last.ranks > 1 else ""
                 facts["guard"] = (

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from ..contract.steps import worst_by_batch
-from ..logic import invariants
-from ..logic.arguments import BadMarker
-from ..logic.report import junit_properties
+from ..logic.inputs.arguments import BadMarker
+from ..logic.reporting.report import junit_properties
+from ..logic.timeouts import invariants
+from ..logic.words import plural
 from . import markers
 from .collection import uses_factory
 from .run import Run, fail, handle_key, plan_key, run_of
@@ -47,7 +48,7 @@ def judge_policy(
     )
     if problems:
         pytest.fail(
-            f"policy {run.settings.policy_name} breaks {len(problems)} invariant(s):\n"
+            f"policy {run.settings.policy_name} breaks {plural(len(problems), 'invariant')}:\n"
             + "\n".join(f"  {p}" for p in problems),
             pytrace=False,
         )

@@ -13,28 +13,11 @@ from typing import Any
 import pytest
 
 from ..contract.control import Injection
-from ..logic import invariants
-from ..logic.arguments import INJECT_ARGS, BadMarker, injection, number, whole_seconds
-from ..logic.values import BadValue, check_batch_sizes
-
-DOCS = (
-    "enginedead_batch_sizes(*sizes): run this test's engine fixtures at these batch "
-    "sizes instead of --enginedead-batch-sizes.",
-    "enginedead_invariants(*names, cap_s=None, headroom=None, step_times=None): check "
-    "these invariants of the active timeout policy (cpu_gt_gpu, grows_with_batch, "
-    "capped, headroom, not_below_stock); a violation fails the test with the numbers. "
-    "headroom uses the engine's measured step times, or step_times={batch: seconds}.",
-    "enginedead_timeout(seconds): pin this test's engine to a fixed execute-model "
-    "deadline instead of the policy (to reproduce vLLM's stock behaviour).",
-    "enginedead_guard(hang_s=None, policy=None): run this test's engine with the guard on: "
-    "vLLM's deadline becomes the point of suspicion; a busy worker gets up to the policy's "
-    "cap, a worker idle for hang_s (default 60) ends the wait.",
-    "enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None, ranks=None): "
-    "fault injection inside the engine's worker: each step first burns CPU for "
-    "slow_s_per_seq x its batch size; at step N (from 1) it blocks idle forever, or "
-    "exits the worker process; ranks=[...] applies them to those worker ranks only "
-    "(tensor parallel; default every rank).",
-)
+from ..logic.inputs.arguments import INJECT_ARGS, BadMarker, injection, number, whole_seconds
+from ..logic.inputs.guardconfig import HANG_FLOOR_S
+from ..logic.inputs.values import BadValue, check_batch_sizes
+from ..logic.timeouts import invariants
+from .markerdocs import DOCS as DOCS  # their one definition, read at every configure
 
 
 def _only(marker: pytest.Mark, allowed: tuple[str, ...]) -> None:
@@ -84,6 +67,9 @@ def guard(marker: pytest.Mark) -> tuple[float | None, str | None]:
         hang = number(what, "hang_s", hang)
         if hang <= 0:
             raise BadMarker(f"{what}: hang_s={marker.kwargs['hang_s']!r} must be above 0")
+        if hang < HANG_FLOOR_S:
+            raise BadMarker(f"{what}: hang_s={marker.kwargs['hang_s']!r} is below {HANG_FLOOR_S:g} s, how "
+                            "often the guard looks at the worker: a wait would end at its first idle sample")
     if policy is not None and (not isinstance(policy, str) or not policy.strip()):
         raise BadMarker(f"{what}: policy={policy!r} must be reference, vllm-stock or module:attr")
     return hang, policy.strip() if isinstance(policy, str) else None

@@ -17,15 +17,15 @@ import pytest
 
 from ..compat import versions
 from ..contract.names import CHECK_PLAN_ENV
-from ..harness.preflight import model_problem, vllm_environment_problem
-from ..logic.checking import BadPlan, CheckPlan
-from ..logic.diagnosis import plugin_problem
-from ..logic.modelconfig import BUNDLED_MODEL, model_label
-from ..logic.optiontable import OPTIONS, Option
-from ..logic.policy import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
-from ..logic.sharding import Shard, durations_path
-from ..logic.values import BadValue, one_line, shorten_paths
-from ..logic.verdicts import LivenessSettings
+from ..logic.inputs.liveness import LivenessSettings
+from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_label
+from ..logic.inputs.optiontable import OPTIONS, Option
+from ..logic.inputs.values import BadValue, Shard, one_line, shorten_paths
+from ..logic.timeouts.policies import PolicyError, PolicyLike, TimeoutPolicy, load_policy, policy_name
+
+# What only an engine run reads (the model's checks, vLLM's plugin list, the check's plan, shard
+# durations) is imported where it is read: every pytest run of the environment resolves these
+# options, most of them with no engine test (``plugin.py``).
 
 
 def check_model(model: str, source: str, max_model_len: int | None = None, server: bool = False) -> None:
@@ -35,6 +35,8 @@ def check_model(model: str, source: str, max_model_len: int | None = None, serve
     the context the fixtures' engines start with (None: no fixture engine is planned); ``server``:
     an API server is planned, which loads the model's tokenizer.
     """
+    from ..harness.startchecks import model_problem
+
     problem = model_problem(model, max_model_len=max_model_len, server=server)
     if problem:
         raise pytest.UsageError(f"enginedead: {model_label(model, source)} (from {source}): {problem}")
@@ -43,6 +45,8 @@ def check_model(model: str, source: str, max_model_len: int | None = None, serve
 def check_plugins() -> None:
     """``VLLM_PLUGINS`` that leaves our plugin out: nothing of the harness would run inside vLLM
     (``enginedead doctor``'s wording, with its fix), refused before the first engine starts."""
+    from ..logic.reporting.diagnosis import plugin_problem
+
     problem = plugin_problem(os.environ) if versions.vllm_missing_reason() is None else None
     if problem:
         raise pytest.UsageError(f"enginedead: {problem}")
@@ -212,7 +216,11 @@ def resolve_settings(config: pytest.Config) -> Settings:
 
 def _with_release(path: str | None) -> str | None:
     """A durations path with ``{vllm}`` replaced by the installed vLLM release."""
-    return None if path is None else durations_path(path, versions.installed_version())
+    if path is None:
+        return None
+    from ..logic.planning.sharding import durations_path
+
+    return durations_path(path, versions.installed_version())
 
 
 def _batch_sizes_where(value: Value) -> str:
@@ -229,6 +237,10 @@ def _given(value: Value) -> str:
 
 def check_vllm_environment() -> None:
     """vLLM's deadline variable, checked once at the start, before any policy reads it."""
+    if versions.DEADLINE_ENV not in os.environ:  # vLLM's default: nothing to check
+        return
+    from ..harness.startchecks import vllm_environment_problem
+
     problem = vllm_environment_problem()
     if problem:
         raise pytest.UsageError(f"enginedead: {problem}")
@@ -239,6 +251,8 @@ def check_internal_variables() -> None:
     one is one line naming it, at the start (the suite would read it while collecting)."""
     raw = os.environ.get(CHECK_PLAN_ENV)
     if raw is not None:
+        from ..logic.reporting.checking import BadPlan, CheckPlan
+
         try:
             CheckPlan.parse(raw)
         except BadPlan as exc:
@@ -298,7 +312,8 @@ def _resolve_policy(config: pytest.Config, chosen: Value) -> tuple[PolicyLike, s
     """(policy, its name, where it came from): the option, else the conftest hook, else reference."""
     if chosen.value is not None:
         try:
-            policy = load_policy(chosen.value, [str(config.rootpath), os.getcwd()])
+            search = [str(config.rootpath), os.getcwd()]
+            policy = load_policy(chosen.value, search, versions.installed_version())
         except PolicyError as exc:
             raise pytest.UsageError(f"enginedead: {chosen.where} (from {chosen.source}): {exc}") from None
         return policy, policy_name(policy, chosen.value), chosen.source

@@ -1,6 +1,6 @@
 """What the run found, for the person at the terminal and the files the run writes.
 
-The rows are ``logic.report``'s; the summary is printed only when engines ran.
+The rows are ``logic.reporting.report``'s; the summary is printed only when engines ran.
 """
 
 from __future__ import annotations
@@ -8,8 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from ..harness.outputs import Output, claim
-from ..logic.fingerprint import this_machine
-from ..logic.report import Results, RunFacts, _fmt_s, build, dumps, guard_tally, time_breakdown, time_lines
+from ..logic.machine import this_machine
+from ..logic.reporting.report import (
+    Results,
+    RunFacts,
+    _fmt_s,
+    build,
+    dumps,
+    guard_tally,
+    time_breakdown,
+    time_lines,
+)
+from ..logic.words import plural
 
 
 def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
@@ -21,8 +31,8 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
     genuine = sum(r["genuine_deaths"] for r in rows)
     if tr.config.getoption("verbose") < 0:
         tr.write_line(
-            f"enginedead: {len(rows)} engine(s) started, {false} false death(s), "
-            f"{genuine} genuine death(s)"
+            f"enginedead: {plural(len(rows), 'engine')} started, {plural(false, 'false death')}, "
+            f"{plural(genuine, 'genuine death')}"
         )
         return
     tr.write_sep("=", "enginedead")

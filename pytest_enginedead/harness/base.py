@@ -21,7 +21,7 @@ from ..compat import versions
 from ..contract.control import Control, write_control
 from ..contract.guardfiles import CoreReady, read_core_ready
 from ..contract.names import GUARD_ENV
-from ..logic.planning import EngineSpec, GuardSpec, Instructions
+from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions
 from . import cleanup, ledger
 from .cleanup import ProcRef, Reaper, mapped_shm, started_children, terminate, unlink_shm
 from .environment import engine_environment
@@ -153,7 +153,7 @@ class EngineBase:
                 raise
             raise error from (None if isinstance(error, GuardRefused) else exc)
         self.start_s = time.monotonic() - t0
-        ledger.record(self.kind, self.spec.label(), self.start_s, self.restart)
+        ledger.started(self)
         if progress:
             progress(f"{self.kind} ready in {self.start_s:.1f} s {self.ready_message()}", done=True)
         return self
@@ -206,6 +206,7 @@ class EngineBase:
             shutil.rmtree(self.run_dir, ignore_errors=True)
             if self._reaper is not None and not leftover:
                 self._reaper.forget(self.run_dir)
+            ledger.stopped(self, cut=fast())
             if leftover:
                 raise RuntimeError(f"engine processes survived SIGKILL: {leftover}")
         if not cleanup.held.holding and cleanup.held.take():

@@ -26,6 +26,8 @@ from typing import Any
 
 import psutil
 
+from ..process import reading
+
 SHM_DIR = "/dev/shm"
 #: libiomp5's registration of a process in SHM_DIR: this prefix, its pid, "_", its uid
 KMP_REGISTRATION = "__KMP_REGISTERED_LIB_"
@@ -201,19 +203,11 @@ def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Pro
     whole timeout on a process that is long gone).
     """
     deadline = time.monotonic() + timeout_s
-    alive = [p for p in procs if _still(p)]
+    alive = [p for p in procs if reading.alive(p)]
     while alive and time.monotonic() < deadline:
         time.sleep(0.02)
-        alive = [p for p in alive if _still(p)]
+        alive = [p for p in alive if reading.alive(p)]
     return alive
-
-
-def _still(proc: psutil.Process) -> bool:
-    """Alive, and not a zombie."""
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 class HeldInterrupts:

@@ -14,6 +14,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ..logic.words import plural
 from .threads import interruptible
 
 
@@ -27,12 +28,12 @@ class ClientOutcome:
 
     def describe(self) -> str:
         if not self.failures:
-            return f"{self.requests} requests: all completed"
+            return f"{plural(self.requests, 'request')}: all completed"
         failed = sum(self.failures.values())
         kinds = ", ".join(f"{n} with {kind}" for kind, n in self.failures.most_common())
         done = self.requests - failed
         completed = f"{done} completed, " if done > 0 else ""
-        return f"{self.requests} requests: {completed}{failed} failed ({kinds})"
+        return f"{plural(self.requests, 'request')}: {completed}{failed} failed ({kinds})"
 
 
 def describe_client_error(exc: BaseException) -> str:

@@ -24,8 +24,8 @@ from ..contract.names import (
     GUARD_POLICY_ENV,
     GUARD_VARIABLES,
 )
-from ..logic.planning import EngineSpec, Instructions
-from ..logic.ranks import BIND_ENV, binding, parse_cpu_list
+from ..logic.planning.engines import EngineSpec, Instructions
+from ..logic.planning.ranks import BIND_ENV, binding, parse_cpu_list
 from ..logic.sizing import slices
 
 

@@ -9,7 +9,6 @@ zombie → ``DEAD``.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -18,7 +17,9 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..logic.verdicts import DEFAULT_BUSY_THRESHOLD, DEFAULT_INTERVAL_S, DEFAULT_WINDOW_S, Verdict
+from ..contract.decisions import BUSY_CORES, DEFAULT_INTERVAL_S, DEFAULT_WINDOW_S, Verdict
+from ..logic.inputs.liveness import LivenessSettings as LivenessSettings  # defined with the options
+from ..process import reading
 
 #: how far back a sampler keeps its samples
 HISTORY_S = 120.0
@@ -56,14 +57,13 @@ class ProcessEvidence:
         )
 
 
-def classify(evidence: ProcessEvidence, threshold: float = DEFAULT_BUSY_THRESHOLD) -> Verdict:
+def classify(evidence: ProcessEvidence, threshold: float = BUSY_CORES) -> Verdict:
     """SLOW if alive and computing, HUNG if alive and idle, DEAD if gone or zombie."""
     if not evidence.alive:
         return Verdict.DEAD
-    return Verdict.SLOW if evidence.cpu_cores >= threshold else Verdict.HUNG
+    return Verdict.SLOW if reading.busy(evidence.cpu_cores, threshold) else Verdict.HUNG
 
 
-_GONE = ("gone", psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 #: a process this old has exec'd its program: its title is its own
 TITLE_SETTLES_S = 0.5
 
@@ -86,7 +86,7 @@ class Watched:
     def _read_title(self) -> None:
         assert self.proc is not None
         self._title_settled = time.time() - self.proc.create_time() > TITLE_SETTLES_S
-        self.title = title_of(self.proc)
+        self.title = reading.title(self.proc)
 
     def sample(self, apart: Collection[int] = ()) -> Sample:
         """Sample the process now; once it is gone, its history stays as it was.
@@ -99,22 +99,19 @@ class Watched:
             return self.samples[-1]  # gone stays gone (pinned by creation time)
         now = time.monotonic()
         proc = self.proc
-        if proc is None or not proc.is_running():  # is_running() checks creation time
-            s = Sample(now, False, "gone", self._last_cpu(), 0)
+        status = reading.GONE if proc is None else reading.status(proc)
+        if proc is None or status == reading.GONE:
+            s = Sample(now, False, reading.GONE, self._last_cpu(), 0)
         else:
             try:
                 with proc.oneshot():
-                    status = proc.status()
-                    times = proc.cpu_times()
                     rss = proc.memory_info().rss
-                # reaped children count: a worker's compiler runs in short-lived helpers
-                cpu = times.user + times.system + times.children_user + times.children_system
-                cpu += _descendants_cpu(proc, apart)
-                s = Sample(now, status not in _GONE, status, cpu, rss)
+                    cpu = reading.cpu_seconds(proc, apart)  # reaped and living children count
+                s = Sample(now, status not in reading.GONE_STATUSES, status, cpu, rss)
                 if not self._title_settled:
                     self._read_title()
             except psutil.Error:
-                s = Sample(now, False, "gone", self._last_cpu(), 0)
+                s = Sample(now, False, reading.GONE, self._last_cpu(), 0)
         self.samples.append(s)
         return s
 
@@ -144,32 +141,6 @@ class Watched:
             self.pid, self.title, last.alive, last.status, max(0.0, cores),
             span, last.rss, last.t,
         )
-
-
-def title_of(proc: psutil.Process) -> str:
-    """The process title (vLLM sets ``VLLM::Worker`` with setproctitle)."""
-    try:
-        cmdline = proc.cmdline()
-        if cmdline and cmdline[0]:
-            title = cmdline[0] if len(cmdline) == 1 or not cmdline[1] else " ".join(cmdline[:3])
-            title = title.strip().splitlines()[0] if title.strip() else proc.name()
-            return title if len(title) <= 120 else title[:117] + "..."
-        return proc.name()
-    except psutil.Error:
-        return f"pid {proc.pid}"
-
-
-def _descendants_cpu(proc: psutil.Process, apart: Collection[int]) -> float:
-    """CPU seconds of ``proc``'s living descendants, but those in ``apart`` and theirs."""
-    total = 0.0
-    with contextlib.suppress(psutil.Error):
-        for kid in proc.children():
-            if kid.pid in apart:
-                continue
-            with contextlib.suppress(psutil.Error):
-                t = kid.cpu_times()
-                total += t.user + t.system + _descendants_cpu(kid, apart)
-    return total
 
 
 class Sampler:

@@ -17,12 +17,13 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from ..compat import versions
 from ..contract.steps import StepTime
-from ..logic.planning import EngineSpec, Instructions
-from ..logic.policy import Backend, TimeoutPolicy
+from ..logic.planning.engines import EngineSpec, Instructions
 from ..logic.sizing import shapes, slices
 from ..logic.sizing.plan import EnginePlan, SizingPlan
 from ..logic.sizing.result import WORST, Measured, duration_text, fit_of, quantile, samples_of, sizing_result
+from ..logic.timeouts.policies import Backend, TimeoutPolicy
 from .cleanup import Reaper
 from .offline import Engine
 from .threads import Progress
@@ -188,7 +189,7 @@ def size(
     finally:
         reaper.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    return sizing_result(plan, measured, headroom, deadline_s)
+    return sizing_result(plan, measured, headroom, deadline_s, versions.installed_version())
 
 
 def _link_tokenizer(model: str, directory: str) -> None:

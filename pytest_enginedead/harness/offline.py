@@ -13,6 +13,7 @@ import json
 import os
 import random
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -21,7 +22,7 @@ import psutil
 
 from ..compat import llm_api, llm_config
 from ..contract.guardfiles import read_core_ready
-from ..logic.planning import EngineSpec, Instructions
+from ..logic.planning.engines import EngineSpec, Instructions
 from . import cleanup
 from .base import EngineBase, EngineStartError, GuardRefused, guard_problem
 from .cleanup import Reaper
@@ -47,6 +48,7 @@ class Engine(EngineBase):
         self._me = psutil.Process()
         self._before: set[int] = set()
         self._refusal: str | None = None
+        self.import_s: float | None = None  # of the start, importing vLLM in this process (0 once imported)
 
     def launch(self, first: Instructions) -> None:
         env = self.environment(first)
@@ -62,8 +64,10 @@ class Engine(EngineBase):
                 # start on 0.27.1) would land in the user's warnings summary
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
+                    t0 = time.monotonic()
                     from vllm import LLM  # here: the plugin loads without vLLM
 
+                    self.import_s = time.monotonic() - t0
                     self.llm = interruptible(lambda: LLM(**kwargs), "enginedead-start")
         finally:
             self._refusal = watch.refusal

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..logic.planning import EngineSpec, Instructions
+from ..logic.planning.engines import EngineSpec, Instructions
 from . import cleanup
 from .base import EngineBase, GuardRefused
 from .cleanup import Reaper

@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from ..compat import in_server, llm_config, versions
-from ..logic.planning import Instructions
+from ..logic.planning.engines import Instructions
 from .base import EngineBase, EngineStartError, GuardRefused
 from .cleanup import wait_until
 from .environment import engine_arguments, process_environment

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..logic.ranks import cpu_list
+from ..logic.planning.ranks import cpu_list
 
 _FRAME = re.compile(r'File "(?P<path>[^"]*)", line \d+ in (?P<fn>\S+)')
 

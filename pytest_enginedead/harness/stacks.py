@@ -3,8 +3,9 @@
 A dump lists each thread's frames, innermost first (``File "...", line N in fn``); the
 worker writes ``main-thread 0x…`` before it so that the main thread (the one that runs
 the model step) can be picked out.  ``where`` names the model code a step was in: the
-deepest frame inside the model's own modules (``versions.MODEL_CODE``), with its class
-and source line, and beside it the innermost frame of vLLM's (or our) code.
+deepest function of the model's own modules (``versions.MODEL_CODE``) most of the samples
+ran under, with its class and the source lines they were at, and beside it the innermost
+frame of vLLM's (or our) code.
 """
 
 from __future__ import annotations
@@ -182,10 +183,7 @@ def where(stack: str, source: str, samples: Sequence[str] = ()) -> Where | None:
     innermost frame is the commonest among the samples at the commonest line.  None for a
     stack with no frames.
     """
-    blocks = [["sample"] + [ln.strip() for ln in b.splitlines() if ln.strip().startswith("File ")]
-              for b in samples]
-    blocks.append(innermost_frames(stack, frames=10_000))
-    blocks = [b for b in blocks if len(b) > 1]
+    blocks = _frame_blocks(stack, samples)
     if not blocks:
         return None
     seen = [(model_frames(b), place_of(b)) for b in blocks]
@@ -193,34 +191,63 @@ def where(stack: str, source: str, samples: Sequence[str] = ()) -> Where | None:
     if not inside:
         top, count = Counter(place for _, place in seen).most_common(1)[0]
         return Where(None, top, source, count, len(blocks))
+    chosen = _deepest_common_function([fs for fs, _ in inside])
+    at = _frames_in(chosen, inside)
+    shares = _line_shares([f for f, _ in at])
+    top_line = shares[0][0].line
+    innermost = Counter(place for f, place in at if f.line == top_line).most_common(1)[0][0]
+    return Where(shares[0][0], innermost, source, len(at), len(blocks), shares)
+
+
+def _frame_blocks(stack: str, samples: Sequence[str]) -> list[list[str]]:
+    """Each sample's frames and the dump's main thread's, each after a header line; those
+    with no frames left out."""
+    blocks = [["sample"] + [ln.strip() for ln in b.splitlines() if ln.strip().startswith("File ")]
+              for b in samples]
+    blocks.append(innermost_frames(stack, frames=10_000))
+    return [b for b in blocks if len(b) > 1]
+
+
+def _deepest_common_function(stacks: Sequence[Sequence[ModelFrame]]) -> tuple[str, str]:
+    """The model function (path, qualname) to name over ``stacks`` (each innermost first):
+    the deepest (by its median depth) of those at least ``MOST_SAMPLES`` of them ran under,
+    or the commonest when none is that common; ties go to the commoner."""
     # each sample's model functions, outermost first: (path, qualname) -> its depth there
     depths: list[dict[tuple[str, str], int]] = []
-    for fs, _ in inside:
+    for fs in stacks:
         chain: dict[tuple[str, str], int] = {}
         for depth, f in enumerate(reversed(fs)):
             chain[(f.path, f.qualname)] = depth  # a recursion keeps its innermost call
         depths.append(chain)
     presence = Counter(key for chain in depths for key in chain)
-    most = [k for k, n in presence.items() if n >= MOST_SAMPLES * len(inside)]
+    most = [k for k, n in presence.items() if n >= MOST_SAMPLES * len(stacks)]
     most = most or [presence.most_common(1)[0][0]]
 
     def median_depth(key: tuple[str, str]) -> int:
         found = sorted(chain[key] for chain in depths if key in chain)
         return found[(len(found) - 1) // 2]
 
-    chosen = max(most, key=lambda k: (median_depth(k), presence[k]))
-    at: list[tuple[ModelFrame, str]] = []
-    for fs, place in inside:
-        frame = next((f for f in fs if (f.path, f.qualname) == chosen), None)
+    return max(most, key=lambda k: (median_depth(k), presence[k]))
+
+
+def _frames_in(
+    function: tuple[str, str], seen: Sequence[tuple[Sequence[ModelFrame], str]]
+) -> list[tuple[ModelFrame, str]]:
+    """For each sample that ran under ``function`` (path, qualname): its innermost frame in
+    it, with the sample's innermost place."""
+    at = []
+    for fs, place in seen:
+        frame = next((f for f in fs if (f.path, f.qualname) == function), None)
         if frame is not None:
             at.append((frame, place))
-    lines = Counter(f.line for f, _ in at)
+    return at
+
+
+def _line_shares(frames: Sequence[ModelFrame]) -> tuple[tuple[ModelFrame, int], ...]:
+    """The lines ``frames`` (one function's, one per sample) were at, commonest first, each
+    as its first frame seen with the number of samples there."""
+    lines = Counter(f.line for f in frames)
     first: dict[int, ModelFrame] = {}
-    for f, _ in at:
+    for f in frames:
         first.setdefault(f.line, f)
-    shares = tuple((first[line], n) for line, n in lines.most_common())
-    top_line = shares[0][0].line
-    innermost = Counter(place for f, place in at if f.line == top_line).most_common(1)[0][0]
-    return Where(shares[0][0], innermost, source, len(at), len(blocks), shares)
-
-
+    return tuple((first[line], n) for line, n in lines.most_common())

@@ -7,6 +7,7 @@ its CPU time sampled in the background, whether the process exists.  Anything wi
 
 from __future__ import annotations
 
+import shlex
 import statistics
 import time
 from collections.abc import Sequence
@@ -14,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..compat import versions
+from ..contract.decisions import Verdict, overall
 from ..contract.dumps import DeadlineStack
 from ..contract.steps import StepTime
-from ..logic.ranks import rank_label
-from ..logic.verdicts import LivenessSettings, Verdict, overall
+from ..logic.planning.ranks import rank_label
 from . import slowpaths, stacks
-from .liveness import ProcessEvidence, Sampler, classify
+from .liveness import LivenessSettings, ProcessEvidence, Sampler, classify
 from .stacks import Where, innermost_frames
 
 
@@ -142,36 +143,36 @@ class Finding:
             f"computing ({self.elapsed_s:.1f} s after the call began)."
         ]
         for pid, ev in self.judged.items():
-            lines.append(f"  process:    {ev.describe()}")
-            if pid in self.ranks:
-                lines.append(f"  rank:       {self.ranks[pid][0]}: {self.ranks[pid][1]}")
-            step = self.steps.get(pid)
-            if step is not None:
-                ran = ev.at - step.started
-                lines.append(
-                    f"  step:       step {step.step}, batch {step.batch_size}, had run "
-                    f"{ran:.1f} s and was still running"
-                )
-            if pid in self.at_deadline:
-                lines.append(
-                    f"  afterwards: judged as of the deadline, from its own stack then; by the verdict "
-                    f"{self.at_deadline[pid]}"
-                )
-        f = self.facts
-        if f.get("deadline_s") is not None:
-            lines.append(f"  deadline:   {f['deadline_s']:g} s ({f.get('deadline_source', 'unknown')})")
-        if f.get("step_summary"):
-            lines.append(f"  steps:      {f['step_summary']}")
-        if f.get("clients"):
-            lines.append(f"  clients:    {f['clients']}")
-        if f.get("guard"):
-            lines.append(f"  guard:      {f['guard']}")
-        allowed = f.get("policy_deadline_s")
-        if allowed is not None:
+            lines.extend(self._process_lines(pid, ev))
+        lines.extend(_fact_lines(self.facts))
+        lines.extend(self._stack_lines())
+        lines.append(f"  what to change: {_what_to_change(self.facts)}")
+        return "\n".join(lines)
+
+    def _process_lines(self, pid: int, ev: ProcessEvidence) -> list[str]:
+        """One judged process: its evidence, its rank, its running step, whether it was judged
+        as of the deadline."""
+        lines = [f"  process:    {ev.describe()}"]
+        if pid in self.ranks:
+            lines.append(f"  rank:       {self.ranks[pid][0]}: {self.ranks[pid][1]}")
+        step = self.steps.get(pid)
+        if step is not None:
+            ran = ev.at - step.started
             lines.append(
-                f"  policy:     {f.get('policy') or 'the active policy'} allows "
-                f"{allowed:.0f} s at batch {f.get('batch_size')} on CPU"
+                f"  step:       step {step.step}, batch {step.batch_size}, had run "
+                f"{ran:.1f} s and was still running"
             )
+        if pid in self.at_deadline:
+            lines.append(
+                f"  afterwards: judged as of the deadline, from its own stack then; by the verdict "
+                f"{self.at_deadline[pid]}"
+            )
+        return lines
+
+    def _stack_lines(self) -> list[str]:
+        """Where the worker was (on the computing rank, with several), the slow paths it ran
+        in, and its innermost frames."""
+        lines = []
         if self.where:
             computing = [rank for rank, state in self.ranks.values() if state == COMPUTING]
             rank = f"rank {computing[0]}: " if computing else ""
@@ -180,23 +181,51 @@ class Finding:
         if self.stack:
             lines.append("  worker stack (innermost first):")
             lines.extend("    " + ln for ln in innermost_frames(self.stack))
-        cap = f.get("guard_cap_s")
-        if cap is not None:
-            lines.append(
-                f"  what to change: the guard's cap ({cap:g} s) is shorter than one step of this batch. "
-                "Give the guard a policy whose cap covers it (ENGINEDEAD_GUARD_POLICY, or "
-                "enginedead_guard(policy=...)), or size it with `enginedead calibrate`."
-            )
-            return "\n".join(lines)
-        setting = (
-            f"`export {versions.DEADLINE_ENV}={versions.deadline_env_value(allowed)}`"
-            if allowed is not None else f"a larger {versions.DEADLINE_ENV}"
-        )
+        return lines
+
+
+def _fact_lines(f: dict[str, Any]) -> list[str]:
+    """The engine's facts at the death: its deadline, steps so far, clients, guard, and what
+    the policy allows."""
+    lines = []
+    if f.get("deadline_s") is not None:
+        lines.append(f"  deadline:   {f['deadline_s']:g} s ({f.get('deadline_source', 'unknown')})")
+    if f.get("step_summary"):
+        lines.append(f"  steps:      {f['step_summary']}")
+    if f.get("clients"):
+        lines.append(f"  clients:    {f['clients']}")
+    if f.get("guard"):
+        lines.append(f"  guard:      {f['guard']}")
+    allowed = f.get("policy_deadline_s")
+    if allowed is not None:
         lines.append(
-            "  what to change: the deadline is shorter than one step of this batch. Set "
-            f"{setting} before the engine starts, or size it with `enginedead calibrate`."
+            f"  policy:     {f.get('policy') or 'the active policy'} allows "
+            f"{allowed:.0f} s at batch {f.get('batch_size')} on CPU"
         )
-        return "\n".join(lines)
+    return lines
+
+
+def _what_to_change(f: dict[str, Any]) -> str:
+    """The fix: a guard's cap that covers the step where the guard's cap ended it, else a
+    deadline that does (the policy's, when one is known)."""
+    model = f" --model {shlex.quote(str(f['model']))}" if f.get("model") else ""
+    calibrate = f"`enginedead calibrate{model}`"  # the engine's model: a complete line
+    cap = f.get("guard_cap_s")
+    if cap is not None:
+        return (
+            f"the guard's cap ({cap:g} s) is shorter than one step of this batch. "
+            "Give the guard a policy whose cap covers it (ENGINEDEAD_GUARD_POLICY, or "
+            f"enginedead_guard(policy=...)), or size it with {calibrate}."
+        )
+    allowed = f.get("policy_deadline_s")
+    setting = (
+        f"`export {versions.DEADLINE_ENV}={versions.deadline_env_value(allowed)}`"
+        if allowed is not None else f"a larger {versions.DEADLINE_ENV}"
+    )
+    return (
+        "the deadline is shorter than one step of this batch. Set "
+        f"{setting} before the engine starts, or size it with {calibrate}."
+    )
 
 
 def _step_dict(step: StepTime | None) -> dict[str, Any] | None:
@@ -217,7 +246,7 @@ def step_summary(steps: Sequence[StepTime]) -> str:
     )
 
 
-def judge(
+def judge_death(
     engine: Watchable, sampler: Sampler, started: float, error: str, settings: LivenessSettings
 ) -> Finding:
     """Decide SLOW / HUNG / DEAD from the evidence as it stands right now."""
@@ -226,46 +255,78 @@ def judge(
     evidence = sampler.evidence(fresh=True)
     workers = [p for p in (inspectable.evidence.worker_pids if inspectable else ()) if p in evidence]
     judged = {pid: evidence[pid] for pid in (workers or evidence)}
-    steps: dict[int, StepTime] = {}
-    at_deadline: dict[int, str] = {}
-    in_step: set[int] = set()
-    verdicts = []
+    found = _Judgements()
     for pid, ev in list(judged.items()):
         v = classify(ev, settings.threshold)
         if inspectable is not None and inspectable.evidence.has_record(pid):
-            running = inspectable.evidence.running_step(pid)
-            if running is not None:
-                in_step.add(pid)
-            step = running if v is Verdict.SLOW else None
-            then = None if step is not None else as_of_the_deadline(inspectable, sampler, pid)
-            if then is not None:
-                in_step.add(pid)
-                judged[pid], step = then
-                v = classify(then[0], settings.threshold)
-                at_deadline[pid] = (
-                    "the worker was gone (vLLM stops its workers once it declares the engine dead)"
-                    if not ev.alive else "it sat idle in its step" if running is not None
-                    else "its step had ended"
-                )
-            elif step is None and v is Verdict.SLOW:
-                v = Verdict.HUNG  # busy, but not in a model step
-            if v is Verdict.SLOW and step is not None:
-                steps[pid] = step
-        verdicts.append(v)
-    finding = Finding(overall(verdicts), error, t0 - started, judged, settings, steps,
-                      at_deadline=at_deadline)
+            v = _judge_by_step(inspectable, sampler, pid, v, judged, settings.threshold, found)
+        found.verdicts.append(v)
+    finding = Finding(overall(found.verdicts), error, t0 - started, judged, settings, found.steps,
+                      at_deadline=found.at_deadline)
     if inspectable is not None and len(workers) > 1:  # several ranks: say what each was doing
-        finding.ranks = rank_states(judged, dict(zip(judged, verdicts, strict=True)), in_step)
+        finding.ranks = rank_states(judged, dict(zip(judged, found.verdicts, strict=True)), found.in_step)
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
-        if finding.false_death:  # a genuine death propagates without waiting for a stack
-            pid, step = next(iter(steps.items()), (next(iter(judged)), None))
-            finding.stack, finding.where, paths = where_it_was(inspectable, pid, step)
-            finding.slow_paths = paths + slowpaths.oversubscribed(judged)
-        summary = step_summary(inspectable.step_times_since_start())
-        facts = {**inspectable.death_facts(), "step_summary": summary}
-        finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
+        _add_evidence(finding, inspectable)
     return finding
+
+
+@dataclass
+class _Judgements:
+    """What judging the processes found, in the order they were judged."""
+
+    verdicts: list[Verdict] = field(default_factory=list)
+    #: pid -> the step a SLOW worker was computing
+    steps: dict[int, StepTime] = field(default_factory=dict)
+    #: pid -> what a worker judged as of the deadline was doing at the verdict
+    at_deadline: dict[int, str] = field(default_factory=dict)
+    #: the workers inside a step (now, or at the deadline)
+    in_step: set[int] = field(default_factory=set)
+
+
+def _judge_by_step(
+    engine: Inspectable, sampler: Sampler, pid: int, verdict: Verdict,
+    judged: dict[int, ProcessEvidence], threshold: float, found: _Judgements,
+) -> Verdict:
+    """The verdict on a worker that keeps a step record, given ``verdict`` from its CPU now.
+
+    Busy inside a model step is SLOW.  Any other worker (its step ended, it sat idle, it is
+    gone, or it is busy outside a step) is judged as of the deadline when its own dump then
+    proves it was in the step: its evidence in ``judged`` becomes that.  Failing that, busy
+    outside a step is HUNG.
+    """
+    ev = judged[pid]
+    running = engine.evidence.running_step(pid)
+    if running is not None:
+        found.in_step.add(pid)
+    step = running if verdict is Verdict.SLOW else None
+    then = None if step is not None else as_of_the_deadline(engine, sampler, pid)
+    if then is not None:
+        found.in_step.add(pid)
+        judged[pid], step = then
+        verdict = classify(then[0], threshold)
+        found.at_deadline[pid] = (
+            "the worker was gone (vLLM stops its workers once it declares the engine dead)"
+            if not ev.alive else "it sat idle in its step" if running is not None
+            else "its step had ended"
+        )
+    elif step is None and verdict is Verdict.SLOW:
+        verdict = Verdict.HUNG  # busy, but not in a model step
+    if verdict is Verdict.SLOW and step is not None:
+        found.steps[pid] = step
+    return verdict
+
+
+def _add_evidence(finding: Finding, engine: Inspectable) -> None:
+    """After the verdict: a false death's stack, where it was and its slow paths (a genuine
+    death propagates without waiting for a stack), and the engine's facts for every death."""
+    if finding.false_death:
+        pid, step = next(iter(finding.steps.items()), (next(iter(finding.judged)), None))
+        finding.stack, finding.where, paths = where_it_was(engine, pid, step)
+        finding.slow_paths = paths + slowpaths.oversubscribed(finding.judged)
+    summary = step_summary(engine.step_times_since_start())
+    facts = {**engine.death_facts(), "step_summary": summary}
+    finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
 
 
 #: what a rank was doing, as the verdict says it

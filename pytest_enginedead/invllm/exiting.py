@@ -28,9 +28,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..compat import in_server
+from ..contract.decisions import GuardAction
 from ..contract.guardfiles import guard_state_pid, read_guard_state, state_dir
 from ..contract.names import ENV_FRONT_PID, EXIT_DEAD, EXIT_ENV, EXIT_HUNG
-from ..logic.guardconfig import guard_asked
+from ..logic.inputs.guardconfig import guard_asked
 from .guard import remove_stale_states
 
 logger = logging.getLogger("vllm.enginedead")
@@ -59,14 +60,14 @@ def death_exit(directory: str, front: int) -> tuple[int, str]:
             if state is not None and state.front == front:
                 states.append(state)
     for state in states:
-        if state.ended == "HUNG":
+        if state.ended is GuardAction.END:
             idle = state.updated - state.busy_at
             return EXIT_HUNG, (
                 f"the engine died: the guard found VLLM::Worker pid {state.worker} idle {idle:.1f} s "
                 f"inside step {state.step} (hang_s {state.hang_s:g} s) and ended its wait"
             )
     for state in states:
-        if state.ended == "CAP":
+        if state.ended is GuardAction.CAP:
             return EXIT_DEAD, (
                 f"the engine died: step {state.step} (batch {state.batch}) outlived the guard's "
                 f"{state.cap_s:g} s cap"

@@ -37,6 +37,7 @@ import psutil
 
 from ..compat import in_core, in_worker, versions
 from ..contract.control import ControlReader
+from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import (
     CoreReady,
     GuardEvent,
@@ -51,17 +52,15 @@ from ..contract.guardfiles import (
 )
 from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV
 from ..contract.steps import steps_path
-from ..logic.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
-from ..logic.policy import Backend
+from ..logic.inputs.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
+from ..logic.timeouts.policies import Backend
+from ..process import reading
 
 #: The wait loop runs thousands of times a second; the worker is looked at this often.
 PROBE_EVERY_S = 0.25
 
 #: A healthy step is over before this: no probe, no cost.
 FIRST_PROBE_S = 0.5
-
-#: CPU use (cores) above which the worker counts as computing.
-BUSY_CORES = 0.05
 
 logger = logging.getLogger("vllm.enginedead")
 
@@ -98,41 +97,43 @@ class Watch:
         ran = now - self.sent
         hang_s = self.core.guard.hang_s if self.core.guard else math.inf
         self._state(now, verdict)
-        if verdict == "DEAD":
+        if verdict is Verdict.DEAD:
             if not self._said_dead:
                 self._said_dead = True
-                self._decide(now, "DEAD", "left to vLLM's worker monitor", "is gone")
-        elif verdict == "HUNG" and now - self._busy_at >= hang_s:
+                self._decide(now, verdict, GuardAction.MONITOR, "left to vLLM's worker monitor", "is gone")
+        elif verdict is Verdict.HUNG and now - self._busy_at >= hang_s:
             idle = now - self._busy_at
-            self._decide(now, "HUNG", "ending the wait", f"idle for {idle:.1f} s (no CPU, no step progress)")
-            self._state(now, "HUNG", ended="HUNG")
+            self._decide(now, verdict, GuardAction.END, "ending the wait",
+                         f"idle for {idle:.1f} s (no CPU, no step progress)")
+            self._state(now, verdict, ended=GuardAction.END)
             raise TimeoutError(
                 f"enginedead guard: {self.method} worker idle for {idle:.1f} s (hang_s {hang_s:g} s)"
             )
         elif ran >= self.deadline_s and not self._said_deadline:
             self._said_deadline = True
-            if verdict == "SLOW":
-                self._decide(now, "SLOW", f"waiting up to {self.cap_s:.0f} s",
+            if verdict is Verdict.SLOW:
+                self._decide(now, verdict, GuardAction.WAIT, f"waiting up to {self.cap_s:.0f} s",
                              f"computing ({self._cores * 100:.0f} % CPU)")
             else:
                 idle = now - self._busy_at
-                self._decide(now, "HUNG", f"ending the wait if it stays idle {hang_s - idle:.0f} s more",
+                self._decide(now, verdict, GuardAction.WARN,
+                             f"ending the wait if it stays idle {hang_s - idle:.0f} s more",
                              f"idle for {idle:.1f} s")
 
     def past_cap(self) -> None:
         """vLLM's wait is about to raise at the guard's cap: say so, once."""
         now = time.monotonic()
         verdict = self._probe(now)
-        self._decide(now, verdict, "past the cap: the engine dies as stock vLLM would",
-                     f"still {'computing' if verdict == 'SLOW' else 'idle'}")
-        self._state(now, verdict, ended="CAP")
+        self._decide(now, verdict, GuardAction.CAP, "past the cap: the engine dies as stock vLLM would",
+                     f"still {'computing' if verdict is Verdict.SLOW else 'idle'}")
+        self._state(now, verdict, ended=GuardAction.CAP)
 
     def finish(self) -> None:
         """The step's reply is in (or its wait ended): a probe must not see it running."""
         if self._wrote_state:
             self.core.write_state(None)
 
-    def _state(self, now: float, verdict: str, ended: str | None = None) -> None:
+    def _state(self, now: float, verdict: Verdict, ended: GuardAction | None = None) -> None:
         procs = self.core.worker_procs()
         self._wrote_state = True
         self.core.write_state(dict(
@@ -142,28 +143,27 @@ class Watch:
             worker=self._judged()[0] if procs else 0, ended=ended, updated=now,
         ))
 
-    def _probe(self, now: float) -> str:
+    def _probe(self, now: float) -> Verdict:
         """SLOW while any rank computes or records progress; HUNG when none does; DEAD if one is gone.
 
         Each rank is judged on its own CPU (its compiler children counted): ranks of one step
         meet in collectives, so one that computes keeps the others waiting, idle.
         """
         procs = self.core.worker_procs()
-        if not procs or any(not _alive(p) for p in procs):
-            return "DEAD"
-        cpu = tuple(_cpu_s(p) for p in procs)
+        if not procs or any(not reading.alive(p) for p in procs):
+            return Verdict.DEAD
+        cpu = tuple(reading.cpu_seconds(p) for p in procs)
         sizes = self.core.record_sizes(procs)
         last, self._last = self._last, (now, cpu, sizes)
         if last is None or len(last[1]) != len(cpu):
-            return "SLOW"  # the first look: no rate yet
-        span = now - last[0]
-        rates = [(c - before) / span if span > 0 else 0.0 for c, before in zip(cpu, last[1], strict=True)]
+            return Verdict.SLOW  # the first look: no rate yet
+        rates = reading.cores_between(last[1], cpu, now - last[0])
         self._busiest = max(range(len(rates)), key=rates.__getitem__)
         self._cores = rates[self._busiest]
-        if self._cores >= BUSY_CORES or sizes != last[2]:
+        if reading.busy(self._cores) or sizes != last[2]:
             self._busy_at = now
-            return "SLOW"
-        return "HUNG"
+            return Verdict.SLOW
+        return Verdict.HUNG
 
     def _judged(self) -> tuple[int, int | None, str]:
         """(pid, rank, name) of the worker the last look judged: the busiest rank."""
@@ -174,7 +174,7 @@ class Watch:
         name = f"VLLM::Worker rank {rank} of {len(workers)}" if len(workers) > 1 else "VLLM::Worker"
         return pid, rank, name
 
-    def _decide(self, now: float, verdict: str, outcome: str, state: str) -> None:
+    def _decide(self, now: float, verdict: Verdict, action: GuardAction, outcome: str, state: str) -> None:
         pid, rank, name = self._judged()
         ran = now - self.sent
         logger.warning(
@@ -184,28 +184,8 @@ class Watch:
         )
         self.core.note(GuardEvent(
             self.method, self.step, self.batch, round(ran, 3), self.deadline_s,
-            round(self.cap_s, 3), verdict, outcome, pid, now, rank, len(self.core.workers()) or 1,
+            round(self.cap_s, 3), verdict, action, outcome, pid, now, rank, len(self.core.workers()) or 1,
         ))
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-    except psutil.Error:
-        return False
-
-
-def _cpu_s(proc: psutil.Process) -> float:
-    """CPU seconds of a worker and its children, living and reaped (a compiler runs in helpers)."""
-    total = 0.0
-    with contextlib.suppress(psutil.Error):
-        t = proc.cpu_times()
-        total += t.user + t.system + t.children_user + t.children_system
-        for kid in proc.children(recursive=True):
-            with contextlib.suppress(psutil.Error):
-                k = kid.cpu_times()
-                total += k.user + k.system
-    return total
 
 
 class Core:
@@ -218,7 +198,7 @@ class Core:
         #: where the guard's state goes for a liveness probe (``GuardState``)
         self.state_path = state_path
         self.front = front
-        self._ended: str | None = None
+        self._ended: GuardAction | None = None
         self.control = ControlReader(run_dir) if run_dir else None
         self.steps = 0
         self._batch: int = 0
@@ -400,7 +380,7 @@ def remove_stale_states(directory: str, front: int | None = None) -> None:
                 state = read_guard_state(path)
                 if state is None or state.front != front:
                     continue
-            elif psutil.pid_exists(pid):
+            elif reading.exists(pid):
                 continue
             with contextlib.suppress(OSError):
                 os.remove(path)
@@ -429,7 +409,7 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
     if not in_engine_core():
         return None
     run_dir = environ.get(ENV_DIR) or None
-    guard, problem = config_from_env(environ)
+    guard, problem = config_from_env(environ, versions.installed_version())
     if problem:
         logger.error("enginedead guard: %s; the guard stays off", problem)
     misplaced = misplaced_policy(environ)

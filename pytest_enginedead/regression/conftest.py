@@ -16,10 +16,29 @@ import pytest
 
 from pytest_enginedead.contract.names import CHECK_PROGRESS_ENV
 from pytest_enginedead.contract.steps import summarize
-from pytest_enginedead.face.run import handle_key, settings_of
-from pytest_enginedead.logic.checking import CheckPlan, mode_of, verdict_of
+from pytest_enginedead.face.run import handle_key, run_key, settings_of
+from pytest_enginedead.harness.threads import Progress
+from pytest_enginedead.logic.reporting.checking import CheckPlan, mode_of, verdict_of
 
 _started = time.monotonic()
+
+
+@pytest.hookimpl(trylast=True)  # after the plugin made the run's pool
+def pytest_configure(config: pytest.Config) -> None:
+    """Engine starts are news to the command too: each start's lines (starting, still starting,
+    ready) go to its progress file as notes, so it is never silent for the half-minute a start takes."""
+    path = os.environ.get(CHECK_PROGRESS_ENV)
+    run = config.stash.get(run_key, None)
+    if path and run is not None:
+        run.pool.progress = _note_writer(path)
+
+
+def _note_writer(path: str) -> Progress:
+    def note(message: str, done: bool = False) -> None:
+        with open(path, "a") as f:
+            f.write(json.dumps({"note": message, "elapsed_s": time.monotonic() - _started}) + "\n")
+
+    return note
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +88,8 @@ def pytest_runtest_makereport(
         event = {
             "batch_size": handle.batch_size if handle else 0,
             "mode": mode_of(item.nodeid),
-            "verdict": verdict_of({"verdict": deaths[-1]["verdict"] if deaths else None,
-                                   "outcome": rep.outcome}),
+            "verdict": str(verdict_of({"verdict": deaths[-1]["verdict"] if deaths else None,
+                                       "outcome": rep.outcome})),
             "steps": stats.steps if stats else 0,
             "step_max_s": stats.max_s if stats else None,
             "duration_s": rep.duration,

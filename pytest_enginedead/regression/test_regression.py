@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pytest_enginedead import EngineHandle, assert_no_false_death
 from pytest_enginedead.face.handles import ServerHandle
-from pytest_enginedead.logic.checking import CheckPlan
+from pytest_enginedead.logic.reporting.checking import CheckPlan
 
 
 def test_decode_batch(vllm_engine: EngineHandle, check_mode: str, check_plan: CheckPlan) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_enginedead.compat import in_server, llm_api, llm_config, registry
-from pytest_enginedead.harness.preflight import OWNED_ENGINE_ARGS, OWNED_SERVER_ARGS
+from pytest_enginedead.harness.startchecks import OWNED_ENGINE_ARGS, OWNED_SERVER_ARGS
 
 
 def test_sampling_is_greedy() -> None:
@@ -41,8 +41,9 @@ def test_the_registry_source_lists_what_the_registry_holds() -> None:
 
     listed = registry.listed_architectures()
     assert {"LlamaForCausalLM", "Gemma4ForCausalLM"} <= listed <= registry.known_architectures()
-    probe = ("import sys; from pytest_enginedead.face import options; "
-             "assert options.model_problem(options.BUNDLED_MODEL) is None; "
+    probe = ("import sys; from pytest_enginedead.harness.startchecks import model_problem; "
+             "from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL; "
+             "assert model_problem(BUNDLED_MODEL) is None; "
              "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           check=False)
@@ -55,7 +56,7 @@ def test_server_arguments_as_the_servers_own_parser_reads_them() -> None:
     ~8 s into the start), what it refuses is said in its own words, and the harness's whole command
     line for a server with such arguments parses."""
     from pytest_enginedead.harness.server import server_command
-    from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+    from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
     assert in_server.server_flag("enable_prefix_caching", False) == "--no-enable-prefix-caching"
     args = (("enable_prefix_caching", False), ("hf_overrides", {"num_hidden_layers": 2}),

@@ -28,9 +28,11 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 pytestmark = pytest.mark.engine
 
 
-def run_engines(downstream: Downstream, *args: str, dynamic: int = 0) -> tuple[Outcome, dict[str, Any]]:
+def run_engines(
+    downstream: Downstream, *args: str, dynamic: int = 0, timeout: float = 600
+) -> tuple[Outcome, dict[str, Any]]:
     """The copied suite under ``pytest -p enginedead -p timeout -rA``, with its report."""
-    out = downstream.run("-rA", *args, plugins=["timeout"], in_subprocess=True, report=True)
+    out = downstream.run("-rA", *args, plugins=["timeout"], in_subprocess=True, report=True, timeout=timeout)
     data = out.report
     assert data is not None
     # one engine per distinct configuration, plus one restart per death a later test
@@ -47,14 +49,22 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
     downstream: Downstream, decoy: psutil.Process
 ) -> None:
     """Stock 2 s deadline, busy 0.05 s/seq: batch 2 passes, batch 64 is a false death;
-    the reference policy survives batch 64 with a non-empty step record."""
+    the reference policy survives batch 64 with a non-empty step record.  Beside them on the
+    same engine, the shared_engine suite's tests, each under its own deadline and faults (0.08 s
+    steps under 5 s, 1.6 s steps under the policy's 680 s): one engine serves all five, as the
+    deadlines it ran under, the step times and the death at its own 2 s (not 5, 680 or 1240 s)
+    prove.  (Formerly test_tests_with_different_deadlines_and_faults_share_one_engine, on an
+    engine of its own with a death of its own at 1 s: one engine start more for the same proof.)"""
     junit = downstream.path / "junit.xml"
-    result, data = run_engines(downstream.copy(examples.STOCK_VS_POLICY), f"--junitxml={junit}")
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(
+    result, data = run_engines(downstream.copy(examples.STOCK_VS_POLICY, examples.SHARED_ENGINE),
+                               f"--junitxml={junit}")
+    result.assert_outcomes(passed=4, failed=1)
+    result.stdout.fnmatch_lines_random(
         [
             "PASSED test_stock_vs_policy.py::test_stock_deadline[[]bs2[]]",
             "PASSED test_stock_vs_policy.py::test_reference_policy[[]bs64[]]",
+            "PASSED test_shared_engine.py::test_quick_steps_under_5s[[]bs8[]]",
+            "PASSED test_shared_engine.py::test_slow_steps_under_the_policy[[]bs8[]]",
             "FAILED test_stock_vs_policy.py::test_stock_deadline[[]bs64[]]*false eng*",
         ]
     )
@@ -72,21 +82,32 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
         "what to change:",
     ):
         assert needle in out, needle
-    assert re.search(r"step:       step \d+, batch \d+, had run [2-9]\.\d s and was still running", out)
+    step = re.search(r"step:       step \d+, batch \d+, had run (\d+\.\d) s and was still running", out)
+    assert step is not None, out[-3000:]
+    # died at its own 2 s, mid-step (a 3.2 s step), before another test's longer deadline could
+    # fire (the quick test's 5 s is the next): a relation, not this box's seconds
+    assert 2.0 <= float(step.group(1)) < 5.0, step.group(0)
     assert "During handling of the above exception" not in out
-    # one engine for all three: the deadline is switched per test, the death comes last
-    assert data["engines_started"] == 1 and data["restarts"] == 0
+    # one engine for all five: the deadline and the faults are switched per test, the death comes last
+    assert data["engines_started"] == 1 and data["restarts"] == 0 and data["configurations"] == 1
     (engine,) = data["engines"]
     assert engine["batch_size"] == 64 and engine["false_deaths"] == 1
-    assert engine["deadlines"] == [2, 1240, 2] and engine["steps"] > 0
-    verdicts = {t["nodeid"].split("::")[-1]: t["verdict"] for t in data["tests"] if t["when"] == "call"}
-    assert verdicts == {
+    assert engine["deadlines"] == [2, 680, 5, 1240, 2] and engine["steps"] > 0  # by batch, longest first
+    rows = {t["nodeid"].split("::")[-1]: t for t in data["tests"] if t["when"] == "call"}
+    assert {name: t["verdict"] for name, t in rows.items()} == {
         "test_stock_deadline[bs2]": None,
         "test_stock_deadline[bs64]": "SLOW",
         "test_reference_policy[bs64]": None,
+        "test_quick_steps_under_5s[bs8]": None,
+        "test_slow_steps_under_the_policy[bs8]": None,
     }
+    quick, slow_steps = rows["test_quick_steps_under_5s[bs8]"], rows["test_slow_steps_under_the_policy[bs8]"]
+    assert (quick["deadline_s"], slow_steps["deadline_s"]) == (5, 680)
+    assert quick["step_max_s"] < 1.0 <= 1.6 <= slow_steps["step_max_s"]  # its own faults: 0.01 vs 0.2 s/seq
     slow = next(t for t in data["tests"] if t["verdict"] == "SLOW")["deaths"][0]
     assert slow["verdict_s"] < 0.5, "the verdict must come fast"
+    assert slow["deadline_source"] == (
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=2, set from the enginedead_timeout marker")
     # the JSON report, junitxml properties and the terminal summary tell one story
     props = {
         case.get("name"): {p.get("name"): p.get("value") for p in case.iter("property")}
@@ -98,7 +119,7 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
         assert float(mine["enginedead_deadline_s"]) == test["timeout_s"]
         assert mine["enginedead_verdict"] == ("false death" if test["verdict"] == "SLOW" else "ok")
         assert mine["enginedead_step_max_s"] == str(test["step_max_s"])
-    summary = [ln for ln in out.splitlines() if ln.lstrip().startswith("64  engine  2s,1240s")]
+    summary = [ln for ln in out.splitlines() if ln.lstrip().startswith("64  engine  2s,680s,5s,1240s")]
     assert summary, out[-3000:]
     assert summary[0].split()[5] == f"{engine['step_max_s']:.3f}s"
     assert f"engines started: {data['engines_started']}; restarts after a death: 0;" in out
@@ -112,7 +133,7 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
     # nothing after pytest's summary line: the heap frozen at exit made nanobind report triton's
     # objects as leaked (27 lines), and vLLM's client warned of the engine core the harness stopped
     last = [ln for ln in result.stdout.lines if ln.strip()][-1]
-    assert re.fullmatch(r"=+ 1 failed, 2 passed in [\d.]+s( \([\d:]+\))? =+", last), last
+    assert re.fullmatch(r"=+ 1 failed, 4 passed in [\d.]+s( \([\d:]+\))? =+", last), last
     err = result.stderr.str()
     for noise in ("nanobind", "leaked", "engine core exited unexpectedly"):
         assert noise not in out and noise not in err, noise
@@ -121,14 +142,16 @@ def test_stock_deadline_false_death_caught_and_policy_survives(
 
 @pytest.mark.smoke
 def test_genuine_deaths_propagate(downstream: Downstream, decoy: psutil.Process) -> None:
-    """A crashed worker (DEAD) and a hung one (HUNG) are not false deaths: the original
-    EngineDeadError reaches the test unchanged."""
+    """A hung worker (HUNG) is no false death: the original EngineDeadError reaches the test
+    unchanged.  (A crashed one, DEAD: test_factory_engine_with_explicit_arguments, whose engine it
+    ends; here it came first and cost the hang a restart.)"""
     result, data = run_engines(downstream.copy(examples.GENUINE_DEATHS))
-    result.assert_outcomes(passed=2)
-    # one configuration; the crash ends the engine, the hang gets a restarted one
-    assert data["configurations"] == 1 and data["engines_started"] == 2 and data["restarts"] == 1
-    assert sum(e["genuine_deaths"] for e in data["engines"]) == 2
+    result.assert_outcomes(passed=1)
+    assert data["configurations"] == 1 and data["engines_started"] == 1 and data["restarts"] == 0
+    assert sum(e["genuine_deaths"] for e in data["engines"]) == 1
     assert sum(e["false_deaths"] for e in data["engines"]) == 0
+    verdicts = [t["verdict"] for t in data["tests"] if t["when"] == "call"]
+    assert verdicts == ["HUNG"], verdicts
     assert_nothing_left(*engine_processes(data), decoy)
 
 
@@ -163,40 +186,19 @@ def test_real_compute_outlives_short_deadline(
     assert_nothing_left(*engine_processes(data), decoy)
 
 
+@pytest.mark.smoke
 def test_factory_engine_with_explicit_arguments(downstream: Downstream, decoy: psutil.Process) -> None:
-    """vllm_engine_factory: explicit deadline, faults and engine args; stopped afterwards."""
+    """vllm_engine_factory: explicit deadline, faults and engine args; stopped afterwards.  Its
+    faults end it: a worker that exits at step 2 is a genuine death (DEAD), the original
+    EngineDeadError reaching the test unchanged (genuine_deaths' crash, on an engine started
+    anyway)."""
     result, data = run_engines(downstream.copy(examples.FACTORY), dynamic=1)
     result.assert_outcomes(passed=1)
     (engine,) = data["engines"]
     assert engine["deadline_s"] == 30 and engine["batch_size"] == 4
     assert engine["deadline_source"] == "vllm_engine_factory(timeout_s=...)"
     assert "max_model_len=256" in engine["label"]
-    assert_nothing_left(*engine_processes(data), decoy)
-
-
-def test_tests_with_different_deadlines_and_faults_share_one_engine(
-    downstream: Downstream, decoy: psutil.Process
-) -> None:
-    """One engine serves three tests; each runs under its own deadline and faults, as the
-    step record (step times) and the verdict (the death after 1 s) prove."""
-    result, data = run_engines(downstream.copy(examples.SHARED_ENGINE))
-    result.assert_outcomes(passed=2, failed=1)
-    assert data["engines_started"] == 1 and data["configurations"] == 1
-    (engine,) = data["engines"]
-    assert engine["deadlines"] == [680, 3, 1]  # longest first, the killer last
-    rows = {t["nodeid"].split("::")[-1].split("[")[0]: t for t in data["tests"] if t["when"] == "call"}
-    quick, slow, dying = (rows["test_quick_steps_under_3s"], rows["test_slow_steps_under_the_policy"],
-                          rows["test_slow_steps_under_1s"])
-    assert (quick["deadline_s"], slow["deadline_s"], dying["deadline_s"]) == (3, 680, 1)
-    assert quick["step_max_s"] < 1.0 <= 1.6 <= slow["step_max_s"]  # its own faults: 0.01 vs 0.2 s/seq
-    assert quick["verdict"] is None and slow["verdict"] is None and dying["verdict"] == "SLOW"
-    (death,) = dying["deaths"]
-    # died at its own 1 s, mid-step (a 1.6 s step), before the others' 3 s or 680 s could fire:
-    # a relation, not this box's seconds (1.62 s here once, with the other xdist worker busy)
-    assert 1.0 <= death["elapsed_s"] < min(quick["deadline_s"], slow["deadline_s"]), death["elapsed_s"]
-    assert death["deadline_source"] == (
-        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=1, set from the enginedead_timeout marker"
-    )
+    assert (engine["genuine_deaths"], engine["false_deaths"]) == (1, 0)
     assert_nothing_left(*engine_processes(data), decoy)
 
 

@@ -1,6 +1,7 @@
 """The guard inside VLLM::EngineCore, on real engines: busy steps survive vLLM's deadline,
-hung workers are given up on after hang_s, crashes stay quick, the cap holds — and
-unset, nothing in vLLM is patched."""
+hung workers are given up on after hang_s, the cap holds — and unset, nothing in vLLM is
+patched.  (A crash under the guard stays as quick as without it: test_xdist.py's suite,
+whose guarded engine it ends.)"""
 
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones(
     engine serves on; a guard policy the engine core cannot import fails its test."""
     result = downstream.copy(examples.GUARD).run("-rA", "--durations=0", "--durations-min=0",
                                                  plugins=["timeout"], in_subprocess=True, report=True)
-    result.assert_outcomes(passed=3, failed=1 + len(BAD_ARGUMENTS), errors=1)
+    result.assert_outcomes(passed=2, failed=1 + len(BAD_ARGUMENTS), errors=1)
     out = result.stdout.str()
     result.stdout.fnmatch_lines(["FAILED test_guard_suite.py::test_the_guard_never_waits_past_its_cap*"])
     assert "false engine death: vLLM raised EngineDeadError while its worker was still computing" in out
@@ -71,12 +72,11 @@ def test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones(
     tests = {t["nodeid"].split("::")[-1]: t for t in data["tests"] if t["when"] == "call"}
     assert [e["verdict"] for e in tests["test_busy_steps_survive_the_stock_deadline[bs64]"]["guard_events"]]
     assert tests["test_a_hang_ends_after_hang_s_not_600s[bs64]"]["verdict"] == "HUNG"
-    assert tests["test_a_crash_is_as_quick_as_without_the_guard[bs64]"]["verdict"] == "DEAD"
     assert tests["test_the_guard_never_waits_past_its_cap[bs64]"]["verdict"] == "SLOW"
     # three guard configurations (reference policy, the 4 s cap, the policy the engine core
-    # cannot import); the hang's death restarts one, and nothing else does
+    # cannot import); each death is its engine's last test: nothing restarts
     assert data["configurations"] == 3
-    assert data["engines_started"] == 4 and data["restarts"] == 1
+    assert data["engines_started"] == 3 and data["restarts"] == 0
     assert all(e["guard"] for e in data["engines"])
     # every bad argument: its own line, fast, and the shared engine not thrown away for it
     took = durations(out)
@@ -136,7 +136,7 @@ def test_unset_or_bad_the_guard_touches_nothing_in_vllm(
 ) -> None:
     """A plain vLLM with the plugin installed, no harness: the engine core reports which of
     the attributes the guard could replace are replaced (none), and the engine works."""
-    from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+    from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
     script = tmp_path / "inert.py"
     script.write_text(INERT)

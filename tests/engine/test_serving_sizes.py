@@ -100,7 +100,7 @@ def test_forecast_from_two_slices(tmp_path: Path) -> None:
 def long_context_moe(directory: Path, context: int = 32768) -> Path:
     """The report's family shrunk (gemma-4-moe-mini) cut to one layer of each type, its context
     raised: a long-context Gemma-4 MoE a 2-core box prefills 16K tokens of in about 10 s."""
-    from pytest_enginedead.logic.modelconfig import presets
+    from pytest_enginedead.logic.inputs.modelconfig import presets
     from pytest_enginedead.logic.sizing import slices
 
     config = json.loads((Path(presets()["gemma-4-moe-mini"]) / "config.json").read_text())

@@ -14,14 +14,18 @@ pytestmark = pytest.mark.engine
 def test_probe_and_exit_status_on_real_servers(downstream: Downstream, decoy: psutil.Process) -> None:
     """Two guarded servers at once: the probe stays alive through slow steps (>= 3 x the 2 s
     deadline) and turns in a probe begun within hang_s + a round of probing of a hang; the
-    hung server exits with EXIT_HUNG; an unguarded false death with the opt-in exits with EXIT_DEAD."""
+    hung server exits with EXIT_HUNG.  (An unguarded false death with the opt-in exits with
+    EXIT_DEAD: test_server.py::test_server_false_death, on the server it starts anyway.)
+    The slow server is vllm_server_factory's with explicit arguments: its deadline, batch and an
+    extra keyword that becomes the server's --flag (--max-model-len 256), alive after its clients."""
     result = downstream.copy(examples.OPERATORS).run("-rA", "-s", plugins=["timeout"], in_subprocess=True,
                                                      report=True)
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["probe: * probes, wall max *; hang found * after it began (hang_s 3)*"])
     data = result.report
     assert data is not None
-    assert data["engines_started"] == 3
+    assert data["engines_started"] == 2
+    assert any("max_model_len=256" in e["label"] for e in data["engines"]), data["engines"]
     assert_nothing_left(*engine_processes(data), decoy)
 
 

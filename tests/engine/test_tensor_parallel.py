@@ -3,7 +3,7 @@
 One downstream run (``examples.TENSOR_PARALLEL``) with ``--enginedead-tensor-parallel-size=2``:
 the harness binds one core per rank (the 2-core box's ``0|1``), a fault goes to one rank
 (``inject(ranks=[1])``), and the verdict, the guard and the report say which rank did what.
-Engines: one per configuration (plain, guarded, served) plus the restarts the deaths need.
+Engines: one per configuration (plain, guarded, served), each ended by its last test's death.
 """
 
 from __future__ import annotations
@@ -34,14 +34,16 @@ def test_two_ranks_each_judged_on_their_own(
     downstream: Downstream, decoy: psutil.Process, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Stock 2 s deadline, rank 1 busy 3.2 s per step: a false death that names rank 1 computing
-    and rank 0 waiting for it; rank 1 killed: DEAD; under the guard, rank 1 slow: the step lives
-    and the guard's decisions name rank 1; rank 1 idle inside its step: HUNG within hang_s and a
-    probe period; a server with two ranks answers."""
+    and rank 0 waiting for it; under the guard, rank 1 slow: the step lives and the guard's
+    decisions name rank 1; rank 1 idle inside its step: HUNG within hang_s and a probe period; a
+    server with two ranks answers, and rank 1 killed behind it: DEAD.  Three engines: each
+    configuration's death is its last test."""
     # a rank a core: the inner run binds both ranks from every core (this xdist worker's share is one)
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    # under the outer test's 900 s: three engines of two ranks on a loaded 2-core box took 600 s once
     result, data = run_engines(
         downstream.copy(examples.TENSOR_PARALLEL), "-s", "--enginedead-tensor-parallel-size=2",
-        "--enginedead-batch-sizes=64",
+        "--enginedead-batch-sizes=64", timeout=840,
     )
     result.assert_outcomes(passed=5, failed=1)
     out = result.stdout.str()
@@ -69,4 +71,6 @@ def test_two_ranks_each_judged_on_their_own(
     labels = {e["label"] for e in data["engines"]}
     heads = [label.split(", ")[:2] for label in labels]
     assert heads and all(head in (["tp2", "bs64"], ["server", "tp2"]) for head in heads), labels
+    assert data["engines_started"] == 3 and data["restarts"] == 0, data["engines"]
+    assert "KILLED verdict=DEAD" in out
     assert_nothing_left(*engine_processes(data), decoy)

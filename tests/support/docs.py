@@ -16,6 +16,7 @@ import io
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -38,6 +39,17 @@ def hooks() -> ModuleType:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.lru_cache(maxsize=1)
+def recorder() -> ModuleType:
+    """``docs/record.py``, which makes the console recordings again (loaded by path, as the hooks)."""
+    spec = importlib.util.spec_from_file_location("enginedead_docs_record", ROOT / "docs" / "record.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
@@ -77,6 +89,52 @@ def run_example(downstream: Downstream, page: Path, file: str, timeout: float = 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
+def page_dir(page: Path) -> str:
+    """The directory a page's files go to when several pages run together."""
+    return re.sub(r"[^A-Za-z0-9]+", "_", rel(page).removesuffix(".md"))
+
+
+#: runs of several pages' test files (``run_together``), once per process: (page, file) keys -> outcome
+_TOGETHER: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def run_together(downstream: Downstream, page: Path, file: str, examples: Sequence[tuple[Path, str]],
+                 timeout: float = 900) -> None:
+    """``run_example`` for the ``test_*.py`` examples of several pages in one run: each page's
+    files in a directory of their own (pages whose files share a name never run together: a
+    page's directory is on ``sys.path``), one ``pytest -p enginedead -rA`` over all of them, made
+    once per process (give its tests one ``xdist_group``), so that their tests of one engine
+    configuration share one engine.  Then ``file``'s own outcomes: every test passed (an
+    expected failure says ``xfail(strict=True)``)."""
+    groups: list[list[tuple[Path, str]]] = []
+    names: list[set[str]] = []
+    for p, f in examples:
+        files = {ex.file for ex in hooks().python_examples(p.read_text())}
+        at = next((i for i, group in enumerate(groups) if any(q == p for q, _ in group)
+                   or not files & names[i]), None)
+        if at is None:
+            groups.append([])
+            names.append(set())
+            at = len(groups) - 1
+        groups[at].append((p, f))
+        names[at] |= files
+    group = next(g for g in groups if (page, file) in g)
+    key = tuple((rel(p), f) for p, f in group)
+    if key not in _TOGETHER:
+        for p in dict.fromkeys(p for p, _ in group):
+            folder = downstream.path / page_dir(p)
+            folder.mkdir(exist_ok=True)
+            for ex in hooks().python_examples(p.read_text()):
+                (folder / ex.file).write_text(ex.code)
+        targets = [f"{page_dir(p)}/{f}" for p, f in group]
+        _TOGETHER[key] = downstream.run(*targets, "-rA", in_subprocess=True, timeout=timeout)
+    out = _TOGETHER[key]
+    mine = f"{page_dir(page)}/{file}"
+    lines = [ln for ln in out.stdout.lines
+             if re.match(rf"(PASSED|FAILED|ERROR|XFAIL|XPASS) {re.escape(mine)}(::| )", ln)]
+    assert lines and all(ln.startswith(("PASSED", "XFAIL")) for ln in lines), (lines, out.text[-6000:])
+
+
 # --- the names the pages claim ---------------------------------------------------------------------
 
 #: a pytest option of ours, an environment variable of ours, one of vLLM's
@@ -84,7 +142,7 @@ OPTION = re.compile(r"--enginedead-[a-z][a-z0-9-]*[a-z0-9]")
 OURS = re.compile(r"\bENGINEDEAD_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9])(?P<glob>_?\*)?")
 VLLMS = re.compile(r"\bVLLM_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9])(?P<glob>_?\*)?")
 #: the commands, longest first (``probes`` before ``probe``)
-COMMANDS = ("calibrate", "doctor", "probes", "probe", "check", "merge")
+COMMANDS = ("calibrate", "doctor", "probes", "probe", "check", "merge", "models")
 #: ``enginedead [COMMAND] ...`` in code (not ``pytest-enginedead``, not ``-p enginedead``): the
 #: command ("" for the console script's own flags) and what follows it on the line
 COMMAND_LINE = re.compile(r"(?<![-\w./=])(?<!-p )enginedead(?=\s|$)(?: (?P<command>" + "|".join(COMMANDS)

@@ -32,12 +32,14 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.compat import versions
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from tests.support.downstream import Downstream, Outcome, enginedead
 
 # --- the pytest doors: a downstream repo's run ----------------------------------------------
 
 PLAIN = "def test_plain():\n    pass\n"
+#: a test of the plugin's with no engine: its run prints the header
+USES_PLUGIN = "def test_policy(enginedead_policy):\n    assert enginedead_policy is not None\n"
 ENGINE = "def test_engine(vllm_engine):\n    raise AssertionError('ran')\n"
 SERVER = "def test_server(vllm_server):\n    raise AssertionError('ran')\n"
 NOBODY = "~enginedead_no_such_user_x"

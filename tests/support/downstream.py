@@ -28,7 +28,7 @@ import psutil
 import pytest
 
 from pytest_enginedead.harness.cleanup import ProcRef, mapped_shm
-from pytest_enginedead.logic.report import SCHEMA_PATH
+from pytest_enginedead.logic.reporting.report import SCHEMA_PATH
 
 HERE = Path(__file__).resolve().parent
 #: the downstream suites (``pytester_example_dir``): ``tests/examples``

@@ -15,16 +15,16 @@ CAPPED_AT_1000 = "capped_at_1000"
 CTRL_C = "ctrl_c"
 #: an engine test beside a plain one (without vLLM the first skips)
 ENGINE_AND_PLAIN = "engine_and_plain"
-#: vllm_engine_factory: an engine with an explicit deadline, faults and engine args
+#: vllm_engine_factory: an engine with an explicit deadline, faults and engine args; a crash ends it
 FACTORY = "factory"
-#: two tensor-parallel ranks: warm-up, a stock false death on one rank, a killed rank, the
-#: guard with a slow rank and a hung one, and a server with two ranks
+#: two tensor-parallel ranks: warm-up, a stock false death on one rank, the guard with a slow
+#: rank and a hung one, and a server with two ranks and a killed rank behind it
 TENSOR_PARALLEL = "tensor_parallel"
 #: the false death, cold: batch 64 outlives a 2 s deadline while its worker computes
 FALSE_DEATH = "false_death"
 #: the original report's model family, shrunk: a Gemma-4 mixture-of-experts with dummy weights
 GEMMA = "gemma"
-#: genuine deaths: a worker that exits (DEAD) and one that blocks idle (HUNG)
+#: a genuine death: a worker that blocks idle (HUNG) (one that exits, DEAD: ``FACTORY``)
 GENUINE_DEATHS = "genuine_deaths"
 #: the guard: a suite's engine asked wrongly, and a guard the engine core cannot run
 GUARD = "guard"
@@ -34,8 +34,6 @@ HANG = "hang"
 HEADROOM = "headroom"
 #: three invariants of the active policy, one per test
 INVARIANTS = "invariants"
-#: one 16 s step, far inside the policy: long enough to cut the run short in mid-step
-LONG_STEP = "long_step"
 #: a 16 s step for an xdist worker to be killed in, beside a plain test for the other
 LONG_STEP_UNDER_XDIST = "long_step_under_xdist"
 #: a typo of a marker name: --strict-markers must catch it
@@ -44,8 +42,10 @@ MARKER_TYPO = "marker_typo"
 NEEDS_ENGINE = "needs_engine"
 #: what an operator's supervisor sees: the enginedead probe on two servers, and exit statuses
 OPERATORS = "operators"
-#: a downstream suite without engines
+#: a downstream suite without engines (and nothing of the plugin's: it hears nothing of it)
 PLAIN = "plain"
+#: a downstream suite that uses the plugin (its policy fixture) and starts no engine
+USES_PLUGIN = "uses_plugin"
 #: two policies a downstream repo might write (``mypolicies``): one that holds, one flat across backends
 POLICIES = "policies"
 #: a conftest.py whose ``pytest_enginedead_policy`` hook gives the policy (``mypolicies`` beside it)
@@ -62,7 +62,7 @@ SERVER = "server"
 SERVER_CUT = "server_cut"
 #: the false death through vLLM's API server, cold: 64 concurrent requests outlive a 2 s deadline
 SERVER_FALSE_DEATH = "server_false_death"
-#: three tests, one engine: each runs under its own deadline and its own faults
+#: two tests under their own deadlines and faults, run beside ``STOCK_VS_POLICY`` on its engine
 SHARED_ENGINE = "shared_engine"
 #: engine_batch_size without and with the enginedead_batch_sizes marker
 SIZED = "sized"

@@ -3,8 +3,9 @@ policy the engine core cannot import, a guard asked for by the marker."""
 
 from __future__ import annotations
 
+from pytest_enginedead.contract.decisions import Verdict
 from pytest_enginedead.contract.guardfiles import GuardState
-from pytest_enginedead.logic.planning import GuardSpec
+from pytest_enginedead.logic.planning.engines import GuardSpec
 
 #: the engine core's line for a guard policy it cannot import
 NOT_IMPORTABLE = ("ENGINEDEAD_GUARD_POLICY='ednowhere_i23:cap': the policy module is not importable in "
@@ -27,7 +28,7 @@ def state(**kw: object) -> GuardState:
 def in_step(**kw: object) -> GuardState:
     """The same, in a step past its 2 s deadline, its worker busy (SLOW)."""
     base: dict[str, object] = dict(in_step=True, method="execute_model", step=5, batch=64, deadline_s=2.0,
-                                   cap_s=1240.0, sent=90.0, busy_at=100.0, verdict="SLOW", cores=0.98,
+                                   cap_s=1240.0, sent=90.0, busy_at=100.0, verdict=Verdict.SLOW, cores=0.98,
                                    worker=11)
     base.update(kw)
     return state(**base)

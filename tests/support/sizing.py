@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_enginedead.logic.modelconfig import MODELS_DIR
+from pytest_enginedead.logic.inputs.modelconfig import MODELS_DIR
 from pytest_enginedead.logic.sizing import forecast, slices
 from pytest_enginedead.logic.sizing.fit import Step
 

@@ -16,8 +16,8 @@ import pytest
 from pytest_enginedead.compat import in_server, registry, versions
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.pool import EnginePool
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import EngineSpec
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning.engines import EngineSpec
 from tests.support.doors import KNOWN, REGISTRY_STUB, TRIPWIRE, stand_in_server_parser
 from tests.support.records import WORKER
 

@@ -24,7 +24,6 @@ IDS = {
         "test_stock_vs_policy.py::test_reference_policy[bs64]",
     ],
     examples.GENUINE_DEATHS: [
-        "test_genuine_deaths.py::test_crash[bs4]",
         "test_genuine_deaths.py::test_hang[bs4]",
     ],
     examples.REAL_COMPUTE: [
@@ -64,7 +63,7 @@ def test_test_modules_have_unique_import_names() -> None:
     (``tests/unit/harness/test_probe.py`` is ``tests.unit.harness.test_probe``), and one outside
     any package as the top-level module ``test_x``: two modules of one name fail collection of
     the whole run.  So every folder of tests is a package, and the rooms' folders may mirror
-    modules of one name (``harness/probe.py`` and ``commands/probe.py``)."""
+    modules of one name (``harness/execprobe.py`` and ``commands/probe.py``)."""
     tests = EXAMPLES.parent
     seen: dict[str, list[str]] = {}
     outside: list[str] = []

@@ -62,3 +62,27 @@ def test_no_module_over_500_lines_and_no_class_over_150() -> None:
                 if size > 150:
                     big.append(f"{path.relative_to(PACKAGE)}: class {node.name} {size} lines")
     assert big == []
+
+
+#: the written forms of the verdict and of the guard's decisions
+DECISION_WORDS = {"SLOW", "HUNG", "DEAD", "CAP", "slow", "hung", "dead"}
+
+
+def test_no_code_outside_the_contract_compares_decision_words() -> None:
+    """A verdict or a guard decision is compared as a value (``contract.decisions``): no
+    ``x == "SLOW"``, and no ``startswith``/``in`` on a decision's prose outside the contract."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent.name == "contract":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                words = [c.value for c in [node.left, *node.comparators]
+                         if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+                if any(w in DECISION_WORDS for w in words):
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("startswith", "endswith")
+                    and isinstance(node.func.value, ast.Attribute) and node.func.value.attr == "outcome"):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} (matches an outcome's words)")
+    assert not found, found

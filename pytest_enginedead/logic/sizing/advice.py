@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy
+from ..timeouts.policies import STOCK_DEADLINE_S, Backend, TimeoutPolicy
 from .fit import Fit
 from .kvcache import KvCache, cache_of
 from .shapes import Limits, StepPlan, binding, worst_step

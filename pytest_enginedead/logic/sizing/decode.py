@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ...compat import versions
-from ..fingerprint import preload_note
-from ..policy import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
+from .. import releases
+from ..machine import preload_note
+from ..timeouts.policies import STOCK_DEADLINE_S, Backend, TimeoutPolicy, fit_step_time
 
 
 def calibration(
@@ -25,7 +25,7 @@ def calibration(
         r["stock_deadline_s"] = stock
         r["stock_fires"] = r["max_s"] > stock
         allowed = policy.timeout_s(Backend.CPU, r["batch_size"])
-        r["recommended_s"] = float(versions.deadline_env_value(allowed))
+        r["recommended_s"] = float(releases.deadline_env_value(allowed))
     out = {
         **facts,
         "headroom": headroom,
@@ -50,7 +50,7 @@ def format_calibration(out: dict[str, Any], policy: TimeoutPolicy) -> str:
         fires = "FIRES" if r["stock_fires"] else "ok"
         lines.append(
             f"{r['batch_size']:>5}  {r['p50_s']:>8.4f}s  {r['p99_s']:>8.4f}s  {fires:>12}  "
-            f"export {versions.DEADLINE_ENV}={int(r['recommended_s'])}"
+            f"export {releases.DEADLINE_ENV}={int(r['recommended_s'])}"
         )
     lines.append(
         f"calibrated policy: {policy.origin}, clamped to "

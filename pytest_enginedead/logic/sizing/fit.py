@@ -107,21 +107,6 @@ class Step:
         }
 
 
-def terms_for(full_attention: bool, sliding_attention: bool, reads: bool = False) -> tuple[str, ...]:
-    """The terms a model's layers call for: context terms per kind of attention it has (keys
-    attended and, with ``reads``, keys read)."""
-    terms = ["fixed", "per_seq", "per_token"]
-    if full_attention:
-        terms.append("per_context_token")
-    if sliding_attention:
-        terms.append("per_window_context_token")
-    if reads and full_attention:
-        terms.append("per_read_token")
-    if reads and sliding_attention:
-        terms.append("per_window_read_token")
-    return tuple(terms)
-
-
 #: one-sided 95 %: the interval's upper end is the prediction + Z standard deviations
 Z = 1.645
 
@@ -326,13 +311,3 @@ def _finish(coef: Mapping[str, float], grouped: Sequence[tuple[Step, float, int]
         origin=origin,
         points=tuple((s, t) for s, t, _ in grouped),
     )
-
-
-def evaluate(fit: Fit, samples: Iterable[tuple[Step, float]]) -> tuple[float, Step | None, float | None]:
-    """The worst relative residual of ``fit`` on other steps (grouped alike): held-out checks."""
-    worst, at, measured = 0.0, None, None
-    for shape, seconds, _ in group_steps(samples):
-        residual = abs(fit.predict(shape) - seconds) / seconds
-        if at is None or residual > worst:
-            worst, at, measured = residual, shape, seconds
-    return worst, at, measured

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..fingerprint import meminfo
+from ..inputs.modelconfig import model_name
+from ..machine import meminfo
 from . import shapes, slices
 from .kvcache import KvCache
 
@@ -70,7 +71,7 @@ class SizingPlan:
 
 def default_limits(model: str) -> tuple[dict[str, Any], int | None]:
     """The model's config and the longest max_model_len vLLM derives from it."""
-    from ..modelconfig import read_config
+    from ..inputs.modelconfig import read_config
 
     config = read_config(Path(model) / "config.json")
     return config, shapes.model_max_len(config)
@@ -89,7 +90,7 @@ def plan_sizing(
     longest_context: int = shapes.LONG_CONTEXT,
 ) -> SizingPlan:
     """The runs, the engines and what each needs; ``SizingRefused`` for what cannot work."""
-    from ..modelconfig import read_config
+    from ..inputs.modelconfig import read_config
 
     config = read_config(Path(model) / "config.json")
     where = os.path.join(os.path.basename(model.rstrip("/")), "config.json")
@@ -144,7 +145,7 @@ def plan_sizing(
                                   slices.memory(config, kv)))
     for e in engines:
         if e.memory.total > available:
-            what = f"--forecast-layers: {e.label}" if e.depth is not None else f"--model {model}"
+            what = f"--forecast-layers: {e.label}" if e.depth is not None else f"--model {model_name(model)}"
             hint = "" if e.depth is not None else "; measure depth slices instead, e.g. --forecast-layers 1,2"
             raise SizingRefused(
                 f"{what} needs {e.memory.describe()}, and this machine has "

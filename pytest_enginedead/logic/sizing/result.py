@@ -10,10 +10,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...compat import versions
 from ...contract.steps import StepTime
-from ..fingerprint import preload_note, this_machine
-from ..policy import STOCK_DEADLINE_S
+from ..machine import preload_note, this_machine
+from ..timeouts.policies import STOCK_DEADLINE_S
 from . import advice, shapes, slices
 from . import fit as fit_
 from .forecast import Forecast, fit_slices
@@ -84,7 +83,7 @@ def duration_text(seconds: float) -> str:
 
 
 def sizing_result(plan: SizingPlan, measured: Sequence[Measured], headroom: float,
-                  deadline_s: float) -> dict[str, Any]:
+                  deadline_s: float, vllm_version: str | None = None) -> dict[str, Any]:
     """The numbers the command prints and its JSON carries (pure, given what was measured)."""
     fc = fit_of(plan, measured)
     fitted = fc.fit
@@ -105,7 +104,7 @@ def sizing_result(plan: SizingPlan, measured: Sequence[Measured], headroom: floa
     if plan.forecast:
         worst["note"] = "a forecast: the full-depth model was not run"
     out: dict[str, Any] = {
-        "vllm": versions.installed_version(),
+        "vllm": vllm_version,
         "model": plan.model,
         "machine": this_machine(),
         "limits": plan.limits.as_dict(),

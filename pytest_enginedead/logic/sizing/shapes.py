@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...contract.steps import attended_keys, read_keys
+from ..inputs.modelconfig import model_max_len as model_max_len
 from .fit import Step
 from .kvcache import BLOCK_TOKENS, KvCache, Pool, cache_of
 from .kvcache import fit_kv as _fit_kv
@@ -41,22 +42,7 @@ from .kvcache import fit_kv as _fit_kv
 #: OpenAI API server's, which is what users serve with; the ``LLM`` class uses 256 / 4096
 SERVER_MAX_NUM_SEQS = 128
 SERVER_MAX_NUM_BATCHED_TOKENS = 2048
-LLM_MAX_NUM_SEQS = 256
 LLM_MAX_NUM_BATCHED_TOKENS = 4096
-
-#: config.json keys vLLM derives the longest context from (the smallest that is present)
-MAX_LEN_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
-#: RoPE types whose ``factor`` vLLM does not apply again (config/model.py)
-_SCALED_ROPE = {"su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"}
-
 
 @dataclass(frozen=True)
 class Limits:
@@ -80,33 +66,6 @@ class Limits:
             "max_model_len": self.max_model_len,
             "kv_cache_tokens": self.kv_cache_tokens,
         }
-
-
-def model_max_len(config: Mapping[str, object]) -> int | None:
-    """The longest ``max_model_len`` vLLM accepts for this config, as it derives it; None if unknown."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    assert isinstance(text, dict)
-    found = [v for k in MAX_LEN_KEYS if isinstance(v := text.get(k), int) and not isinstance(v, bool)]
-    if not found:
-        return None
-    derived = float(min(found))
-    model_type = str(text.get("model_type", ""))
-    rope = text.get("rope_parameters") or text.get("rope_scaling")
-    params = (
-        list(rope.values())
-        if isinstance(rope, dict) and all(isinstance(v, dict) for v in rope.values())
-        else [rope]
-        if isinstance(rope, dict)
-        else []
-    )
-    if params and "gemma3" not in model_type:
-        factor = 1.0
-        for p in params:
-            kind = p.get("rope_type", p.get("type", "default"))
-            if kind not in _SCALED_ROPE and isinstance(p.get("factor"), (int, float)):
-                factor = float(p["factor"])
-        derived *= factor
-    return int(derived)
 
 
 def limits_problem(limits: Limits, max_len: int | None, given: Mapping[str, str]) -> str | None:

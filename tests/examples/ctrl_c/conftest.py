@@ -1,7 +1,7 @@
 """Phase markers for the Ctrl-C table: files the outer test waits for before it presses Ctrl-C.
 
 ``judging``: a death reached ``assert_no_false_death`` and its evidence is being gathered
-(our own ``judge`` wrapped, the only way to see that phase from outside).  The phase is held
+(our own ``judge_death`` wrapped, the only way to see that phase from outside).  The phase is held
 open after the verdict, before the failure is raised: a server's death is judged in a blink
 once vLLM has stopped its worker, and on a busy box the Ctrl-C pressed on the marker came
 after the run had ended (exit 1, once in a clean-clone run on the 2-core AVX2 box);
@@ -15,7 +15,7 @@ import pytest
 
 from pytest_enginedead.face import assertions
 
-_judge = assertions.judge
+_judge = assertions.judge_death
 
 
 #: how long the evidence phase is held open after the verdict (the Ctrl-C ends it)
@@ -30,11 +30,11 @@ def _marked_judge(*args, **kwargs):
 
 
 def pytest_configure(config):
-    assertions.judge = _marked_judge  # where assert_no_false_death looks it up
+    assertions.judge_death = _marked_judge  # where assert_no_false_death looks it up
 
 
 def pytest_unconfigure(config):
-    assertions.judge = _judge  # an in-process run (a collection of every example) leaves it as it was
+    assertions.judge_death = _judge  # an in-process run (a collection of every example) leaves it as it was
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,7 +1,9 @@
 """The guard inside vLLM's engine core, under vLLM's stock deadline shortened to 2 s.
 
 A busy worker is waited for (SLOW), up to the guard's cap; a hung one is given up on
-after hang_s (HUNG), long before vLLM's own 600 s; a crash is vLLM's monitor's.
+after hang_s (HUNG), long before vLLM's own 600 s.  (A crash under the guard is vLLM's
+monitor's, as quick as without it: ``xdist_suite``'s ``test_crash``, whose engine it ends
+last, where here it would cost a restart after the hang.)
 """
 
 import time
@@ -42,18 +44,6 @@ def test_a_hang_ends_after_hang_s_not_600s(vllm_engine):
     assert took < 15, f"the guard took {took:.1f} s to give up on a hung worker (hang_s 3)"
     assert vllm_engine.deaths[-1]["verdict"] == Verdict.HUNG.name
     assert [e.verdict for e in vllm_engine.guard_events()][-1:] == ["HUNG"]
-
-
-@pytest.mark.enginedead_timeout(2)
-@pytest.mark.enginedead_inject(crash_at_step=2)
-def test_a_crash_is_as_quick_as_without_the_guard(vllm_engine):
-    started = time.monotonic()
-    with pytest.raises(Exception) as info:
-        with assert_no_false_death(vllm_engine):
-            vllm_engine.generate(n=4, max_tokens=8)
-    assert type(info.value).__name__ == "EngineDeadError"
-    assert vllm_engine.deaths[-1]["verdict"] == Verdict.DEAD.name
-    assert time.monotonic() - started < 10
 
 
 @pytest.mark.enginedead_guard(hang_s=3, policy="edcap:cap")

@@ -1,7 +1,7 @@
 """Two policies a downstream repo might write: one that holds, one flat across backends."""
 
 from pytest_enginedead import Backend, TimeoutPolicy
-from pytest_enginedead.logic.policy import Rule
+from pytest_enginedead.logic.timeouts.policies import Rule
 
 good = TimeoutPolicy(
     "mygood",

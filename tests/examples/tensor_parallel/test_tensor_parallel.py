@@ -3,7 +3,9 @@
 Run with ``--enginedead-tensor-parallel-size=2 --enginedead-batch-sizes=64``: the harness
 binds one core per rank.  The first test warms the engine up (a first step at two ranks
 compiles C++ in a child process for seconds); the others switch deadline and faults per
-test.  ``test_stock_deadline_false_death`` is meant to fail with the evidence.
+test.  ``test_stock_deadline_false_death`` is meant to fail with the evidence.  Three
+configurations (plain, guarded, served), each ended by its last test's death: the false death,
+the hung rank, the killed rank (through the server).
 """
 
 import time
@@ -29,21 +31,6 @@ def test_two_ranks_start_and_answer(vllm_engine):
 def test_stock_deadline_false_death(vllm_engine):
     with assert_no_false_death(vllm_engine):
         vllm_engine.generate()
-
-
-@pytest.mark.enginedead_timeout(30)
-@pytest.mark.enginedead_inject(crash_at_step=2, ranks=[1])
-def test_a_killed_rank_is_dead(vllm_engine):
-    # step 1 of the restarted engine compiles (seconds), step 2 is the crash; no warm-up call
-    # before it: how vLLM splits a warm-up into steps varies, and the crash must come in here
-    t0 = time.monotonic()
-    with pytest.raises(Exception) as info:
-        with assert_no_false_death(vllm_engine):
-            vllm_engine.generate(8, max_tokens=8)
-    assert type(info.value).__name__ == "EngineDeadError"
-    death = vllm_engine.deaths[-1]
-    print(f"KILLED verdict={death['verdict']} after {time.monotonic() - t0:.2f} s")
-    assert death["verdict"] == "DEAD"
 
 
 @pytest.mark.enginedead_guard(hang_s=5)
@@ -78,3 +65,18 @@ def test_two_ranks_serve(vllm_server):
     workers = sorted(e.title for e in vllm_server.liveness().values() if "Worker" in e.title)
     print(f"SERVER RANKS {workers}")
     assert len(workers) == 2
+
+
+@pytest.mark.enginedead_timeout(30)
+@pytest.mark.enginedead_inject(crash_at_step=2, ranks=[1])
+def test_a_killed_rank_is_dead(vllm_server):
+    """Rank 1 exits at step 2 of this test: DEAD, through the server's clients.  The server's
+    last test (the first has warmed its ranks up): the death ends it, and nothing restarts."""
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as info:
+        with assert_no_false_death(vllm_server):
+            vllm_server.complete(8, max_tokens=8)
+    assert type(info.value).__module__.startswith("openai")
+    death = vllm_server.deaths[-1]
+    print(f"KILLED verdict={death['verdict']} after {time.monotonic() - t0:.2f} s")
+    assert death["verdict"] == "DEAD"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.compat import registry, versions
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from tests.support import examples
 from tests.support.doors import (
     BAD_TOKENIZER,
@@ -187,7 +187,7 @@ def test_check_clears_an_inherited_guard_and_says_so(
     clears it, the header says which it cleared, and nothing is refused for it."""
     from pytest_enginedead import command
     from pytest_enginedead.commands import check
-    from pytest_enginedead.logic import checking
+    from pytest_enginedead.logic.reporting import checking
 
     shell = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_BUSY_THRESHOLD": "0.1"}
     env, cleared = check.regression_environment({**shell, "PATH": "/usr/bin"},
@@ -212,7 +212,7 @@ def test_check_clears_an_inherited_guard_and_says_so(
     assert [k for k in given[0] if k.startswith("ENGINEDEAD_GUARD")] == []
     said = ("enginedead check: cleared ENGINEDEAD_GUARD='1', ENGINEDEAD_GUARD_HANG_S='soon' inherited from "
             "the environment: the stock and policy runs are unguarded (--guard adds a guarded run)")
-    assert said in out, out
+    assert said in err and said not in out, (out, err)  # progress goes to stderr
     assert_clean(out + err)
 
 
@@ -253,9 +253,10 @@ def test_check_exits_on_its_verdict_not_on_pytests(
     from pytest_enginedead.commands import check
 
     args = build_parser().parse_args(["check"])
-    assert check.judged(args, regression_report(verdicts), pytest_exit, "/tmp/x.log") == code
+    plan = check.plan_of(args)
+    assert check.judged(args, plan, regression_report(verdicts), pytest_exit, "/tmp/x.log") == code
     out = capsys.readouterr().out.splitlines()
-    assert last in out[-1] and out[-2].startswith("engines started: 1 (0 restart(s) after a death); log: ")
+    assert last in out[-1] and out[-2].startswith("engines started: 1 (0 restarts after a death); log: ")
 
 
 # --- 36.2: the same words as the plugin ---------------------------------------------------------------

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from pytest_enginedead.compat import versions
-from pytest_enginedead.logic import fingerprint
-from pytest_enginedead.logic.modelconfig import presets, read_config
+from pytest_enginedead.logic import machine as fingerprint
+from pytest_enginedead.logic.inputs.modelconfig import presets, read_config
 from pytest_enginedead.logic.sizing import shapes, slices
 from tests.support.doors import FIXTURES
 
 needs_vllm = pytest.mark.skipif(versions.installed_version() is None, reason="needs vLLM installed")
 
 #: the checks, in the order a person fixes them (``--model`` adds ``memory`` after ``isa``)
-CHECKS = ["vllm", "torch", "transformers", "isa", "preloads", "omp", "plugin", "deadline"]
+CHECKS = ["vllm", "torch", "transformers", "requirements", "isa", "preloads", "omp", "plugin", "deadline"]
 #: what a shell may hold that changes the verdict: each test sets what it plants
 PLANTABLE = ("VLLM_PLUGINS", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "VLLM_ENABLE_V1_MULTIPROCESSING",
              "OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND", "ENGINEDEAD_POLICY")
@@ -88,6 +88,9 @@ def test_doctor_passes_on_this_install_and_starts_no_engine() -> None:
     assert all(ln.split()[0] in ("ok", "warn") for ln in lines), lines
     assert "ok    plugin: the enginedead vllm.general_plugins entry loads in vLLM's processes" in lines
     assert "ok    deadline: 300 s per step RPC (vLLM's default)" in lines
+    # `pip check` lists the CUDA extras the install removed: doctor says they are expected
+    (requirements,) = [ln for ln in lines if " requirements: " in ln]
+    assert requirements.startswith("ok    requirements: "), requirements
     assert_no_engine(watched, wall)
 
 
@@ -130,11 +133,16 @@ def test_a_model_by_name_adds_its_memory_check(model: str) -> None:
     lines, watched, wall = doctor("--model", model)
     (line,) = [ln for ln in lines if " memory: " in ln]
     checks = [ln.split()[1].rstrip(":") for ln in lines]
-    assert [c for c in checks if c != "moe"] == [*CHECKS[:4], "memory", *CHECKS[4:]]
+    isa = CHECKS.index("isa") + 1
+    expected = [*CHECKS[:isa], "memory", *CHECKS[isa:]]
+    if versions.installed_version() is None:  # vllm-cpu's requirements are read where it is installed
+        expected.remove("requirements")
+    assert [c for c in checks if c != "moe"] == expected
     assert_no_engine(watched, wall)  # a model's checks read its config: no vLLM, no torch
     if need > available:
         assert line.startswith(f"fail  memory: {model} needs ") and watched["code"] == 1
-        assert line.endswith("fix: measure depth slices instead: enginedead calibrate --forecast-layers 1,2")
+        assert line.endswith(f"fix: measure depth slices instead: enginedead calibrate --model {model} "
+                             "--forecast-layers 1,2")
     else:
         assert line.startswith(f"ok    memory: {model} needs ")
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from pytest_enginedead import command
-from pytest_enginedead.logic import merging
-from pytest_enginedead.logic.fingerprint import this_machine
+from pytest_enginedead.logic.machine import this_machine
+from pytest_enginedead.logic.reporting import merging
 from tests.support.downstream import enginedead, validated
 
 Capture = pytest.CaptureFixture[str]
@@ -30,7 +30,7 @@ def row(nodeid: str, batch: int, p50: float, verdict: str | None = None, source:
         "nodeid": nodeid, "when": "call", "outcome": outcome, "batch_size": batch, "timeout_s": 2.0,
         "deadline_s": 2.0, "deadline_source": source, "engine": f"engine, bs{batch}, model tiny-llama",
         "steps": 12, "step_p50_s": p50, "step_max_s": p50 * 2, "step_max_running": False,
-        "verdict": verdict, "deaths": [], "guard_events": [],
+        "verdict": verdict, "deaths": [], "guard_events": [], "promised": source.startswith("policy"),
     }
 
 
@@ -85,7 +85,7 @@ def test_two_shards_give_the_table_of_the_unsharded_run(tmp_path: Path, capsys: 
     table = [ln for ln in out.splitlines() if ln.startswith("0.32.0")]
     assert table == [ln for ln in out_whole.splitlines() if ln.startswith("0.32.0")]
     assert len(table) == 4 and any("SLOW" in ln and "test_stock[bs64]" in ln for ln in table)
-    assert "enginedead merge: 2 reports, 4 engine tests, 1 machines: no false death under the policy" in out
+    assert "enginedead merge: 2 reports, 4 engine tests, 1 machine: no false death under the policy" in out
     assert "  M1: AMD EPYC, 2 cores, avx2, torch" in out.replace(f"{AVX2['cores_used']} cores", "2 cores")
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead import command
-from pytest_enginedead.harness import probing
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.harness import probetrials
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
 
 @pytest.mark.parametrize(("argv", "says"), [
@@ -23,7 +23,7 @@ def test_probes_bad_input_is_one_line_and_exit_2(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Refused before any server starts: a start would need vLLM, which this must not reach."""
-    monkeypatch.setattr(probing, "measure_all", lambda *a, **k: pytest.fail("a server was started"))
+    monkeypatch.setattr(probetrials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
     with pytest.raises(SystemExit) as info:
         command.main(["probes", *argv])
     assert info.value.code == 2
@@ -40,7 +40,7 @@ def test_probes_refuses_a_model_without_a_tokenizer(
     model = tmp_path / "model"
     model.mkdir()
     shutil.copy(Path(BUNDLED_MODEL) / "config.json", model / "config.json")
-    monkeypatch.setattr(probing, "measure_all", lambda *a, **k: pytest.fail("a server was started"))
+    monkeypatch.setattr(probetrials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
     assert command.main(["probes", "--model", str(model)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no tokenizer.json: the probes send text" in err[0], err
@@ -64,7 +64,7 @@ def test_probes_refuses_what_its_servers_could_not_load(
         (model / name).write_text(text)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(probing, "measure_all", lambda *a, **k: pytest.fail("a server was started"))
+    monkeypatch.setattr(probetrials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
     assert command.main(["probes", "--model", str(model)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("enginedead probes: error: ") and says in err[0], err

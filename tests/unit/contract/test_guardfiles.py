@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.contract.guardfiles import (
     CORE_READY_FILE,
     GUARD_EVENTS_FILE,
@@ -50,6 +51,18 @@ def test_guard_state_round_trips_and_names_its_core(tmp_path: Path) -> None:
     assert read_guard_state(path) is None
 
 
+def test_a_guard_state_ended_only_by_an_action_that_ends_the_engine(tmp_path: Path) -> None:
+    """``ended`` says the guard ended the engine's wait: END or CAP; a state that says the wait
+    it let go on (or warned of) ended it is refused like any unreadable state."""
+    path = guard_state_path(str(tmp_path), 4242)
+    for action in (GuardAction.END, GuardAction.CAP):
+        write_guard_state(path, in_step(ended=action))
+        assert read_guard_state(path) == in_step(ended=action)
+    for action in (GuardAction.WAIT, GuardAction.WARN, GuardAction.MONITOR):
+        write_guard_state(path, in_step(ended=action))
+        assert read_guard_state(path) is None
+
+
 def test_state_dir_prefers_the_run_directory() -> None:
     assert state_dir({ENV_DIR: "/run/x", STATE_DIR_ENV: "/s"}) == "/run/x"
     assert state_dir({STATE_DIR_ENV: "/s", "TMPDIR": "/t"}) == "/s"
@@ -58,7 +71,8 @@ def test_state_dir_prefers_the_run_directory() -> None:
 
 
 def test_guard_events_round_trip(tmp_path: Path) -> None:
-    event = GuardEvent("execute_model", 5, 64, 2.0, 2.0, 1240.0, "SLOW", "waiting up to 1240 s", 99, 12.5)
+    event = GuardEvent("execute_model", 5, 64, 2.0, 2.0, 1240.0, Verdict.SLOW, GuardAction.WAIT,
+                       "waiting up to 1240 s", 99, 12.5)
     path = tmp_path / GUARD_EVENTS_FILE
     assert read_guard_events(str(path)) == []
     path.write_text(event.to_line() + "not json\n" + '{"method": "x"}\n' + event.to_line())

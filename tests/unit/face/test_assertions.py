@@ -24,7 +24,7 @@ from pytest_enginedead import Verdict, assert_no_false_death
 from pytest_enginedead.compat import versions
 from pytest_enginedead.contract.dumps import DeadlineStack
 from pytest_enginedead.contract.steps import StepTime
-from pytest_enginedead.logic.verdicts import LivenessSettings
+from pytest_enginedead.harness.liveness import LivenessSettings
 from tests.support import examples, procs
 from tests.support.downstream import Downstream, Outcome
 from tests.support.standins import STACK_DUMP, fake_class

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from pytest_enginedead.compat import registry, versions
-from pytest_enginedead.logic.sharding import Durations
+from pytest_enginedead.logic.planning.sharding import Durations
 from tests.support import examples
 from tests.support.downstream import Downstream
 

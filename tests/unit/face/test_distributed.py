@@ -13,7 +13,7 @@ import pytest
 from pytest_enginedead.compat import versions
 from pytest_enginedead.face import distributed
 from pytest_enginedead.face.distributed import cpu_bind, dist_note, group_name, item_group, worker_index
-from pytest_enginedead.logic.planning import EngineSpec, GuardSpec
+from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec
 from tests.support import examples
 from tests.support.doors import (
     ENGINE,
@@ -122,7 +122,7 @@ def test_publish_groups_writes_one_file_per_worker(tmp_path: Path) -> None:
     assert published is False  # the controller did not say it checks: the worker checks for itself
     assert [p.name for p in tmp_path.iterdir()] == ["gw1.json"]
     assert json.loads((tmp_path / "gw1.json").read_text()) == {
-        "groups": {"t.py::a": "g1", "t.py::c": "g1"}, "engine_tests": 2, "uses": {},
+        "groups": {"t.py::a": "g1", "t.py::c": "g1"}, "engine_tests": 2, "uses": {}, "plugin_tests": False,
     }
     config.workerinput[distributed.CHECKS_KEY] = True
     assert distributed.publish_groups(config, [], engine_tests=1) is True
@@ -135,9 +135,9 @@ def test_publish_groups_writes_one_file_per_worker(tmp_path: Path) -> None:
 
 
 def test_header_says_when_dist_is_not_loadgroup(downstream: Downstream) -> None:
-    result = downstream.copy(examples.PLAIN).run("-n", "2", plugins=["xdist"], in_subprocess=True,
-                                                 timeout=120)
-    result.stdout.fnmatch_lines(["enginedead: --dist load: *use --dist loadgroup"])
+    result = downstream.copy(examples.USES_PLUGIN).run("-n", "2", plugins=["xdist"], in_subprocess=True,
+                                                       timeout=120)
+    result.stdout.fnmatch_lines(["enginedead: policy=*", "enginedead: --dist load: *use --dist loadgroup"])
     result.assert_outcomes(passed=1)
 
 

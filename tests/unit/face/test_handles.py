@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
 # --- the handles' own arguments -------------------------------------------------------------
 
@@ -46,7 +46,7 @@ def test_a_handles_bad_argument_is_one_line_and_the_engine_stays(
     from pytest_enginedead.face.handles import EngineHandle, ServerHandle
     from pytest_enginedead.harness.offline import Engine
     from pytest_enginedead.harness.server import Server
-    from pytest_enginedead.logic.planning import EngineSpec, Instructions
+    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
 
     server = method == "complete"
     engine = (Server if server else Engine)(EngineSpec(BUNDLED_MODEL, 8, extra, server=server))

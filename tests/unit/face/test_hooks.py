@@ -10,6 +10,7 @@ import pytest
 from tests.support import examples
 from tests.support.doors import (
     PLAIN,
+    USES_PLUGIN,
     Case,
     Twin,
     assert_alike_with_and_without_xdist,
@@ -98,7 +99,7 @@ IN_A_SUB_DIRECTORY = {
 
         return Flat()
     """)["conftest.py"],
-    "sub/test_sub.py": PLAIN,
+    "sub/test_sub.py": USES_PLUGIN,
 }
 
 TWINS = [

@@ -33,10 +33,10 @@ def test_marker_fails_under_vllm_stock_with_the_numbers(downstream: Downstream) 
     result.stdout.fnmatch_lines(
         [
             "*_ test_cpu_gt_gpu _*",
-            "policy vllm-stock breaks 1 invariant(s):",
+            "policy vllm-stock breaks 1 invariant:",
             "  cpu_gt_gpu: timeout_s(CPU, 1) = 300.0 s is not greater than timeout_s(GPU, 1) = 300.0 s; *",
             "*_ test_grows_with_batch _*",
-            "policy vllm-stock breaks 6 invariant(s):",
+            "policy vllm-stock breaks 6 invariants:",
             "  grows_with_batch: timeout_s(CPU, 1) = 300.0 s and timeout_s(CPU, 65536) = 300.0 s: "
             "it never grows with the batch",
             "  grows_with_batch: timeout_s(GPU, 1) = 300.0 s and timeout_s(GPU, 65536) = 300.0 s: "
@@ -57,7 +57,7 @@ def test_custom_module_attr_policy(downstream: Downstream) -> None:
     same.assert_outcomes(passed=2, failed=1)
     same.stdout.fnmatch_lines(
         [
-            "policy mysame breaks 1 invariant(s):",
+            "policy mysame breaks 1 invariant:",
             "  cpu_gt_gpu: timeout_s(CPU, 1) = 301.0 s is not greater than timeout_s(GPU, 1) = 301.0 s; *",
             "FAILED test_marked.py::test_cpu_gt_gpu - *",
         ]

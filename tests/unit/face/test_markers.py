@@ -15,7 +15,7 @@ import pytest
 from pytest_enginedead.compat import registry
 from pytest_enginedead.face import markers
 from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.logic.arguments import BadMarker
+from pytest_enginedead.logic.inputs.arguments import BadMarker
 from tests.support import examples
 from tests.support.doors import (
     KNOWN,
@@ -274,6 +274,10 @@ CASES = [
          suite=marked("enginedead_guard(policy='ednosuch:x')", "vllm_engine"), kind=TEST),
     Case("marker-guard-hang-zero", ("@pytest.mark.enginedead_guard: hang_s=0 must be above 0",),
          suite=marked("enginedead_guard(hang_s=0)", "vllm_engine"), kind=TEST),
+    Case("marker-guard-hang-below-sampling",
+         ("@pytest.mark.enginedead_guard: hang_s=0.1 is below 0.25 s, how often the guard looks at the "
+          "worker",),
+         suite=marked("enginedead_guard(hang_s=0.1)", "vllm_engine"), kind=TEST),
 ]
 
 

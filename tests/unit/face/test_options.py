@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.logic.optiontable import OPTIONS
+from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 from tests.support import examples
 from tests.support.doors import (
     BAD_TOKENIZER,
@@ -58,8 +58,9 @@ def usage_error(result: Outcome) -> str:
 
 @pytest.fixture
 def plain(downstream: Downstream) -> Downstream:
-    """A downstream repo with one plain test."""
-    return downstream.copy(examples.PLAIN)
+    """A downstream repo with one test that uses the plugin (its policy) and no engine: the header
+    says the run's settings."""
+    return downstream.copy(examples.USES_PLUGIN)
 
 
 # --- batch sizes: every source ------------------------------------------------------------
@@ -175,9 +176,33 @@ def test_help_documents_every_option(downstream: Downstream) -> None:
 
 
 def test_header_names_policy_and_vllm(downstream: Downstream) -> None:
-    """The session header says which policy and which vLLM are in force."""
-    result = downstream.copy(examples.PLAIN).run()
-    result.stdout.fnmatch_lines(["enginedead: policy=reference*, batch_sizes=8,64, vllm=*"])
+    """The run's header, after pytest's "collected" line, says which policy and which vLLM are in
+    force."""
+    result = downstream.copy(examples.USES_PLUGIN).run()
+    result.stdout.fnmatch_lines(["collected 1 item",
+                                 "enginedead: policy=reference*, batch_sizes=8,64, vllm=*"])
+
+
+def test_a_run_without_a_test_of_the_plugins_hears_nothing_of_it(
+    downstream: Downstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Installed, the plugin loads in every run of its environment: one whose tests use none of its
+    fixtures or markers gets no header line (even with the guard exported for production), and
+    imports nothing of the engine machinery."""
+    monkeypatch.setenv("ENGINEDEAD_GUARD", "1")
+    (downstream.path / "conftest.py").write_text(
+        "import sys\n\ndef pytest_unconfigure(config):\n"
+        "    mods = sorted(m for m in sys.modules if m.startswith('pytest_enginedead.'))\n"
+        "    print('LOADED ' + ' '.join(mods))\n")
+    result = downstream.copy(examples.PLAIN).run("-s", in_subprocess=True)
+    result.assert_outcomes(passed=1)
+    text = result.stdout.str()
+    assert "enginedead:" not in text, text
+    (loaded,) = [ln for ln in result.stdout.lines if ln.startswith("LOADED ")]
+    heavy = [m for m in loaded.split()[1:] if m.split(".")[1] in ("harness", "invllm", "commands")
+             or m.startswith(("pytest_enginedead.logic.sizing", "pytest_enginedead.face.fixtures",
+                              "pytest_enginedead.face.collection", "pytest_enginedead.face.handles"))]
+    assert heavy == [], loaded
 
 
 # --- model ----------------------------------------------------------------------------------
@@ -214,7 +239,7 @@ def test_model_with_bad_config(plain: Downstream, config: str, why: str) -> None
 
 
 def test_model_path_that_is_a_file(plain: Downstream) -> None:
-    line = usage_error(plain.run("--enginedead-model=test_plain.py"))
+    line = usage_error(plain.run("--enginedead-model=test_uses_plugin.py"))
     assert "is not a directory" in line
 
 
@@ -229,7 +254,7 @@ def test_good_model_from_ini_is_relative_to_the_ini_file(
     sub = plain.path / "sub"
     sub.mkdir()
     monkeypatch.chdir(sub)
-    result = plain.run(str(plain.path / "test_plain.py"))
+    result = plain.run(str(plain.path / "test_uses_plugin.py"))
     result.assert_outcomes(passed=1)
     assert header(result).endswith(f", model={model.resolve()}")
 

@@ -138,3 +138,60 @@ def test_more_ranks_than_cores_is_refused_in_one_line(
                                 in_subprocess=True, timeout=120)
         assert shared.ret == 4, shared.text[-3000:]
         assert f"each of the 2 xdist workers owns {cores // 2}" in shared.text
+
+
+# --- progress while an engine starts, in pytest's row of results --------------------------------
+
+STARTS_AN_ENGINE = '''
+import time
+
+import pytest
+
+from pytest_enginedead.face.run import run_key
+
+
+@pytest.fixture
+def starting(request):
+    """What the pool says while an engine starts in this test's setup (no vLLM here)."""
+    progress = request.config.stash[run_key].progress
+    progress("starting engine (bs8, model tiny-llama)")
+    time.sleep(0.1)
+    progress("engine ready in 0.1 s (bs8, model tiny-llama)", done=True)
+
+
+def test_first(enginedead_policy):
+    pass
+
+
+def test_second(starting, enginedead_policy):
+    pass
+
+
+def test_third(enginedead_policy):
+    pass
+'''
+
+
+@pytest.mark.parametrize("verbose", [False, True], ids=["dots", "verbose"])
+def test_engine_start_progress_keeps_pytests_row_whole(tmp_path: Path, verbose: bool) -> None:
+    """Progress lines come on lines of their own, and pytest starts its row again after them (the
+    file's path, its results, its [100%]), as after any plugin's line: the row is never broken
+    mid-way with results on a line without their path."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_progress.py").write_text(STARTS_AN_ENGINE)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "test_progress.py"]
+    done = subprocess.run(cmd + (["-v"] if verbose else []), cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=120, check=False,
+                          env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0, done.stdout
+    lines = done.stdout.splitlines()
+    start = lines.index("enginedead: starting engine (bs8, model tiny-llama)")
+    assert lines[start + 1] == "enginedead: engine ready in 0.1 s (bs8, model tiny-llama)"
+    after = lines[start + 2]
+    if verbose:
+        assert after.startswith("test_progress.py::test_second PASSED") and after.endswith("]"), lines
+    else:
+        assert lines[start - 1].startswith("test_progress.py .")  # the row so far, ended, then ours
+        assert after.startswith("test_progress.py ..") and after.endswith("[100%]"), lines

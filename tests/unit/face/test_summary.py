@@ -9,14 +9,14 @@ from pytest_enginedead.contract.control import Injection
 from pytest_enginedead.face import summary
 from pytest_enginedead.face.options import Settings
 from pytest_enginedead.face.summary import report_json
+from pytest_enginedead.harness.liveness import LivenessSettings
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.pool import EngineRecord
-from pytest_enginedead.logic.fingerprint import Machine, same_machine, this_machine
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import Instructions
-from pytest_enginedead.logic.policy import TimeoutPolicy
-from pytest_enginedead.logic.report import Results
-from pytest_enginedead.logic.verdicts import LivenessSettings
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.machine import Machine, same_machine, this_machine
+from pytest_enginedead.logic.planning.engines import Instructions
+from pytest_enginedead.logic.reporting.report import Results
+from pytest_enginedead.logic.timeouts.policies import TimeoutPolicy
 from tests.support import examples
 from tests.support.downstream import Downstream, validated
 from tests.support.records import write_steps
@@ -73,7 +73,7 @@ def test_terminal_summary(engine: Engine) -> None:
     summary.terminal_summary(quiet, results, "reference")
     summary.terminal_summary(full, results, "reference")
     summary.terminal_summary(none, Results(), "reference")
-    assert quiet.lines == ["enginedead: 1 engine(s) started, 1 false death(s), 0 genuine death(s)"]
+    assert quiet.lines == ["enginedead: 1 engine started, 1 false death, 0 genuine deaths"]
     assert none.lines == []  # no engines ran: no summary
     label = engine.spec.label().split()
     assert full.lines[2].split() == [

@@ -10,8 +10,8 @@ import pytest
 
 from pytest_enginedead.contract.guardfiles import CoreReady
 from pytest_enginedead.harness.base import EngineBase, guard_problem
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import EngineSpec, GuardSpec
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec
 from tests.support.doors import leftovers
 from tests.support.guards import GUARD_MARKER, NOT_IMPORTABLE
 

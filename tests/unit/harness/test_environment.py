@@ -8,15 +8,15 @@ import pytest
 from pytest_enginedead.compat import llm_config, versions
 from pytest_enginedead.harness.base import EngineBase
 from pytest_enginedead.harness.environment import cleared_variables, process_environment
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import EngineSpec, GuardSpec, Instructions
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
 
 
 def _kv_cache(spec_kwargs: dict[str, object], version: str | None = "0.32.0",
               monkeypatch: pytest.MonkeyPatch | None = None) -> tuple[dict[str, str], dict[str, int]]:
     from pytest_enginedead.harness.environment import kv_cache
-    from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-    from pytest_enginedead.logic.planning import EngineSpec
+    from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+    from pytest_enginedead.logic.planning.engines import EngineSpec
 
     assert monkeypatch is not None
     monkeypatch.setattr(versions, "installed_version", lambda: version)

@@ -14,8 +14,8 @@ from pytest_enginedead.contract.dumps import MAIN_THREAD_PREFIX
 from pytest_enginedead.harness.cleanup import ProcRef
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.harness.stacks import innermost_frames
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import EngineSpec
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning.engines import EngineSpec
 
 
 def test_the_harness_reads_a_live_workers_step_and_stack() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,39 @@ def test_a_ledger_that_cannot_be_written_says_so_and_the_start_goes_on(
     assert err.startswith(
         f"enginedead: the start ledger {str(missing)!r} ({START_LEDGER_ENV}) was not written: ")
     assert len(err.splitlines()) == 1
+
+
+class _Engine:
+    """What ``ledger.started`` / ``ledger.stopped`` read of an engine."""
+
+    class spec:  # stands in for the engine's spec (its label only)
+        @staticmethod
+        def label() -> str:
+            return "bs8, model tiny-llama"
+
+    kind = "engine"
+    restart = False
+    broken = False
+
+    def __init__(self, start_s: float | None, import_s: float | None = None, deaths: int = 0) -> None:
+        self.start_s, self.import_s, self.deaths = start_s, import_s, [{}] * deaths
+
+
+def test_stops_say_how_an_engine_ended_and_the_summary_counts_starts_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start carries the vLLM import it paid for; each stop says whether a death or a cut ended
+    the engine; an engine that never started leaves no stop; the summary counts the starts."""
+    path = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(START_LEDGER_ENV, str(path))
+    ledger.started(_Engine(20.0, import_s=6.5))
+    ledger.stopped(_Engine(20.0, deaths=1), cut=False)
+    ledger.started(_Engine(12.0, import_s=0.0))
+    ledger.stopped(_Engine(12.0), cut=True)
+    ledger.stopped(_Engine(None), cut=True)  # its start failed: no stop of its own
+    entries = ledger.read(str(path))
+    assert [(e.get("event", "start"), e.get("import_s"), e.get("died"), e.get("cut")) for e in entries] == [
+        ("start", 6.5, None, None), ("stop", None, True, False), ("start", 0.0, None, None),
+        ("stop", None, False, True)]
+    assert all(e["pid"] == os.getpid() and e["t"] > 0 for e in entries)
+    assert ledger.summary(entries)[0].startswith("engine starts, every run included: 2 in 32s")

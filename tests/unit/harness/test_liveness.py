@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from pytest_enginedead import Verdict
+from pytest_enginedead.contract.decisions import BUSY_CORES, overall
 from pytest_enginedead.harness.liveness import ProcessEvidence, Sampler, Watched, classify, snapshot
-from pytest_enginedead.logic.verdicts import DEFAULT_BUSY_THRESHOLD, overall
 from tests.support import procs
 
 
@@ -52,7 +52,7 @@ def test_busy_process_is_slow(busy: int) -> None:
     """A Python busy loop uses most of a core and is classified SLOW."""
     e = evidence_over([busy])[busy]
     assert e.alive and e.pid == busy
-    assert e.cpu_cores > 2 * DEFAULT_BUSY_THRESHOLD, e.describe()
+    assert e.cpu_cores > 2 * BUSY_CORES, e.describe()
     assert e.window_s >= 0.45
     assert classify(e) is Verdict.SLOW
 
@@ -61,7 +61,7 @@ def test_sleeping_process_is_hung(sleeper: int) -> None:
     """An alive process at ~0 CPU is below the 0.05 threshold: HUNG, not SLOW."""
     e = evidence_over([sleeper])[sleeper]
     assert e.alive and e.status == psutil.STATUS_SLEEPING
-    assert e.cpu_cores < DEFAULT_BUSY_THRESHOLD, e.describe()
+    assert e.cpu_cores < BUSY_CORES, e.describe()
     assert classify(e) is Verdict.HUNG
 
 
@@ -185,10 +185,10 @@ def test_this_process_is_alive() -> None:
 @pytest.mark.parametrize(
     ("cores", "threshold", "expected"),
     [
-        (0.0, DEFAULT_BUSY_THRESHOLD, Verdict.HUNG),
-        (0.049, DEFAULT_BUSY_THRESHOLD, Verdict.HUNG),
-        (0.05, DEFAULT_BUSY_THRESHOLD, Verdict.SLOW),
-        (1.0, DEFAULT_BUSY_THRESHOLD, Verdict.SLOW),
+        (0.0, BUSY_CORES, Verdict.HUNG),
+        (0.049, BUSY_CORES, Verdict.HUNG),
+        (0.05, BUSY_CORES, Verdict.SLOW),
+        (1.0, BUSY_CORES, Verdict.SLOW),
         (0.3, 0.5, Verdict.HUNG),
         (0.6, 0.5, Verdict.SLOW),
     ],

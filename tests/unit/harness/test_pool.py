@@ -14,8 +14,8 @@ from pytest_enginedead.harness import pool as pool_module
 from pytest_enginedead.harness.base import EngineBase, EngineStartError, GuardRefused
 from pytest_enginedead.harness.pool import EnginePool
 from pytest_enginedead.harness.threads import Progress
-from pytest_enginedead.logic.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning import EngineSpec, Instructions
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
 from tests.support.guards import GUARD_MARKER
 
 A, B = EngineSpec("/m/a", 8), EngineSpec("/m/b", 8)

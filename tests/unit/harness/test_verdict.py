@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
+from pytest_enginedead.contract.decisions import Verdict, overall
 from pytest_enginedead.contract.steps import StepTime
-from pytest_enginedead.harness.liveness import ProcessEvidence
+from pytest_enginedead.harness.liveness import LivenessSettings, ProcessEvidence
 from pytest_enginedead.harness.verdict import COMPUTING, WAITING, Finding, rank_states, step_summary
-from pytest_enginedead.logic.verdicts import LivenessSettings, Verdict, overall
 
 
 def test_step_summary() -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_enginedead.contract.decisions import GuardAction
 from pytest_enginedead.contract.guardfiles import guard_state_path, write_guard_state
 from pytest_enginedead.contract.names import EXIT_DEAD, EXIT_ENV, EXIT_HUNG
 from pytest_enginedead.invllm import exiting
@@ -17,11 +18,11 @@ from tests.support.guards import in_step
 def test_exit_status_tells_a_hang_from_other_deaths(tmp_path: Path) -> None:
     d = str(tmp_path)
     assert exiting.death_exit(d, 9) == (EXIT_DEAD, "the engine died (EngineDeadError)")
-    write_guard_state(guard_state_path(d, 10), in_step(in_step=False, ended="CAP"))
+    write_guard_state(guard_state_path(d, 10), in_step(in_step=False, ended=GuardAction.CAP))
     code, why = exiting.death_exit(d, 9)
     assert code == EXIT_DEAD and "outlived the guard's 1240 s cap" in why
     write_guard_state(guard_state_path(d, 12), in_step(
-        pid=12, in_step=False, ended="HUNG", busy_at=90.0, updated=93.5))
+        pid=12, in_step=False, ended=GuardAction.END, busy_at=90.0, updated=93.5))
     code, why = exiting.death_exit(d, 9)
     assert code == EXIT_HUNG and "idle 3.5 s inside step 5 (hang_s 5 s)" in why
     assert exiting.death_exit(d, 8)[0] == EXIT_DEAD  # another server's states

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.contract.guardfiles import (
     CoreReady,
     guard_events_path,
@@ -25,7 +26,7 @@ from pytest_enginedead.contract.guardfiles import (
 )
 from pytest_enginedead.contract.names import ENV_DIR
 from pytest_enginedead.invllm import guard
-from pytest_enginedead.logic.guardconfig import GuardConfig
+from pytest_enginedead.logic.inputs.guardconfig import GuardConfig
 from tests.support import procs
 from tests.support.guards import NOT_IMPORTABLE, state
 
@@ -111,10 +112,10 @@ def test_the_guard_core_writes_its_state_and_keeps_an_ended_wait(tmp_path: Path)
     core.write_state(None)
     first = read_guard_state(path)
     assert first is not None and first.front == 77 and first.hang_s == 3.0 and not first.in_step
-    core.write_state(dict(in_step=False, step=3, ended="HUNG", busy_at=1.0, updated=5.0, worker=8))
+    core.write_state(dict(in_step=False, step=3, ended=GuardAction.END, busy_at=1.0, updated=5.0, worker=8))
     core.write_state(None)  # the step's end after the guard ended its wait: the ending stays
     last = read_guard_state(path)
-    assert last is not None and last.ended == "HUNG" and last.step == 3
+    assert last is not None and last.ended is GuardAction.END and last.step == 3
 
 
 def executor(*pids: int) -> SimpleNamespace:
@@ -132,13 +133,13 @@ def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) 
         core._executor = executor(idle.pid, busy.pid)
         watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
         time.sleep(1.0)  # past their interpreters' start
-        assert watch._probe(time.monotonic()) == "SLOW"  # the first look: no rate yet
+        assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look: no rate yet
         time.sleep(0.5)
         watch.sent -= 1.0  # the step has run past its deadline: the next look decides
         watch._next_probe = 0.0
         watch.observe()
         (event,) = read_guard_events(guard_events_path(str(tmp_path)))
-        assert (event.verdict, event.rank, event.ranks, event.pid) == ("SLOW", 1, 2, busy.pid)
+        assert (event.verdict, event.rank, event.ranks, event.pid) == (Verdict.SLOW, 1, 2, busy.pid)
         assert watch._judged()[2] == "VLLM::Worker rank 1 of 2"
 
     with procs.worker("idle", 30.0) as first, procs.worker("idle", 30.0) as second:
@@ -146,6 +147,6 @@ def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) 
         core._executor = executor(first.pid, second.pid)
         watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
         time.sleep(1.0)  # past their interpreters' start
-        assert watch._probe(time.monotonic()) == "SLOW"  # the first look
+        assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
         time.sleep(0.5)
-        assert watch._probe(time.monotonic()) == "HUNG"
+        assert watch._probe(time.monotonic()) is Verdict.HUNG

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from pytest_enginedead.logic.policy import STOCK_DEADLINE_S, Backend
 from pytest_enginedead.logic.sizing import advice
 from pytest_enginedead.logic.sizing.fit import Fit
 from pytest_enginedead.logic.sizing.result import advice_lines
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
+from pytest_enginedead.logic.timeouts.policies import STOCK_DEADLINE_S, Backend
 from tests.support.sizing import TRUE
 
 # --- the advice ------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def test_the_guard_policy_covers_every_step_of_each_size() -> None:
 
 
 def test_the_policy_source_rebuilds_the_policy() -> None:
-    from pytest_enginedead.logic.policy import TimeoutPolicy
+    from pytest_enginedead.logic.timeouts.policies import TimeoutPolicy
 
     policy = advice.advise(Fit(TRUE), Limits(64, 1024, 2048), 512, 3.0, 300.0).policy
     space: dict[str, Any] = {"TimeoutPolicy": TimeoutPolicy}

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_enginedead.logic.policy import STOCK_DEADLINE_S
 from pytest_enginedead.logic.sizing.decode import calibration, format_calibration
+from pytest_enginedead.logic.timeouts.policies import STOCK_DEADLINE_S
 
 
 def test_calibration_numbers_meet_the_reference_constraints() -> None:

@@ -1,0 +1,3 @@
+"""What users give — flags, ini keys, variables, marker and factory arguments, model
+directories, the guard's environment — parsed and checked before anything starts.
+"""

@@ -1,0 +1,283 @@
+"""What ``enginedead check`` runs and how it reads the outcome.
+
+Each batch size runs under vLLM's stock deadline and under the chosen policy (and,
+with ``--guard``, under the stock deadline with the guard on), offline or through
+the API server (``--server``).  On the bundled tiny model a real step takes
+milliseconds, so a busy step is injected, sized from the stock deadline: batches up
+to the geometric mean of the configured sizes fit, larger ones do not.  On a user's
+model the real step time decides; nothing is injected.
+
+The regression suite (``pytest_enginedead.regression``) reads the plan from its
+environment and writes one progress event per run to a file the command follows.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ...contract.decisions import Verdict
+from ...contract.names import CHECK_PLAN_ENV
+from .. import releases
+from ..inputs.modelconfig import BUNDLED_MODEL
+from ..words import plural
+
+#: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
+#: would make one demo death take five minutes); a real model uses vLLM's own.
+BUNDLED_STOCK_S = 2
+
+MODES = ("stock", "policy", "guard")
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """What the regression suite runs: the stock deadline, the injected step, the runs."""
+
+    stock_s: int
+    slow_s_per_seq: float
+    max_tokens: int = 2
+    prompt_len: int = 4
+    guard: bool = False
+    server: bool = False
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return MODES if self.guard else MODES[:2]
+
+    def to_env(self) -> dict[str, str]:
+        """The plan for the regression run; ``vllm-stock`` then means this stock deadline."""
+        return {releases.DEADLINE_ENV: str(self.stock_s), CHECK_PLAN_ENV: json.dumps(asdict(self))}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], model: str, batch_sizes: Sequence[int]) -> CheckPlan:
+        """The plan ``enginedead check`` set, or the default one for this model and sizes.
+
+        ``BadPlan`` (one line) when the variable does not hold a plan (``parse``).
+        """
+        raw = environ.get(CHECK_PLAN_ENV)
+        return cls.parse(raw) if raw is not None else plan_for(model, batch_sizes)
+
+    @classmethod
+    def parse(cls, raw: str) -> CheckPlan:
+        """The plan as ``to_env`` wrote it, checked like a public variable: a JSON object of the
+        known keys, each of its type and in its range; ``BadPlan`` says what is wrong."""
+        try:
+            data = json.loads(raw)
+        except RecursionError:
+            raise BadPlan("nests too deeply for Python's JSON parser") from None
+        except ValueError as exc:
+            raise BadPlan(f"is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise BadPlan(f"must hold a JSON object, not {type(data).__name__}")
+        unknown = sorted(set(data) - set(PLAN_KEYS))
+        if unknown:
+            raise BadPlan(f"has unknown key(s) {', '.join(map(repr, unknown))}; "
+                          f"it takes {', '.join(PLAN_KEYS)}")
+        missing = [k for k in REQUIRED_PLAN_KEYS if k not in data]
+        if missing:
+            raise BadPlan(f"lacks {', '.join(map(repr, missing))}; it takes {', '.join(PLAN_KEYS)}")
+        for key, value in data.items():
+            problem = _plan_value_problem(key, value)
+            if problem:
+                raise BadPlan(f"{key!r}: {value!r} {problem}")
+        return cls(**data)
+
+
+class BadPlan(ValueError):
+    """``ENGINEDEAD_CHECK_PLAN`` does not hold a plan; the message says what is wrong with it."""
+
+
+#: the plan's keys, in ``CheckPlan``'s order; the first two have no default
+PLAN_KEYS = ("stock_s", "slow_s_per_seq", "max_tokens", "prompt_len", "guard", "server")
+REQUIRED_PLAN_KEYS = PLAN_KEYS[:2]
+
+
+def _plan_value_problem(key: str, value: object) -> str | None:
+    """What is wrong with one value of a plan (``PLAN_KEYS``), or None."""
+    if key in ("guard", "server"):
+        return None if isinstance(value, bool) else "is not true or false"
+    if key == "slow_s_per_seq":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return "is not a number of seconds"
+        return "must be >= 0" if value < 0 else None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return "is not a whole number"
+    if value < 1:
+        return "must be at least 1"
+    if key == "stock_s" and value > releases.MAX_DEADLINE_S:
+        return f"must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make"
+    return None
+
+
+def is_bundled(model: str) -> bool:
+    return os.path.realpath(model) == os.path.realpath(BUNDLED_MODEL)
+
+
+def sized_burn(model: str, stock_s: float, batch_sizes: Sequence[int]) -> float:
+    """Busy seconds per sequence so the stock deadline splits the batch sizes.
+
+    The step of a batch at the geometric mean of the smallest and largest size
+    takes exactly the deadline: smaller batches fit, larger ones outlive it.
+    """
+    if not is_bundled(model):
+        return 0.0
+    lo, hi = min(batch_sizes), max(batch_sizes)
+    boundary = math.sqrt(lo * hi) if hi > lo else 2 * hi
+    return round(stock_s / boundary, 4)
+
+
+def plan_for(
+    model: str,
+    batch_sizes: Sequence[int],
+    stock_s: int | None = None,
+    max_tokens: int = 2,
+    guard: bool = False,
+    server: bool = False,
+) -> CheckPlan:
+    if stock_s is None:
+        stock_s = BUNDLED_STOCK_S if is_bundled(model) else int(releases.stock_deadline_s())
+    return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens, guard=guard, server=server)
+
+
+class RunResult(enum.Enum):
+    """What one check run came to, as its table row says it."""
+
+    OK = "ok"
+    FALSE_DEATH = "false death"
+    GENUINE_DEATH = "genuine death"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Row:
+    batch_size: int
+    mode: str
+    deadline_s: float
+    deadline_source: str
+    steps: int
+    p50_s: float | None
+    max_s: float | None
+    verdict: RunResult
+    nodeid: str
+    #: the longest step had not finished: max_s is how long it had run
+    max_running: bool = False
+
+
+def mode_of(nodeid: str) -> str:
+    for mode in MODES:
+        if f"-{mode}]" in nodeid or f"[{mode}-" in nodeid or f"[{mode}]" in nodeid:
+            return mode
+    return "?"
+
+
+def verdict_of(test: Mapping[str, Any]) -> RunResult:
+    """A test row's result for the table; a failure with no verdict is ``FAILED``."""
+    found = Verdict.read(test.get("verdict"))
+    if found is None:
+        return RunResult.FAILED if test.get("outcome") == "failed" else RunResult.OK
+    return RunResult.FALSE_DEATH if found.false_death else RunResult.GENUINE_DEATH
+
+
+def rows_from_report(report: Mapping[str, Any]) -> list[Row]:
+    """One row per regression test (its call phase, or the phase that failed)."""
+    by_node: dict[str, Mapping[str, Any]] = {}
+    for t in report.get("tests", []):
+        if t["nodeid"] not in by_node or t["when"] == "call":
+            by_node[t["nodeid"]] = t
+    rows = []
+    for nodeid, t in by_node.items():
+        rows.append(
+            Row(
+                int(t["batch_size"]), mode_of(nodeid), float(t["timeout_s"]),
+                str(t.get("deadline_source", "")), int(t.get("steps") or 0),
+                t.get("step_p50_s"), t.get("step_max_s"), verdict_of(t), nodeid,
+                bool(t.get("step_max_running")),
+            )
+        )
+    return sorted(rows, key=lambda r: (r.batch_size, MODES.index(r.mode) if r.mode in MODES else 9))
+
+
+def _secs(x: float | None, running: bool = False) -> str:
+    return "-" if x is None else f"{'>=' if running else ''}{x:.3f}s"
+
+
+def format_table(rows: Sequence[Row]) -> str:
+    lines = [
+        f"{'batch':>5}  {'run':<7} {'deadline':>9}  {'steps':>5}  {'step p50':>9}  {'step max':>9}  verdict",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r.batch_size:>5}  {r.mode:<7} {r.deadline_s:>8g}s  {r.steps:>5}  "
+            f"{_secs(r.p50_s):>9}  {_secs(r.max_s, r.max_running):>9}  {r.verdict}"
+        )
+    return "\n".join(lines)
+
+
+def slow_paths_of(report: Mapping[str, Any]) -> list[str]:
+    """The slow paths the runs' verdicts named (each once, the sample counts dropped)."""
+    found: dict[str, None] = {}
+    for test in report.get("tests", []):
+        for death in test.get("deaths") or []:
+            for line in death.get("slow_paths") or []:
+                found.setdefault(str(line).split(" [", 1)[0], None)
+    return list(found)
+
+
+def run_label(mode: str, plan: CheckPlan, policy: str) -> str:
+    """What each run is called in the verdict line."""
+    if mode == "stock":
+        return f"stock vLLM ({plan.stock_s} s deadline)"
+    if mode == "guard":
+        return f"guard ({plan.stock_s} s deadline, policy {policy} as its cap)"
+    return f"policy {policy}"
+
+
+def verdict_line(
+    rows: Sequence[Row], plan: CheckPlan, policy: str, batch_sizes: Sequence[int]
+) -> tuple[str, int]:
+    """The check's last line, naming each run, and its exit status.
+
+    The stock runs show vLLM's behaviour: their false deaths are the bug, expected, and do
+    not fail the check.  Exit 1 for a false death under the policy or the guard, or for a
+    planned run that failed or did not run (a table with a hole in it is no answer); else 0.
+    """
+    parts = []
+    code = 0
+    for mode in plan.modes:
+        mine = [r for r in rows if r.mode == mode]
+        dead = [r.batch_size for r in mine if r.verdict is RunResult.FALSE_DEATH]
+        failed = [r.batch_size for r in mine if r.verdict is RunResult.FAILED]
+        missing = [n for n in batch_sizes if n not in {r.batch_size for r in mine}]
+        said = []
+        if dead:
+            said.append(f"FALSE DEATH at batch {', '.join(map(str, dead))}")
+            code = code or (1 if mode != "stock" else 0)
+        if failed:
+            said.append(f"FAILED at batch {', '.join(map(str, failed))} (see the log)")
+            code = 1
+        if missing:
+            said.append(f"did not run at batch {', '.join(map(str, missing))} (see the log)")
+            code = 1
+        parts.append(f"{run_label(mode, plan, policy)}: {'; '.join(said) or 'no false death'}")
+    return "; ".join(parts), code
+
+
+def progress_line(event: Mapping[str, Any]) -> str:
+    """One run as the command reports it while it works, or a note on the way (an engine's start)."""
+    if "note" in event:
+        return f"  {event['note']}  [{event['elapsed_s']:.0f} s]"
+    steps = plural(int(event.get("steps", 0)), "step")
+    if event.get("step_max_s") is not None:
+        steps += f", longest {event['step_max_s']:.2f} s"
+    return (
+        f"  batch {event['batch_size']:>4}  {event['mode']:<6}  {event['verdict']:<13} "
+        f"{event['duration_s']:5.1f} s ({steps})  [{event['elapsed_s']:.0f} s]"
+    )

@@ -1,0 +1,2 @@
+"""Timeout policies and the invariants a policy must keep.
+"""

@@ -1,0 +1,254 @@
+"""What ``enginedead check`` plans and how it reads the regression run's report: pure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from pytest_enginedead.compat import versions
+from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
+from pytest_enginedead.logic.reporting import checking
+from pytest_enginedead.logic.reporting.checking import (
+    CheckPlan,
+    Row,
+    RunResult,
+    format_table,
+    mode_of,
+    plan_for,
+    rows_from_report,
+    sized_burn,
+)
+
+NODE = "test_regression.py::test_decode_batch"
+
+
+def report_row(nodeid: str, when: str = "call", outcome: str = "passed", **fields: Any) -> dict[str, Any]:
+    """One test row of a report, as the plugin writes it."""
+    return {
+        "nodeid": nodeid, "when": when, "outcome": outcome, "batch_size": 8, "timeout_s": 2.0,
+        "deadline_source": "the enginedead_timeout marker", "steps": 3, "step_p50_s": 0.5,
+        "step_max_s": 0.75, "step_max_running": False, "verdict": None, **fields,
+    }
+
+
+# --- the plan --------------------------------------------------------------------------------
+
+
+def test_sized_burn_splits_the_sizes_at_their_geometric_mean() -> None:
+    """The README's figure: 2 s / sqrt(8 x 64) = 0.0884 s per sequence."""
+    burn = sized_burn(BUNDLED_MODEL, 2.0, [8, 64])
+    assert burn == 0.0884
+    boundary = 2.0 / burn
+    assert 8 < boundary < 64 and math.isclose(boundary, math.sqrt(8 * 64), rel_tol=1e-3)
+    assert sized_burn(BUNDLED_MODEL, 2.0, [64, 8, 16]) == burn  # min and max, any order
+    assert sized_burn(BUNDLED_MODEL, 2.0, [8]) == round(2.0 / 16, 4)  # one size: it fits (2 x 8)
+
+
+def test_sized_burn_injects_nothing_on_a_real_model(tmp_path: Any) -> None:
+    assert sized_burn(str(tmp_path), 2.0, [8, 64]) == 0.0
+    assert checking.is_bundled(BUNDLED_MODEL + "/") and not checking.is_bundled(str(tmp_path))
+
+
+def test_plan_for_the_bundled_model_compresses_the_stock_deadline() -> None:
+    plan = plan_for(BUNDLED_MODEL, [4, 16])
+    assert plan.stock_s == checking.BUNDLED_STOCK_S == 2
+    assert plan.slow_s_per_seq == sized_burn(BUNDLED_MODEL, 2, [4, 16])
+    assert plan.modes == ("stock", "policy")
+    assert plan_for(BUNDLED_MODEL, [4, 16], guard=True).modes == ("stock", "policy", "guard")
+
+
+def test_plan_for_a_real_model_uses_vllms_own_deadline(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    plan = plan_for(str(tmp_path), [8, 64])
+    assert (plan.stock_s, plan.slow_s_per_seq) == (300, 0.0)
+
+
+def test_plan_travels_through_the_environment() -> None:
+    plan = CheckPlan(stock_s=3, slow_s_per_seq=0.05, max_tokens=2, prompt_len=1, guard=True, server=True)
+    env = plan.to_env()
+    assert env[versions.DEADLINE_ENV] == "3"  # vllm-stock then means this deadline
+    assert CheckPlan.from_env(env, "/any/model", [1]) == plan
+    assert CheckPlan.from_env({}, BUNDLED_MODEL, [4, 16]) == plan_for(BUNDLED_MODEL, [4, 16])
+
+
+@pytest.mark.parametrize(("raw", "said"), [
+    ("not json", "is not JSON: Expecting value"),
+    ("[1]", "must hold a JSON object, not list"),
+    ('{"stock_s": 2, "slow_s_per_seq": 0.5, "bogus": 1}', "has unknown key(s) 'bogus'; it takes stock_s, "
+     "slow_s_per_seq, max_tokens, prompt_len, guard, server"),
+    ('{"stock_s": 2}', "lacks 'slow_s_per_seq'"),
+    ('{"stock_s": "two", "slow_s_per_seq": 0.5, "max_tokens": "2"}',
+     "'stock_s': 'two' is not a whole number"),
+    ('{"stock_s": 2, "slow_s_per_seq": [1]}', "'slow_s_per_seq': [1] is not a number of seconds"),
+    ('{"stock_s": 2, "slow_s_per_seq": -1}', "'slow_s_per_seq': -1 must be >= 0"),
+    ('{"stock_s": 2, "slow_s_per_seq": 0.5, "max_tokens": 0}', "'max_tokens': 0 must be at least 1"),
+    ('{"stock_s": 2, "slow_s_per_seq": 0.5, "guard": 1}', "'guard': 1 is not true or false"),
+    ('{"stock_s": 1e400, "slow_s_per_seq": 0.5}', "'stock_s': inf is not a whole number"),
+    (f'{{"stock_s": {10**13}, "slow_s_per_seq": 0.5}}', f"must be at most {versions.MAX_DEADLINE_S} s"),
+])
+def test_a_plan_in_the_environment_is_read_like_a_public_variable(raw: str, said: str) -> None:
+    """``ENGINEDEAD_CHECK_PLAN`` (``check`` hands it to its regression run): a JSON object of the
+    plan's keys, each of its type and range; anything else one line saying what is wrong."""
+    with pytest.raises(checking.BadPlan) as info:
+        CheckPlan.parse(raw)
+    assert said in str(info.value) and "\n" not in str(info.value), info.value
+    with pytest.raises(checking.BadPlan):
+        CheckPlan.from_env({"ENGINEDEAD_CHECK_PLAN": raw}, BUNDLED_MODEL, [8])
+
+
+def test_the_plans_keys_are_the_dataclass_fields() -> None:
+    import dataclasses
+
+    assert tuple(f.name for f in dataclasses.fields(CheckPlan)) == checking.PLAN_KEYS
+
+
+# --- reading the report ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nodeid", "mode"),
+    [
+        (f"{NODE}[bs8-stock]", "stock"),
+        (f"{NODE}[policy-bs64]", "policy"),
+        (f"{NODE}[guard]", "guard"),
+        (f"{NODE}[bs8-policystock]", "?"),
+        (f"{NODE}[bs8]", "?"),
+        ("test_stock.py::test_policy", "?"),
+    ],
+)
+def test_mode_of_reads_the_parameter_id(nodeid: str, mode: str) -> None:
+    assert mode_of(nodeid) == mode
+
+
+def test_rows_one_per_test_call_phase_first() -> None:
+    report: Mapping[str, Any] = {
+        "tests": [
+            report_row(f"{NODE}[bs64-policy]", batch_size=64, timeout_s=1240.0, steps=None),
+            report_row(f"{NODE}[bs64-stock]", when="setup", outcome="failed", batch_size=64),
+            report_row(f"{NODE}[bs8-stock]", verdict=None),
+            report_row(f"{NODE}[bs8-stock]", when="teardown", outcome="failed", verdict="HUNG"),
+            report_row(f"{NODE}[bs8-policy]"),
+            report_row(f"{NODE}[bs64-stock]", batch_size=64, outcome="failed", verdict="SLOW",
+                     step_max_s=2.04, step_max_running=True),
+        ]
+    }
+    rows = rows_from_report(report)
+    assert [(r.batch_size, r.mode) for r in rows] == [
+        (8, "stock"), (8, "policy"), (64, "stock"), (64, "policy"),
+    ]
+    stock8, _, stock64, policy64 = rows
+    assert stock8.verdict is RunResult.OK  # the call phase's row, not the teardown's
+    assert stock64.verdict is RunResult.FALSE_DEATH and stock64.max_running and stock64.max_s == 2.04
+    assert policy64.steps == 0 and policy64.deadline_s == 1240.0
+    assert stock64.deadline_source == "the enginedead_timeout marker"
+    assert rows_from_report({}) == []
+
+
+@pytest.mark.parametrize(
+    ("verdict", "outcome", "word"),
+    [(None, "passed", "ok"), (None, "failed", "failed"), ("SLOW", "failed", "false death"),
+     ("HUNG", "passed", "genuine death"), ("DEAD", "failed", "genuine death")],
+)
+def test_verdict_of_a_row(verdict: str | None, outcome: str, word: str) -> None:
+    assert checking.verdict_of({"verdict": verdict, "outcome": outcome}) is RunResult(word)
+    [row] = rows_from_report({"tests": [report_row(f"{NODE}[bs8-stock]", verdict=verdict, outcome=outcome)]})
+    assert row.verdict is RunResult(word)
+
+
+def row(batch: int, mode: str, verdict: str = "ok", **kwargs: Any) -> Row:
+    fields: dict[str, Any] = {
+        "deadline_s": 2.0, "deadline_source": "", "steps": 5, "p50_s": 0.711, "max_s": 0.715, "nodeid": "x",
+        **kwargs,
+    }
+    return Row(batch, mode, verdict=RunResult(verdict), **fields)
+
+
+def test_format_table() -> None:
+    text = format_table([
+        row(8, "stock"),
+        row(64, "stock", "false death", steps=0, p50_s=None, max_s=2.044, max_running=True),
+        row(64, "policy", deadline_s=1240.0, p50_s=5.665, max_s=5.673),
+    ])
+    assert text.splitlines() == [
+        "batch  run      deadline  steps   step p50   step max  verdict",
+        "    8  stock          2s      5     0.711s     0.715s  ok",
+        "   64  stock          2s      0          -   >=2.044s  false death",
+        "   64  policy      1240s      5     5.665s     5.673s  ok",
+    ]
+
+
+def test_progress_line() -> None:
+    line = checking.progress_line(
+        {"batch_size": 64, "mode": "stock", "verdict": "false death", "duration_s": 2.3,
+         "steps": 4, "step_max_s": 2.04, "elapsed_s": 41.6}
+    )
+    assert line == "  batch   64  stock   false death     2.3 s (4 steps, longest 2.04 s)  [42 s]"
+
+
+# --- the verdict line: names each run, and the exit status ----------------------------------------
+
+
+PLAN = CheckPlan(2, 0.0884)
+GUARDED = CheckPlan(2, 0.0884, guard=True)
+
+
+def test_a_stock_false_death_is_vllms_behaviour_shown_not_a_failure() -> None:
+    rows = [row(8, "stock", "ok"), row(8, "policy", "ok"), row(64, "stock", "false death"),
+            row(64, "policy", "ok")]
+    assert checking.verdict_line(rows, PLAN, "reference", [8, 64]) == (
+        "stock vLLM (2 s deadline): FALSE DEATH at batch 64; policy reference: no false death", 0)
+
+
+def test_no_run_names_ok_alone() -> None:
+    """The line never reads as a bare "OK": each run is named, the stock one's deaths included."""
+    rows = [row(n, mode, "ok") for n in (8, 64) for mode in ("stock", "policy")]
+    line, code = checking.verdict_line(rows, PLAN, "reference", [8, 64])
+    assert (line, code) == ("stock vLLM (2 s deadline): no false death; policy reference: no false death", 0)
+    assert not line.startswith("OK")
+
+
+def test_a_false_death_under_the_policy_exits_1() -> None:
+    rows = [row(8, "stock", "ok"), row(8, "policy", "ok"), row(64, "stock", "false death"),
+            row(64, "policy", "false death")]
+    assert checking.verdict_line(rows, PLAN, "vllm-stock", [8, 64]) == (
+        "stock vLLM (2 s deadline): FALSE DEATH at batch 64; policy vllm-stock: FALSE DEATH at batch 64", 1)
+
+
+def test_a_false_death_under_the_guard_exits_1() -> None:
+    rows = [row(64, "stock", "false death"), row(64, "policy", "ok"), row(64, "guard", "false death")]
+    line, code = checking.verdict_line(rows, GUARDED, "reference", [64])
+    assert code == 1
+    assert line.endswith("; guard (2 s deadline, policy reference as its cap): FALSE DEATH at batch 64")
+    rows[-1] = row(64, "guard", "ok")
+    assert checking.verdict_line(rows, GUARDED, "reference", [64])[1] == 0
+
+
+@pytest.mark.parametrize("mode", ["stock", "policy"])
+def test_a_failed_run_exits_1_whichever_run_it_was(mode: str) -> None:
+    rows = [row(8, "stock", "ok"), row(8, "policy", "ok")]
+    rows[["stock", "policy"].index(mode)] = row(8, mode, "failed")
+    line, code = checking.verdict_line(rows, PLAN, "reference", [8])
+    assert code == 1 and "FAILED at batch 8 (see the log)" in line
+
+
+@pytest.mark.parametrize("mode", ["stock", "policy"])
+def test_a_run_that_did_not_run_exits_1(mode: str) -> None:
+    """A table with a hole in it is no answer."""
+    other = "stock" if mode == "policy" else "policy"
+    rows = [row(8, "stock"), row(8, "policy"), row(64, other)]
+    line, code = checking.verdict_line(rows, PLAN, "reference", [8, 64])
+    assert code == 1 and "did not run at batch 64 (see the log)" in line
+    no_rows = checking.verdict_line([], PLAN, "reference", [8])
+    assert no_rows == ("stock vLLM (2 s deadline): did not run at batch 8 (see the log); "
+                       "policy reference: did not run at batch 8 (see the log)", 1)
+
+
+def test_a_genuine_death_is_not_a_false_one() -> None:
+    rows = [row(8, "stock", "genuine death"), row(8, "policy", "genuine death")]
+    assert checking.verdict_line(rows, PLAN, "reference", [8]) == (
+        "stock vLLM (2 s deadline): no false death; policy reference: no false death", 0)
