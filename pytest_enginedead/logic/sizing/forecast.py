@@ -16,9 +16,10 @@ LM head, sampler: ``fixed``, ``per_seq``, ``per_token``) plus, for each layer,
 Measured slices differ only in how many layers of each type they keep, so one
 non-negative fit over all their steps gives every term; the full model's ``Fit`` is
 those terms at its own layer counts.  When the steps cannot tell the two layer types'
-context terms apart (contexts short of twice the window), they are tied by the
-attention work a key costs in each layer type (query heads x head size) and the KV
-bytes it takes, and the forecast says so.
+context terms apart (no step whose full-attention keys exceed its windowed keys by
+30 % of its context, i.e. every context under about 1.4x the window: ``separable``),
+they are tied by the attention work a key costs in each layer type (query heads x head
+size) and the KV bytes it takes, and the forecast says so.
 
 No context term falls below what the model's shape implies at this machine's measured
 rates (``floors``): a term the steps cannot resolve is held there, not at 0.  The fit's
