@@ -128,15 +128,17 @@ def test_a_long_context_forecast_is_the_same_twice(tmp_path: Path) -> None:
     first, second = out["repeats"]["worst_predicted_s"]
     low, high = out["worst_step"]["interval_s"]
     both = out["worst_step"]["predicted_s"]
+    worst = out["worst_step"]
     print(f"worst step per round: {first:.3f} s, {second:.3f} s; both rounds: {both:.3f} s, interval "
-          f"{low:.3f}-{high:.3f} s; contexts {out['contexts_measured']}; terms {out['fit']['terms']}")
+          f"{low:.3f}-{high:.3f} s ({worst['plan']['described']}; binding {worst['binding']}, KV cache "
+          f"{worst['kv_cache_held_bytes']:,} of {worst['kv_cache_bytes']:,} bytes); contexts "
+          f"{out['contexts_measured']}; terms {out['fit']['terms']}")
     assert abs(first / second - 1) <= 0.15, out["repeats"]
     seen = out["contexts_measured"]
     assert seen["decode"]["factor"] >= 16 and seen["prefill"]["factor"] >= 16, seen
     assert seen["decode"]["longest"] >= 16384, seen
     terms = out["fit"]["terms"]
     assert terms["per_context_token_s"] > 0 and terms["per_read_token_s"] > 0, terms
-    worst = out["worst_step"]
     assert worst["kv_cache_held_bytes"] <= worst["kv_cache_bytes"], worst
     assert "kv_cache" in worst["binding"], worst
     assert low <= worst["predicted_s"] <= high and out["recommend"]["from_interval_upper_s"] == high
