@@ -1,6 +1,6 @@
 """What ``enginedead calibrate`` sizing must show, on real engines (run it under the engine lock).
 
-    flock /tmp/enginedead-engines.lock python bench/sizing.py PART [PART ...]
+    flock /work/engine.lock python bench/sizing.py PART [PART ...]
 
 Each part is one command line of its own (each well under 15 minutes on a 2-core box);
 results are merged into bench/sizing-results.json, keyed by part.
@@ -12,10 +12,16 @@ worst     on gemma-4-moe-mini, a serving config whose worst step holds a prefill
 forecast  two depth slices of gemma-4-moe-mini forecast the full depth; the full
           model's decode steps at batch 8 and 32 measured on it (calibration.measure):
           forecast vs measured                                                    within 25 %
-26b       the report's model, config only: gemma-4-26b-a4b from slices 1 and 2,
-          wall time                                                               <= 15 min
-terms     (from the runs above) per-token > 0; per-context-token > 0 on a model with
-          full attention, where attention is a share of a step the measurement resolves
+longctx   gemma-4-moe-mini at a 16K context (its config's context raised): forecast
+          from slices 1 and 3, then a real step of 8 decodes at 16K tokens of context
+          each measured on the full model: forecast vs measured                    within 15 %
+26b       the report's model, config only: gemma-4-26b-a4b from slices 1 and 2 at
+          vLLM's defaults, wall time                                              <= 15 min
+26b-again the same command again: its worst step vs 26b's                          within 15 %
+26b-8k    the same at --max-model-len 8192, wall time                              <= 15 min
+terms     (from the runs above) per-token > 0; every full-attention context term
+          (per key attended, per key read) > 0 on the 26B forecasts; the worst step
+          holds no more KV cache than the cache it assumes
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -114,37 +121,134 @@ def part_forecast() -> dict[str, Any]:
             "output": out}
 
 
-def part_26b() -> dict[str, Any]:
-    out, wall = calibrate("--model", G26B, "--forecast-layers", "1,2", "--plot", str(HERE / "sizing-26b.png"))
+def part_26b(*extra: str) -> dict[str, Any]:
+    out, wall = calibrate("--model", G26B, "--forecast-layers", "1,2", *extra,
+                          *(() if extra else ("--plot", str(HERE / "sizing-26b.png"))))
     print(text(out))
     print(f"wall {wall:.0f} s (budget 900 s)")
-    return {"wall_s": wall, "target": "<= 900 s", "ok": wall <= 900, "output": out}
+    worst = out["worst_step"]
+    held, cache = worst.get("kv_cache_held_bytes"), worst.get("kv_cache_bytes")
+    fits = held is None or cache is None or held <= cache
+    return {"wall_s": wall, "target": "<= 900 s; the worst step fits its KV cache",
+            "ok": wall <= 900 and fits,
+            "worst_predicted_s": worst["predicted_s"], "interval_s": worst["interval_s"],
+            "binding": worst["binding"], "fits_kv_cache": fits, "output": out}
+
+
+def part_26b_again() -> dict[str, Any]:
+    first = json.loads(RESULTS.read_text()).get("26b") if RESULTS.exists() else None
+    if not first or "worst_predicted_s" not in first:
+        raise RuntimeError("run the part 26b first")
+    again = part_26b()
+    ratio = again["worst_predicted_s"] / first["worst_predicted_s"]
+    print(f"worst step: {first['worst_predicted_s']:.1f} s then {again['worst_predicted_s']:.1f} s "
+          f"(ratio {ratio:.3f})")
+    return {**again, "first_worst_predicted_s": first["worst_predicted_s"], "ratio": ratio,
+            "target": "within 15 % of 26b's worst step; <= 900 s",
+            "ok": again["ok"] and abs(ratio - 1) <= 0.15}
+
+
+def part_26b_8k() -> dict[str, Any]:
+    return part_26b("--max-model-len", "8192")
+
+
+def long_context_model() -> str:
+    """gemma-4-moe-mini with its context raised to 32K (a config of its own in a scratch directory)."""
+    config = json.loads((Path(MOE) / "config.json").read_text())
+    config["max_position_embeddings"] = 32768
+    directory = Path(tempfile.mkdtemp(prefix="enginedead-longctx-")) / "gemma-4-moe-long"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(config))
+    return str(directory)
+
+
+#: the long-context check: the context, the model's length, the decodes of the real step
+LONG, LONG_LEN, LONG_DECODES = 16384, 16448, 8
+
+
+def measure_long_step(model: str) -> dict[str, Any]:
+    """A real step on the full model: ``LONG_DECODES`` decodes at ``LONG`` tokens of context each (one
+    long prompt prefilled, then as many prompts that go on past it, found in the prefix cache)."""
+    from pytest_enginedead.harness.cleanup import Reaper
+    from pytest_enginedead.harness.offline import Engine
+    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+    from pytest_enginedead.logic.sizing.result import samples_of
+
+    spec = EngineSpec(model, LONG_DECODES, extra_args=(("max_model_len", LONG_LEN),
+                                                       ("max_num_batched_tokens", 2048)), kv_cache_gib=3)
+    reaper = Reaper()
+    engine = Engine(spec, reaper=reaper)
+    t0 = time.monotonic()
+    try:
+        engine.start(Instructions(3600, "bench (long step)"), None)
+        engine.drive([(engine.prompts([1, 1], 7), 3)])
+        base = engine.prompts([LONG], 11)[0]
+        engine.drive([([base], 2)])
+        seen = len(engine.evidence.steps())
+        prompts = engine.prompts([LONG + 8] * LONG_DECODES, 12)
+        for p in prompts:
+            p[:LONG] = base
+        engine.drive([(prompts, 7)])
+        steps = engine.evidence.steps()[seen:]
+    finally:
+        engine.stop()
+        reaper.close()
+    full = sorted(((s, t) for s, t in samples_of(steps) if s.seqs == s.tokens == LONG_DECODES),
+                  key=lambda p: p[1])
+    if not full:
+        raise RuntimeError(f"no step of {LONG_DECODES} decodes was recorded: {steps}")
+    shape, median = full[len(full) // 2]
+    return {"steps": len(full), "median_s": median, "min_s": full[0][1], "max_s": full[-1][1],
+            "shape": shape.as_dict(), "wall_s": time.monotonic() - t0}
+
+
+def part_longctx() -> dict[str, Any]:
+    from pytest_enginedead.logic.sizing.fit import Fit, Step
+
+    model = long_context_model()
+    out, wall = calibrate("--model", model, "--forecast-layers", "1,3", "--max-num-seqs", "8",
+                          "--max-model-len", str(LONG_LEN))
+    print(text(out))
+    real = measure_long_step(model)
+    model_fit = Fit({k.removesuffix("_s"): v for k, v in out["fit"]["terms"].items()})
+    forecast = model_fit.predict(Step(**real["shape"]))
+    ratio = forecast / real["median_s"]
+    print(f"{LONG_DECODES} decodes at {LONG} tokens of context on the full model: measured "
+          f"{real['median_s']:.3f} s (median of {real['steps']}, {real['min_s']:.3f}-{real['max_s']:.3f}), "
+          f"forecast from slices {forecast:.3f} s (ratio {ratio:.3f})")
+    return {"wall_s": wall, "real": real, "forecast_s": forecast, "ratio": ratio, "target": "within 15 %",
+            "ok": abs(ratio - 1) <= 0.15, "output": out}
 
 
 def part_terms(results: dict[str, Any]) -> dict[str, Any]:
-    """Per-token > 0 everywhere; per-context-token > 0 where attention is a share of a step the
-    measurement can see: the 26B slices at 2K keys (~10-30 % of a step). On gemma-4-moe-mini at <= 512
-    keys attention is ~1-3 % of a step, under this box's step-to-step noise: its context terms are
-    reported, not required."""
+    """Per-token > 0 everywhere; every full-attention context term > 0 on the 26B forecasts (each is
+    held at least at the floor the model's shape gives at this machine's rates); the worst step fits the
+    KV cache it assumes."""
     found = {}
-    for name in ("defaults", "worst", "forecast", "26b"):
+    for name in ("defaults", "worst", "forecast", "longctx", "26b", "26b-again", "26b-8k"):
         out = results.get(name, {}).get("output")
         if out:
             terms = out["fit"]["terms"]
+            worst = out["worst_step"]
+            held, cache = worst.get("kv_cache_held_bytes"), worst.get("kv_cache_bytes")
             found[name] = {"per_token_s": terms.get("per_token_s"),
                            "per_context_token_s": terms.get("per_context_token_s"),
+                           "per_read_token_s": terms.get("per_read_token_s"),
                            "per_window_context_token_s": terms.get("per_window_context_token_s"),
-                           "context_required": name == "26b"}
-            print(f"{name}: per_token {terms.get('per_token_s')}, per_context_token "
-                  f"{terms.get('per_context_token_s')}, per_window_context_token "
-                  f"{terms.get('per_window_context_token_s')}")
-    ok = "26b" in found and all((t["per_token_s"] or 0) > 0 for t in found.values()) and all(
-        (t["per_context_token_s"] or 0) > 0 and (t["per_window_context_token_s"] or 0) > 0
+                           "per_window_read_token_s": terms.get("per_window_read_token_s"),
+                           "fits_kv_cache": held is None or cache is None or held <= cache,
+                           "context_required": name.startswith("26b")}
+            print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in found[name].items()))
+    ok = any(n.startswith("26b") for n in found) and all(
+        (t["per_token_s"] or 0) > 0 and t["fits_kv_cache"] for t in found.values()) and all(
+        (t["per_context_token_s"] or 0) > 0 and (t["per_read_token_s"] or 0) > 0
         for t in found.values() if t["context_required"])
-    return {"runs": found, "target": "per-token > 0; per-context-token > 0 on the 26B slices", "ok": ok}
+    return {"runs": found, "target": "per-token > 0; full-attention context terms > 0 on the 26B forecasts; "
+            "the worst step fits its KV cache", "ok": ok}
 
 
-PARTS = {"defaults": part_defaults, "worst": part_worst, "forecast": part_forecast, "26b": part_26b}
+PARTS = {"defaults": part_defaults, "worst": part_worst, "forecast": part_forecast, "longctx": part_longctx,
+         "26b": part_26b, "26b-again": part_26b_again, "26b-8k": part_26b_8k}
 
 
 def main(argv: list[str]) -> int:

@@ -39,8 +39,9 @@ from typing import Any
 ENGINE_TESTS = Path(__file__).resolve().parent / "engine"
 
 #: the most engine starts the whole suite may make (``make test`` within 30 min on a 2-core AVX2
-#: box, 20 min on AVX-512: issue 43); 44 since the two-node engine test (issue 44: 3 starts)
-MAX_STARTS = 44
+#: box, 20 min on AVX-512: issue 43); 44 since the two-node engine test (issue 44: 3 starts), 45
+#: since the long-context forecast's repeat (issue 45: 1 start)
+MAX_STARTS = 45
 
 TINY = "model tiny-llama"
 GEMMA = "model gemma-4-moe-mini"
@@ -107,6 +108,9 @@ BUDGET: tuple[Entry, ...] = (
           "enginedead calibrate sizing"),
     Entry(("test_serving_sizes.py::test_forecast_from_two_slices",),
           ("bs8, model slice-*, max_model_len=512, max_num_batched_tokens=512",), 2, "two depth slices"),
+    Entry(("test_serving_sizes.py::test_a_long_context_forecast_is_the_same_twice",),
+          ("bs8, model gemma-4-moe-long, max_model_len=*, max_num_batched_tokens=2048",), 1,
+          "the long-context calibration (issue 45): both rounds of --repeat 2 on one engine"),
     # --- the guard ----------------------------------------------------------------------------------
     Entry(("test_guard.py::test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones",),
           (f"bs64, {TINY}, {GUARD_REF_3}", f"bs64, {TINY}, guard (policy edcap:cap, hang_s 3 s)"), 2,

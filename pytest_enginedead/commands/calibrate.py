@@ -9,7 +9,9 @@ here.  With ``--batch-sizes`` alone: decode steps per batch size and the deadlin
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,11 +23,12 @@ from ..harness.measure import measure, size
 from ..harness.outputs import Output
 from ..logic.inputs.modelconfig import preset_summary, presets, read_config
 from ..logic.inputs.values import BadValue, parse_batch_sizes
-from ..logic.machine import this_machine
-from ..logic.sizing import shapes
+from ..logic.machine import meminfo, this_machine
+from ..logic.sizing import kvcache, shapes
 from ..logic.sizing.decode import calibration, format_calibration
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
 from ..logic.sizing.result import format_sizing
+from ..logic.sizing.slices import GIB
 from .common import (
     GUARD_SWITCH,
     Refused,
@@ -35,6 +38,7 @@ from .common import (
     check_environment_options,
     deadline,
     headroom,
+    number,
     output_to,
     positive_int,
     run_claimed,
@@ -46,12 +50,18 @@ SERVER_SEQS, SERVER_TOKENS = shapes.SERVER_MAX_NUM_SEQS, shapes.SERVER_MAX_NUM_B
 
 #: calibrate's flags that ask for sizing a serving configuration
 SIZING_FLAGS = ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "kv_cache_tokens", "deadline",
-                "forecast_layers", "no_validate")
+                "forecast_layers", "no_validate", "server_memory_gib", "gpu_memory_utilization", "repeat")
+
+#: vLLM's legacy setting of the CPU KV cache (GiB), read when set and not empty
+KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+fraction = number(float, 0, "a number", " (vLLM's share of the machine's memory, e.g. 0.92)", maximum=1.0)
 
 
 EPILOG = ("exit status: 0 measured (the advice printed), 2 bad usage, nothing started; 1 an engine failed "
           "(see the log); 130 interrupted.  Reads: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (the deadline in "
-          "force, unless --deadline), ENGINEDEAD_GUARD (checked as the plugin reads it; calibrate's "
+          "force, unless --deadline), VLLM_CPU_KVCACHE_SPACE (the server's KV cache, unless "
+          "--kv-cache-tokens), ENGINEDEAD_GUARD (checked as the plugin reads it; calibrate's "
           "engines run unguarded), VLLM_PLUGINS, LD_PRELOAD (the engines inherit it: say which you serve "
           "with), OMP_NUM_THREADS, VLLM_CPU_OMP_THREADS_BIND, TMPDIR (the log).")
 
@@ -81,8 +91,19 @@ def add_parser(sub: Any, verbose: bool) -> None:
     cal.add_argument("--max-model-len", type=positive_int, metavar="L",
                      help="vLLM's flag: longest context (default: the model's, from its config.json)")
     cal.add_argument("--kv-cache-tokens", type=positive_int, metavar="K",
-                     help="your server's KV cache in tokens (vLLM logs 'KV cache size: K tokens' at start); "
-                     "default: holds every sequence at max-model-len")
+                     help="your server's KV cache in tokens (vLLM logs 'KV cache size: K tokens' at "
+                     f"start); default: vLLM's rule for the CPU backend ({KV_SPACE_ENV} GiB if set, else "
+                     "the machine's memory x --gpu-memory-utilization less the weights)")
+    cal.add_argument("--server-memory-gib", type=positive_int, metavar="G",
+                     help="the serving machine's memory in GiB, for vLLM's rule (default: this machine's; "
+                     "where the model does not fit it, the smallest common size that serves it, and the "
+                     "answer says so)")
+    cal.add_argument("--gpu-memory-utilization", type=fraction, metavar="F",
+                     help="vLLM's flag: on CPU the share of memory it takes (default "
+                     f"{kvcache.MEMORY_FRACTION})")
+    cal.add_argument("--repeat", type=positive_int, default=None, metavar="N",
+                     help="measure the runs N times on the same engines; the answer fits them all, and each "
+                     "round's worst step is printed alone to show how far two runs can differ")
     cal.add_argument("--deadline", type=deadline, metavar="SECONDS",
                      help="the deadline the limits must stay under "
                      f"(default: {versions.DEADLINE_ENV} or 300)")
@@ -169,10 +190,44 @@ def sizing_plan(args: argparse.Namespace) -> SizingPlan:
     if problem:
         raise Refused(problem)
     try:
-        return plan_sizing(args.model, limits, args.batch_sizes, args.steps, args.forecast_layers,
+        plan = plan_sizing(args.model, limits, args.batch_sizes, args.steps, args.forecast_layers,
                            validate=not args.no_validate, tensor_parallel=args.tensor_parallel_size)
     except SizingRefused as exc:
         raise Refused(str(exc)) from None
+    return dataclasses.replace(plan, kv=server_cache(args, limits))
+
+
+def server_cache(args: argparse.Namespace, limits: shapes.Limits,
+                 environ: dict[str, str] | None = None) -> kvcache.KvCache:
+    """The KV cache the server will have: --kv-cache-tokens, else VLLM_CPU_KVCACHE_SPACE, else vLLM's rule
+    on the serving machine's memory (--server-memory-gib, else this machine's); refused in one line when
+    vLLM would not start with it."""
+    env = os.environ if environ is None else environ
+    raw = env.get(KV_SPACE_ENV, "")
+    space = None
+    if raw != "" and args.kv_cache_tokens is None:
+        try:
+            space = int(raw)
+        except ValueError:
+            raise Refused(f"{KV_SPACE_ENV}={raw!r} (from the environment) is not a whole number of GiB, "
+                          "which vLLM requires") from None
+    config, _ = default_limits(args.model)
+    memory = args.server_memory_gib * GIB if args.server_memory_gib else None
+    try:
+        cache = kvcache.server_cache(
+            config, limits.max_model_len, limits.max_num_batched_tokens, this_memory=meminfo("MemTotal"),
+            memory=memory, fraction=args.gpu_memory_utilization or kvcache.MEMORY_FRACTION, space_gib=space,
+            tokens=args.kv_cache_tokens)
+    except kvcache.KvCacheError as exc:
+        raise Refused(str(exc)) from None
+    given = (f"--kv-cache-tokens {args.kv_cache_tokens}" if args.kv_cache_tokens else
+             f"{KV_SPACE_ENV}={space}" if space is not None else
+             f"--server-memory-gib {args.server_memory_gib}" if args.server_memory_gib else
+             "this machine's memory")
+    problem = kvcache.cache_problem(cache, limits.max_model_len, limits.max_num_batched_tokens, given)
+    if problem:
+        raise Refused(problem)
+    return cache
 
 
 def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
@@ -180,7 +235,7 @@ def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     limit = float(args.deadline) if args.deadline else versions.stock_deadline_s()
     t0 = time.monotonic()
     with output_to(log, args.verbose) as progress:
-        out = size(args.sizing_plan, args.headroom, limit, progress)
+        out = size(args.sizing_plan, args.headroom, limit, progress, repeats=args.repeat or 1)
         answers = moe.kernel_answers(args.sizing_plan.config)  # vLLM is imported: its own checks
     shape = moe.expert_width(args.sizing_plan.config)
     if answers is not None and shape is not None:

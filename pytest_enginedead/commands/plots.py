@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from ..harness.outputs import Output, claim
-from ..logic.sizing import advice, shapes
+from ..logic.sizing import advice, kvcache, shapes
 from ..logic.sizing import fit as fit_
 from ..logic.timeouts.policies import TimeoutPolicy
 
@@ -66,9 +66,17 @@ def plot_sizing(dest: Output | str, out: dict[str, Any]) -> None:
     window = out["layout"]["sliding_window"]
     top = out["limits"]["max_num_seqs"]
     xs = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, top} & set(range(1, top + 1)) | {top})
-    for ctx in contexts:
-        ys = [model.predict(shapes.StepPlan(n, ctx).step(window)) for n in xs]
-        ax.plot(xs, ys, "-", label=f"model, decodes at {ctx} tokens of context")
+    kv = out.get("kv_cache")
+    cache = None
+    if kv:
+        held = kvcache.KvLayout(kv["layout"]["full_bytes_per_token"], kv["layout"]["sliding_bytes_per_token"],
+                                kv["layout"]["window"])
+        cache = kvcache.KvCache(kv["bytes"], held, kv["source"])
+    for ctx in contexts:  # as far as the server's KV cache holds that many sequences at that context
+        ns = [n for n in xs if cache is None
+              or kvcache.held_bytes(shapes.StepPlan(n, ctx), cache.layout) <= cache.bytes]
+        ys = [model.predict(shapes.StepPlan(n, ctx).step(window)) for n in ns]
+        ax.plot(ns, ys, "-", label=f"model, decodes at {ctx} tokens of context")
     measured = [r for r in rows if r["measured"]]
     if measured:
         ax.plot([r["batch_size"] for r in measured], [r["p50_s"] for r in measured], "o", color="black",
@@ -76,7 +84,7 @@ def plot_sizing(dest: Output | str, out: dict[str, Any]) -> None:
     lim = out["limits"]
     heaviest = [advice.worst_time(model, shapes.Limits(n, max(n, lim["max_num_batched_tokens"]),
                                                        lim["max_model_len"], lim.get("kv_cache_tokens")),
-                                  window)[1] for n in xs]
+                                  window, cache)[1] for n in xs]
     ax.plot(xs, heaviest, "--", color="purple", label=f"worst step at each --max-num-seqs "
             f"({lim['max_num_batched_tokens']} tokens)")
     worst = out["worst_step"]

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from ..contract.steps import attended_keys
+from ..contract.steps import attended_keys, read_keys
 from .versions import Version, as_version
 
 
@@ -50,17 +50,20 @@ def step_tokens(scheduler_output: Any) -> int | None:
     return total if isinstance(total, int) else None
 
 
-def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, int, int]:
-    """(tokens, context, window context) one V1 step schedules; -1 for what cannot be read.
+def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, int, int, int, int]:
+    """(tokens, context, window context, keys read, keys read in the window) one V1 step schedules;
+    -1 for what cannot be read.
 
     Context is summed over the step's tokens: each query attends its position's keys
     (``num_computed_tokens + i + 1``), and at most ``window`` of them in a
-    sliding-window layer.  ``SchedulerOutput.num_scheduled_tokens`` (req_id -> tokens),
+    sliding-window layer.  Keys read are each sequence's context once (a decode reads its
+    whole context for one query; a prefill chunk reads it once for all its queries).
+    ``SchedulerOutput.num_scheduled_tokens`` (req_id -> tokens),
     ``scheduled_new_reqs[].num_computed_tokens`` and ``scheduled_cached_reqs.req_ids`` /
     ``.num_computed_tokens`` are the same in 0.27.1-0.32.0.
     """
     tokens = step_tokens(scheduler_output)
-    unknown = (-1 if tokens is None else tokens, -1, -1)
+    unknown = (-1 if tokens is None else tokens, -1, -1, -1, -1)
     try:
         scheduled: Any = scheduler_output.num_scheduled_tokens
         cached = scheduler_output.scheduled_cached_reqs
@@ -76,14 +79,17 @@ def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, i
         capped = full
         if window is not None and computed and max(computed) >= window:
             capped = sum(map(min, computed, itertools.repeat(window - 1))) + len(computed)
+        read, read_capped = full, capped
         rest = new
     else:
-        full = capped = 0
+        full = capped = read = read_capped = 0
         rest = [*zip(computed, counts, strict=True), *new]
     for done, n in rest:
         full += attended_keys(done + 1, done + n)
         capped += attended_keys(done + 1, done + n, window)
-    return (unknown[0], full, capped)
+        read += done + n
+        read_capped += read_keys(done + n, n, window)
+    return (unknown[0], full, capped, read, read_capped)
 
 
 def sliding_window(worker: Any) -> int | None:

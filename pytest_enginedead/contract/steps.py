@@ -2,9 +2,12 @@
 
 The step record, ``steps-<pid>.jsonl``, is one JSON object per line, each appended
 with a single ``write``: ``{"e": "b", "i": 3, "n": 64, "k": 64, "c": 8192, "w": 8192,
-"t": 1234.5}`` begins step 3 with batch 64 at ``time.monotonic()`` 1234.5; it
-schedules 64 tokens whose queries attend 8192 keys in all (``w``: with each query's
-keys capped at the sliding window; -1 where unknown); ``e`` ends it.  V1 steps have
+"r": 8192, "rw": 8192, "t": 1234.5}`` begins step 3 with batch 64 at
+``time.monotonic()`` 1234.5; it schedules 64 tokens whose queries attend 8192 keys in
+all (``w``: with each query's keys capped at the sliding window; -1 where unknown);
+its sequences read 8192 keys from the KV cache (``r``: each sequence's context once,
+however many of its tokens attend it; ``rw``: capped at the window its tokens see);
+``e`` ends it.  V1 steps have
 a second RPC, ``sample_tokens``, recorded as the same step's ``sb`` / ``se`` phase.
 Both sides take the file names, keys and line templates from here.
 """
@@ -23,6 +26,10 @@ KEY_EVENT, KEY_STEP, KEY_BATCH, KEY_TIME = "e", "i", "n", "t"
 
 #: what the step scheduled: tokens, keys attended (summed over its tokens), the same capped at the window
 KEY_TOKENS, KEY_CONTEXT, KEY_WINDOW_CONTEXT = "k", "c", "w"
+#: keys its sequences read from the KV cache (each sequence's context once), the same within the window
+KEY_READ, KEY_WINDOW_READ = "r", "rw"
+#: what a begin line says of the step's shape, in ``StepTime``'s order
+SHAPE_KEYS = (KEY_TOKENS, KEY_CONTEXT, KEY_WINDOW_CONTEXT, KEY_READ, KEY_WINDOW_READ)
 
 BEGIN, END, SAMPLE_BEGIN, SAMPLE_END = "b", "e", "sb", "se"
 
@@ -32,11 +39,13 @@ BEGIN_LINE = (
     % (KEY_EVENT.encode(), BEGIN.encode(), KEY_STEP.encode(), KEY_BATCH.encode(), KEY_TIME.encode())
 )
 
-#: the begin line with what the step scheduled (step, batch, tokens, context, window context, time)
+#: the begin line with what the step scheduled (step, batch, tokens, context, window context, keys read,
+#: keys read within the window, time)
 BEGIN_SHAPE_LINE = (
-    b'{"%s":"%s","%s":%%d,"%s":%%d,"%s":%%d,"%s":%%d,"%s":%%d,"%s":%%.6f}\n'
+    b'{"%s":"%s","%s":%%d,"%s":%%d,"%s":%%d,"%s":%%d,"%s":%%d,"%s":%%d,"%s":%%d,"%s":%%.6f}\n'
     % (KEY_EVENT.encode(), BEGIN.encode(), KEY_STEP.encode(), KEY_BATCH.encode(), KEY_TOKENS.encode(),
-       KEY_CONTEXT.encode(), KEY_WINDOW_CONTEXT.encode(), KEY_TIME.encode())
+       KEY_CONTEXT.encode(), KEY_WINDOW_CONTEXT.encode(), KEY_READ.encode(), KEY_WINDOW_READ.encode(),
+       KEY_TIME.encode())
 )
 
 
@@ -50,6 +59,15 @@ def attended_keys(first: int, last: int, window: int | None = None) -> int:
     if first >= window:
         return window * (last - first + 1)
     return (first + window) * (window - first + 1) // 2 + window * (last - window)
+
+
+def read_keys(context: int, new: int = 1, window: int | None = None) -> int:
+    """What the record's keys read count for one sequence at ``context`` keys after its step, ``new``
+    of them scheduled in it: its whole context, or within a window what its tokens see
+    (``window - 1`` keys before its first new token, and the new ones)."""
+    if window is None:
+        return context
+    return min(context, window - 1 + new)
 
 
 def _phase_line(event: str) -> bytes:
@@ -84,6 +102,9 @@ class StepTime:
     tokens: int | None = None
     context_tokens: int | None = None
     window_context_tokens: int | None = None
+    #: keys its sequences read from the KV cache (each sequence's context once); within the window
+    read_tokens: int | None = None
+    window_read_tokens: int | None = None
 
     @property
     def running(self) -> bool:
@@ -98,7 +119,7 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
     """
     times: dict[int, dict[str, float]] = {}
     batch: dict[int, int] = {}
-    shape: dict[int, tuple[int | None, int | None, int | None]] = {}
+    shape: dict[int, tuple[int | None, ...]] = {}
     for line in lines:
         try:
             rec = json.loads(line)
@@ -108,7 +129,7 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
         times.setdefault(step, {})[event] = t
         if event == BEGIN:
             batch[step] = int(rec.get(KEY_BATCH, 0))
-            shape[step] = (_count(rec, KEY_TOKENS), _count(rec, KEY_CONTEXT), _count(rec, KEY_WINDOW_CONTEXT))
+            shape[step] = tuple(_count(rec, k) for k in SHAPE_KEYS)
     steps = []
     for i, at in sorted(times.items()):
         if BEGIN not in at:

@@ -89,14 +89,22 @@ def measure(
 VALIDATE_BUDGET_S = 300.0
 
 
-def _run_one(engine: Engine, run: shapes.Run, seed: int) -> list[StepTime]:
-    """Send a run's waves; the steps the engine recorded meanwhile."""
+#: the seed of the engine's long prompt, which the context run prefills and the ladder's prompts share
+BASE_SEED = 4242
+
+
+def _run_one(engine: Engine, run: shapes.Run, seed: int, base: list[int] | None = None) -> list[StepTime]:
+    """Send a run's waves; the steps the engine recorded meanwhile.  ``base``: the engine's long
+    prompt, whose first ``wave.shared`` tokens begin every prompt of a wave that shares it."""
     seen = len(engine.evidence.steps())
     first: list[int] | None = None
     waves = []
     for i, wave in enumerate(run.waves):
         prefix = first[: wave.prefix] if first and wave.prefix else None
         prompts = engine.prompts(list(wave.prompts), seed * 100 + i, prefix)
+        if wave.shared and base:
+            for p in prompts:
+                p[: wave.shared] = base[: min(wave.shared, len(p))]
         if first is None and prompts:
             first = prompts[0]
         waves.append((prompts, wave.max_tokens))
@@ -105,22 +113,29 @@ def _run_one(engine: Engine, run: shapes.Run, seed: int) -> list[StepTime]:
 
 
 def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: Progress | None,
-                    reaper: Reaper) -> Measured:
+                    reaper: Reaper, repeats: int = 1) -> Measured:
     lim = ep.limits
     spec = EngineSpec(model_dir, lim.max_num_seqs, extra_args=(
         ("max_model_len", lim.max_model_len), ("max_num_batched_tokens", lim.max_num_batched_tokens)),
         kv_cache_gib=ep.kv_cache_gib, tensor_parallel=plan.tensor_parallel)
     deadline = TimeoutPolicy.reference().timeout_s(Backend.CPU, lim.max_num_seqs, lim.max_num_batched_tokens)
     engine = Engine(spec, reaper=reaper)
-    out = Measured(ep, {})
+    out = Measured(ep, {}, rounds=repeats)
     try:
         engine.start(Instructions(deadline, "sizing (reference policy)"), progress)
         out.start_s = engine.start_s
-        engine.drive([(engine.prompts([1, 1], 7), 3)])  # warm-up, not measured
-        for i, run in enumerate(plan.runs):
-            if progress:
-                progress(f"{ep.short}: {run.name}")
-            out.runs[run.name] = _run_one(engine, run, i + 1)
+        engine.drive([(engine.prompts([1, 1], 7), 3)])
+        # round 0 warms the engine up and is not measured: the first step of every shape (tokens in
+        # the step) builds its kernels (oneDNN primitives, on CPU) and cost up to 2x the next one
+        for rep in range(repeats + 1):
+            base = engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0]  # each round its own
+            for i, run in enumerate(plan.runs):
+                if progress:
+                    rounds = f" (round {rep}/{repeats})" if repeats > 1 else ""
+                    progress(f"{ep.short}: {run.name}{rounds}" if rep else f"{ep.short}: warm-up: {run.name}")
+                steps = _run_one(engine, run, i + 1 + 1000 * rep, base)
+                if rep:
+                    out.runs[run.name if rep == 1 else f"{run.name} #{rep}"] = steps
         if plan.validate:
             _validate(plan, ep, engine, out, progress)
     finally:
@@ -133,7 +148,7 @@ def _validate(
 ) -> None:
     """Form the worst step on the engine, if the fit says it is affordable here."""
     fitted = fit_of(plan, [out]).fit
-    worst = shapes.worst_step(plan.limits, plan.window, fitted.predict)
+    worst = shapes.worst_step(plan.limits, plan.window, fitted.upper, plan.kv)
     run = shapes.worst_run(worst, plan.limits)
     work, n = shapes.run_work(run, plan.limits, plan.window)
     cost = fitted.predict(work) + fitted.terms.get("fixed", 0.0) * (n - 1)
@@ -155,7 +170,7 @@ def _validate(
 
 
 def size(
-    plan: SizingPlan, headroom: float, deadline_s: float, progress: Progress | None = None
+    plan: SizingPlan, headroom: float, deadline_s: float, progress: Progress | None = None, repeats: int = 1
 ) -> dict[str, Any]:
     """Measure every engine of ``plan`` (one at a time), fit, bound the worst step, advise."""
     measured = []
@@ -170,7 +185,7 @@ def size(
             if ep.depth is not None:
                 model_dir = slices.write_slice(plan.config, ep.depth, scratch)
                 _link_tokenizer(plan.model, model_dir)
-            measured.append(_measure_engine(plan, ep, model_dir, progress, reaper))
+            measured.append(_measure_engine(plan, ep, model_dir, progress, reaper, repeats))
     finally:
         reaper.close()
         shutil.rmtree(scratch, ignore_errors=True)

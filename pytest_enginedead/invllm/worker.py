@@ -253,11 +253,14 @@ class StepRecorder:
         tokens: int = -1,
         context: int = -1,
         window_context: int = -1,
+        read: int = -1,
+        window_read: int = -1,
         rank: int = 0,
         node: int = 0,
     ) -> Any:
-        """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended;
-        the faults run only on the ranks and nodes they name (``rank``, ``node``: this worker's)."""
+        """One model step of ``batch`` sequences: ``tokens`` scheduled, ``context`` keys attended,
+        ``read`` keys read from the KV cache; the faults run only on the ranks and nodes they name
+        (``rank``, ``node``: this worker's)."""
         control = self.control.get() if self.control is not None else Control()  # the test's faults
         if control.epoch != self.epoch:
             self.epoch, self.fault_step = control.epoch, 0
@@ -265,7 +268,8 @@ class StepRecorder:
         self.fault_step += 1
         step = self.step
         began = time.monotonic()
-        self._write(BEGIN_SHAPE_LINE % (step, batch, tokens, context, window_context, began))
+        shape = (step, batch, tokens, context, window_context, read, window_read, began)
+        self._write(BEGIN_SHAPE_LINE % shape)
         finished = self._state.finished
         self._state = StepState(step, batch, True, began, 0.0, finished)
         self._deadline_s = control.deadline_s or self._stock_deadline_s

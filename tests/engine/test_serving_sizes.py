@@ -95,3 +95,50 @@ def test_forecast_from_two_slices(tmp_path: Path) -> None:
     assert out["results"] and all(r["forecast"] and not r["measured"] for r in out["results"])
     assert out["worst_step"]["measured_s"] is None and "forecast" in out["worst_step"]["note"]
     assert "enginedead: slice 1" in done.stderr and "needs" in done.stderr  # memory said before starting
+
+
+def long_context_moe(directory: Path, context: int = 32768) -> Path:
+    """The report's family shrunk (gemma-4-moe-mini) cut to one layer of each type, its context
+    raised: a long-context Gemma-4 MoE a 2-core box prefills 16K tokens of in about 10 s."""
+    from pytest_enginedead.logic.inputs.modelconfig import presets
+    from pytest_enginedead.logic.sizing import slices
+
+    config = json.loads((Path(presets()["gemma-4-moe-mini"]) / "config.json").read_text())
+    config["max_position_embeddings"] = context
+    model = directory / "gemma-4-moe-long"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(slices.slice_config(config, 1)))
+    return model
+
+
+def test_a_long_context_forecast_is_the_same_twice(tmp_path: Path) -> None:
+    """Two calibrations at 16K tokens of context on one engine (``--repeat 2``: the same runs twice,
+    each fitted alone): their worst steps agree within 15 %; the decodes and the prefill chunks were
+    measured over contexts a factor 16 and more apart; no full-attention context term is 0; and the
+    worst step the answer names holds no more KV cache than the cache it assumes (a server's cache of
+    40,000 tokens, which binds: it cannot hold 7 decodes at 16K beside a chunk at 16K)."""
+    model = long_context_moe(tmp_path)
+    done = enginedead(
+        "calibrate", "--model", str(model), "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
+        "--max-model-len", "16448", "--kv-cache-tokens", "40000", "--repeat", "2", "--no-validate", "--json",
+        timeout=900, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    first, second = out["repeats"]["worst_predicted_s"]
+    low, high = out["worst_step"]["interval_s"]
+    both = out["worst_step"]["predicted_s"]
+    worst = out["worst_step"]
+    print(f"worst step per round: {first:.3f} s, {second:.3f} s; both rounds: {both:.3f} s, interval "
+          f"{low:.3f}-{high:.3f} s ({worst['plan']['described']}; binding {worst['binding']}, KV cache "
+          f"{worst['kv_cache_held_bytes']:,} of {worst['kv_cache_bytes']:,} bytes); contexts "
+          f"{out['contexts_measured']}; terms {out['fit']['terms']}")
+    assert abs(first / second - 1) <= 0.15, out["repeats"]
+    seen = out["contexts_measured"]
+    assert seen["decode"]["factor"] >= 16 and seen["prefill"]["factor"] >= 16, seen
+    assert seen["decode"]["longest"] >= 16384, seen
+    terms = out["fit"]["terms"]
+    assert terms["per_context_token_s"] > 0 and terms["per_read_token_s"] > 0, terms
+    assert worst["kv_cache_held_bytes"] <= worst["kv_cache_bytes"], worst
+    assert "kv_cache" in worst["binding"], worst
+    assert low <= worst["predicted_s"] <= high and out["recommend"]["from_interval_upper_s"] == high

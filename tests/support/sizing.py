@@ -61,4 +61,6 @@ COEF = {
     "layer_per_token": 0.025,
     "full_context": 3e-6,
     "window_context": 2e-6,
+    "full_read": 4e-5,
+    "window_read": 1e-5,
 }

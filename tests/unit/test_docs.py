@@ -63,11 +63,10 @@ def test_the_recording_rule_finds_what_a_note_lacks() -> None:
 
 # --- the recordings, made again by a script ----------------------------------------------------------
 
-#: pages whose recordings another change re-records (issue 45, the forecast): they get their
-#: recording markers there; the test then passes, and ``strict`` makes that fail until this
-#: entry goes
-AWAITING = {"docs/tutorials/forecast.md": "issue 45 re-records the forecast tutorial",
-            "README.md": "issue 45 re-records the README's forecast excerpt"}
+#: pages whose recordings another change re-records (page -> why): they get their recording
+#: markers there; the test then passes, and ``strict`` makes that fail until the entry goes
+#: (issue 45's two, the forecast tutorial and the README's excerpt, are recorded now)
+AWAITING: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("page", docs.PAGES, ids=docs.rel)

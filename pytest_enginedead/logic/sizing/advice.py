@@ -2,6 +2,9 @@
 
 * ``recommend.deadline_s``: headroom x the worst step (never below vLLM's stock 300 s,
   so a setup that lives today keeps living), the ``export`` line;
+* every figure the advice uses is the upper end of the forecast's interval (the fit's
+  uncertainty and the spread of repeated steps, ``Fit.upper``), and every worst step is
+  bounded by the KV cache the server will have (``kvcache``);
 * the guard's policy: ``base + per_seq x seqs + per_token x tokens`` that covers, for
   every batch the guard sees (sequences and tokens of the step it waits on), the
   heaviest step of that size: every token may attend ``max_model_len - 1`` keys, so
@@ -24,7 +27,8 @@ from dataclasses import dataclass, replace
 
 from ..timeouts.policies import STOCK_DEADLINE_S, Backend, TimeoutPolicy
 from .fit import Fit
-from .shapes import Limits, StepPlan, worst_step
+from .kvcache import KvCache, cache_of
+from .shapes import Limits, StepPlan, binding, worst_step
 
 #: the guard policy's cap when the worst step does not need more (the reference policy's)
 POLICY_CAP_S = 7200.0
@@ -73,7 +77,7 @@ def advised_contexts(limits: Limits, model_len: int | None) -> list[int]:
 
 
 def limits_table(fit: Fit, limits: Limits, window: int | None, headroom: float, deadline_s: float,
-                 model_len: int | None) -> list[LimitsRow]:
+                 model_len: int | None, kv: KvCache | None = None) -> list[LimitsRow]:
     """Per advised context: the most sequences (then tokens) of the common values that fit."""
     rows = []
     for ctx in advised_contexts(limits, model_len):
@@ -83,7 +87,9 @@ def limits_table(fit: Fit, limits: Limits, window: int | None, headroom: float, 
                 if tokens < seqs:  # vLLM refuses fewer tokens per step than sequences
                     continue
                 lim = replace(limits, max_num_seqs=seqs, max_num_batched_tokens=tokens, max_model_len=ctx)
-                seconds = worst_time(fit, lim, window)[1]
+                if kv is not None and kv.bytes < kv.layout.reserve(ctx, tokens):
+                    continue  # vLLM refuses a cache that cannot hold one request of max_model_len
+                seconds = worst_time(fit, lim, window, kv)[1]
                 if seconds * headroom <= deadline_s:
                     best = LimitsRow(ctx, seqs, tokens, seconds)
         rows.append(best or LimitsRow(ctx))
@@ -96,6 +102,7 @@ class Advice:
     #: the deadline the limits are judged against (vLLM's stock, or --deadline)
     deadline_s: float
     worst: StepPlan
+    #: the interval's upper end at the worst step (what the advice is taken from)
     worst_s: float
     #: headroom x worst step, whole seconds, never below vLLM's stock deadline
     recommended_s: int
@@ -110,6 +117,11 @@ class Advice:
     table: tuple[LimitsRow, ...] = ()
     #: the reference policy's cap at the worst step's sequences and tokens (the guard's default)
     reference_cap_s: float | None = None
+    #: the worst step's forecast and its interval (low, high): ``worst_s`` is the high end
+    worst_predicted_s: float | None = None
+    worst_interval_s: tuple[float, float] | None = None
+    #: the limits the worst step reaches (vLLM's flags by name, and ``kv_cache``)
+    binding: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -130,6 +142,8 @@ class Advice:
             "flags": self.flags,
             "limits_table": [row.as_dict() for row in self.table],
             "reference_cap_s": self.reference_cap_s,
+            "from_interval_upper_s": self.worst_s,
+            "binding": list(self.binding),
             "reference_cap_covers_worst": None if self.reference_cap_s is None
             else self.reference_cap_s >= self.worst_s,
             "policy": {
@@ -144,23 +158,30 @@ class Advice:
         }
 
 
-def worst_time(fit: Fit, limits: Limits, window: int | None) -> tuple[StepPlan, float]:
-    plan = worst_step(limits, window, fit.predict)
-    return plan, fit.predict(plan.step(window))
+def worst_time(fit: Fit, limits: Limits, window: int | None, kv: KvCache | None = None
+               ) -> tuple[StepPlan, float]:
+    """The heaviest step under these limits and cache, by the upper end of the fit's interval."""
+    plan = worst_step(limits, window, fit.upper, kv)
+    return plan, fit.upper(plan.step(window))
 
 
 def guard_policy(
-    fit: Fit, limits: Limits, window: int | None, headroom: float, cap_s: float
+    fit: Fit, limits: Limits, window: int | None, headroom: float, cap_s: float, scale: float = 1.0
 ) -> TimeoutPolicy:
-    """A policy whose ``timeout_s(CPU, seqs, tokens)`` covers any step of that many seqs and tokens."""
+    """A policy whose ``timeout_s(CPU, seqs, tokens)`` covers any step of that many seqs and tokens
+    (``scale``: the interval's upper end over the forecast, at the worst step)."""
     t = fit.terms
     top = max(1, limits.max_model_len - 1)
+    window_top = top if window is None else min(top, window)
     per_token = t.get("per_token", 0.0) + t.get("per_context_token", 0.0) * top
-    per_token += t.get("per_window_context_token", 0.0) * (top if window is None else min(top, window))
+    per_token += t.get("per_window_context_token", 0.0) * window_top
+    per_seq = t.get("per_seq", 0.0) + t.get("per_read_token", 0.0) * top
+    per_seq += t.get("per_window_read_token", 0.0) * window_top
+    # a chunk reads its context once, a decode its own: per sequence, at most max_model_len keys read
     return TimeoutPolicy.linear(
-        headroom * t.get("fixed", 0.0),
-        headroom * t.get("per_seq", 0.0),
-        headroom * per_token,
+        headroom * scale * t.get("fixed", 0.0),
+        headroom * scale * per_seq,
+        headroom * scale * per_token,
         floor_s=STOCK_DEADLINE_S,
         cap_s=max(POLICY_CAP_S, cap_s),
         origin=f"{headroom:g} x the step model at max_model_len {limits.max_model_len}",
@@ -194,12 +215,14 @@ MAX_SEQS_SEARCHED = 8192
 
 
 def advise(fit: Fit, limits: Limits, window: int | None, headroom: float, deadline_s: float,
-           model_len: int | None = None) -> Advice:
-    plan, worst_s = worst_time(fit, limits, window)
+           model_len: int | None = None, kv: KvCache | None = None) -> Advice:
+    plan, worst_s = worst_time(fit, limits, window, kv)
     recommended = max(int(STOCK_DEADLINE_S), math.ceil(headroom * worst_s))
 
     def under(lim: Limits) -> bool:
-        return worst_time(fit, lim, window)[1] * headroom <= deadline_s
+        if kv is not None and kv.bytes < kv.layout.reserve(lim.max_model_len, lim.max_num_batched_tokens):
+            return False  # vLLM would not start
+        return worst_time(fit, lim, window, kv)[1] * headroom <= deadline_s
 
     n, t, length = limits.max_num_seqs, limits.max_num_batched_tokens, limits.max_model_len
     seqs = _largest(1, min(t, MAX_SEQS_SEARCHED), lambda k: under(replace(limits, max_num_seqs=k)))
@@ -222,9 +245,12 @@ def advise(fit: Fit, limits: Limits, window: int | None, headroom: float, deadli
         flags = None if both is None else f"--max-num-seqs {both} --max-num-batched-tokens {both}"
     floor = min(MIN_CONTEXT, model_len or length)
     longest = _largest(floor, length, lambda k: under(replace(limits, max_model_len=k)))
-    policy = guard_policy(fit, limits, window, headroom, recommended)
-    table = tuple(limits_table(fit, limits, window, headroom, deadline_s, model_len))
     step = plan.step(window)
+    predicted = fit.predict(step)
+    policy = guard_policy(fit, limits, window, headroom, recommended,
+                          worst_s / predicted if predicted > 0 else 1.0)
+    table = tuple(limits_table(fit, limits, window, headroom, deadline_s, model_len, kv))
     reference = TimeoutPolicy().timeout_s(Backend.CPU, step.seqs, step.tokens)
     return Advice(headroom, deadline_s, plan, worst_s, recommended, policy, seqs, tokens, longest, flags,
-                  table, reference)
+                  table, reference, predicted, fit.interval(step),
+                  tuple(binding(plan, limits, window, cache_of(limits, kv))))

@@ -17,14 +17,16 @@ Pure: no vLLM, no engines; the numbers come from ``record.StepTime`` rows.
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+from . import solve
 
 #: every term the model knows, in the order they are printed
-TERMS = ("fixed", "per_seq", "per_token", "per_context_token", "per_window_context_token")
+TERMS = ("fixed", "per_seq", "per_token", "per_context_token", "per_window_context_token", "per_read_token",
+         "per_window_read_token")
 
 #: what each term multiplies, for people
 TERM_UNITS = {
@@ -33,6 +35,8 @@ TERM_UNITS = {
     "per_token": "s per scheduled token",
     "per_context_token": "s per context token attended (full-attention layers)",
     "per_window_context_token": "s per context token attended (sliding-window layers)",
+    "per_read_token": "s per context token read, once per sequence (full-attention layers)",
+    "per_window_read_token": "s per context token read, once per sequence (sliding-window layers)",
 }
 
 
@@ -50,6 +54,23 @@ class Step:
     tokens: int
     context_tokens: int
     window_context_tokens: int | None = None
+    #: keys its sequences read from the KV cache, each sequence's context once (a decode at
+    #: context 500 reads 500, as it attends; a 100-token chunk after 400 reads 500 for all its
+    #: 100 queries); the same within the window.  None: as attended (a record that does not say)
+    read_tokens: int | None = None
+    window_read_tokens: int | None = None
+
+    @property
+    def read(self) -> int:
+        return self.context_tokens if self.read_tokens is None else self.read_tokens
+
+    @property
+    def window_read(self) -> int:
+        if self.window_read_tokens is not None:
+            return self.window_read_tokens
+        if self.read_tokens is not None:
+            return self.read_tokens
+        return self.context_tokens if self.window_context_tokens is None else self.window_context_tokens
 
     def feature(self, term: str) -> float:
         if term == "fixed":
@@ -63,6 +84,10 @@ class Step:
         if term == "per_window_context_token":
             window = self.window_context_tokens
             return float(self.context_tokens if window is None else window)
+        if term == "per_read_token":
+            return float(self.read)
+        if term == "per_window_read_token":
+            return float(self.window_read)
         raise KeyError(term)
 
     def describe(self) -> str:
@@ -77,7 +102,38 @@ class Step:
             "tokens": self.tokens,
             "context_tokens": self.context_tokens,
             "window_context_tokens": self.window_context_tokens,
+            "read_tokens": self.read_tokens,
+            "window_read_tokens": self.window_read_tokens,
         }
+
+
+#: one-sided 95 %: the interval's upper end is the prediction + Z standard deviations
+Z = 1.645
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """How far a prediction may be off: the terms' covariance (from the fit) and the spread of
+    repeated steps of one shape (the same step twice is not the same time twice)."""
+
+    #: the terms the covariance is over, in its order
+    terms: tuple[str, ...]
+    covariance: tuple[tuple[float, ...], ...]
+    #: relative standard deviation of a step about the median of its like steps
+    spread: float = 0.0
+    z: float = Z
+
+    def sd(self, step: Step, predicted: float) -> float:
+        """Standard deviation of one step's time, in seconds: the fit's and the step's own."""
+        x = [step.feature(t) for t in self.terms]
+        return math.sqrt(solve.quadratic(self.covariance, x) + (self.spread * predicted) ** 2)
+
+    def term_sd(self) -> dict[str, float]:
+        return {t: math.sqrt(max(0.0, self.covariance[i][i])) for i, t in enumerate(self.terms)}
+
+    def as_dict(self) -> dict[str, object]:
+        return {"z": self.z, "step_spread": self.spread,
+                "terms_sd": {f"{t}_s": v for t, v in self.term_sd().items()}}
 
 
 @dataclass(frozen=True)
@@ -96,9 +152,22 @@ class Fit:
     #: where the numbers came from ("measured", "forecast to 30 layers from slices 1, 2")
     origin: str = "measured"
     points: tuple[tuple[Step, float], ...] = field(default=(), repr=False, compare=False)
+    uncertainty: Uncertainty | None = field(default=None, repr=False, compare=False)
 
     def predict(self, step: Step) -> float:
         return sum(value * step.feature(term) for term, value in self.terms.items())
+
+    def interval(self, step: Step) -> tuple[float, float]:
+        """The prediction's interval: +- z standard deviations (the fit's and the step's own)."""
+        p = self.predict(step)
+        if self.uncertainty is None:
+            return p, p
+        sd = self.uncertainty.sd(step, p)
+        return max(0.0, p - self.uncertainty.z * sd), p + self.uncertainty.z * sd
+
+    def upper(self, step: Step) -> float:
+        """The interval's upper end: what the advice is taken from."""
+        return self.interval(step)[1]
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -117,6 +186,7 @@ class Fit:
             "groups": self.groups,
             "steps": self.steps,
             "origin": self.origin,
+            "uncertainty": None if self.uncertainty is None else self.uncertainty.as_dict(),
         }
 
 
@@ -130,6 +200,30 @@ def group_steps(samples: Iterable[tuple[Step, float]], bucket: float = 0.05) -> 
     Each group is its steps' mean shape and median time, and how many steps it holds:
     single steps on a shared 2-core machine are noisy, a group's median is not.
     """
+    groups = _grouped(samples, bucket)
+    out = []
+    for members in groups.values():
+        shapes = [s for s, _ in members]
+        shape = Step(
+            shapes[0].seqs,
+            shapes[0].tokens,
+            _mean([s.context_tokens for s in shapes]) or 0,
+            _mean([s.window_context_tokens for s in shapes]),
+            _mean([s.read_tokens for s in shapes]),
+            _mean([s.window_read_tokens for s in shapes]),
+        )
+        out.append((shape, statistics.median(t for _, t in members), len(members)))
+    return sorted(out, key=lambda g: (g[0].seqs, g[0].tokens, g[0].context_tokens))
+
+
+def _mean(values: Sequence[int | None]) -> int | None:
+    """The rounded mean, or None if any is unknown."""
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known)) if known and len(known) == len(values) else None
+
+
+def _grouped(samples: Iterable[tuple[Step, float]], bucket: float = 0.05
+             ) -> dict[tuple[int, int, int, int], list[tuple[Step, float]]]:
     groups: dict[tuple[int, int, int, int], list[tuple[Step, float]]] = {}
     for step, seconds in samples:
         if not (seconds > 0 and math.isfinite(seconds)):
@@ -142,18 +236,11 @@ def group_steps(samples: Iterable[tuple[Step, float]], bucket: float = 0.05) -> 
             _bucket(step.context_tokens if window is None else window, bucket),
         )
         groups.setdefault(key, []).append((step, seconds))
-    out = []
-    for members in groups.values():
-        n = len(members)
-        windows = [s.window_context_tokens for s, _ in members]
-        shape = Step(
-            members[0][0].seqs,
-            members[0][0].tokens,
-            round(sum(s.context_tokens for s, _ in members) / n),
-            None if any(w is None for w in windows) else round(sum(w or 0 for w in windows) / n),
-        )
-        out.append((shape, statistics.median(t for _, t in members), n))
-    return sorted(out, key=lambda g: (g[0].seqs, g[0].tokens, g[0].context_tokens))
+    return groups
+
+
+def _members(samples: Iterable[tuple[Step, float]]) -> dict[tuple[int, int, int, int], list[float]]:
+    return {k: [t for _, t in v] for k, v in _grouped(samples).items()}
 
 
 def _bucket(value: int, width: float) -> int:
@@ -165,37 +252,46 @@ def fit_steps(samples: Iterable[tuple[Step, float]], terms: Sequence[str], origi
     unknown = [t for t in terms if t not in TERMS]
     if unknown:
         raise FitError(f"unknown terms {unknown}; known: {', '.join(TERMS)}")
-    grouped = group_steps(samples)
+    samples_list = list(samples)
+    grouped = group_steps(samples_list)
     if not grouped:
         raise FitError("no finished step with a positive time to fit")
-    coef = nnls_relative([[g.feature(t) for t in terms] for g, _, _ in grouped], [s for _, s, _ in grouped])
-    return _finish(dict(zip(terms, coef, strict=True)), grouped, origin)
+    rows = [[g.feature(t) / s for t in terms] for g, s, _ in grouped]
+    coef = solve.nnls(rows, [1.0] * len(rows))
+    fitted = _finish(dict(zip(terms, coef, strict=True)), grouped, origin)
+    cov = solve.bootstrap_covariance(rows, coef)
+    spread = step_spread(samples_list)
+    return replace(fitted, uncertainty=Uncertainty(tuple(terms), _frozen(cov), spread))
+
+
+def _frozen(m: Sequence[Sequence[float]]) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(r) for r in m)
+
+
+def step_spread(*engines: Iterable[tuple[Step, float]]) -> float:
+    """Relative standard deviation of a step about the median of its like steps on the same engine
+    (robust: 1.4826 x the median absolute deviation, pooled over every group of two or more)."""
+    deviations = []
+    for samples in engines:
+        for members in _members(samples).values():
+            if len(members) < 2:
+                continue
+            mid = statistics.median(members)
+            deviations += [abs(t / mid - 1) for t in members]
+    if not deviations:
+        return 0.0
+    return 1.4826 * statistics.median(deviations)
 
 
 def nnls_relative(features: Sequence[Sequence[float]], seconds: Sequence[float]) -> list[float]:
-    """Coefficients >= 0 minimising the relative error of ``features . coef`` against ``seconds``.
-
-    Every subset of the columns is solved unconstrained; the best solution with no
-    negative coefficient is the non-negative optimum (exact, and cheap for the
-    handful of terms a step model has).
-    """
+    """Coefficients >= 0 minimising the relative error of ``features . coef`` against ``seconds``
+    (``solve.nnls``: every subset of the terms solved, the best with none negative)."""
     rows = [[f / s for f in row] for row, s in zip(features, seconds, strict=True)]
-    k = len(rows[0]) if rows else 0
-    best: tuple[float, list[float]] | None = None
-    for size in range(1, k + 1):
-        for subset in itertools.combinations(range(k), size):
-            solution = _least_squares([[r[i] for i in subset] for r in rows])
-            if solution is None or any(v < 0 for v in solution):
-                continue
-            coef = [0.0] * k
-            for i, v in zip(subset, solution, strict=True):
-                coef[i] = v
-            sse = sum((sum(c * x for c, x in zip(coef, r, strict=True)) - 1.0) ** 2 for r in rows)
-            if best is None or sse < best[0] - 1e-15:
-                best = (sse, coef)
-    if best is None:
-        raise FitError(f"no non-negative fit of {k} terms to {len(rows)} groups of steps")
-    return best[1]
+    try:
+        return solve.nnls(rows, [1.0] * len(rows))
+    except solve.SolveError:
+        raise FitError(f"no non-negative fit of {len(rows[0]) if rows else 0} terms to {len(rows)} groups "
+                       "of steps") from None
 
 
 def _finish(coef: Mapping[str, float], grouped: Sequence[tuple[Step, float, int]], origin: str) -> Fit:
@@ -215,27 +311,3 @@ def _finish(coef: Mapping[str, float], grouped: Sequence[tuple[Step, float, int]
         origin=origin,
         points=tuple((s, t) for s, t, _ in grouped),
     )
-
-
-def _least_squares(rows: Sequence[Sequence[float]]) -> list[float] | None:
-    """argmin ||rows x - 1||, columns scaled to unit norm first; None when singular."""
-    if not rows:
-        return None
-    k = len(rows[0])
-    norms = [math.sqrt(sum(r[j] ** 2 for r in rows)) for j in range(k)]
-    if any(n == 0 for n in norms):
-        return None
-    scaled = [[r[j] / norms[j] for j in range(k)] for r in rows]
-    # normal equations, solved with partial pivoting
-    a = [[sum(r[i] * r[j] for r in scaled) for j in range(k)] + [sum(r[i] for r in scaled)] for i in range(k)]
-    for col in range(k):
-        pivot = max(range(col, k), key=lambda i: abs(a[i][col]))
-        if abs(a[pivot][col]) < 1e-10:
-            return None
-        a[col], a[pivot] = a[pivot], a[col]
-        for i in range(k):
-            if i != col:
-                factor = a[i][col] / a[col][col]
-                for j in range(col, k + 1):
-                    a[i][j] -= factor * a[col][j]
-    return [a[i][k] / a[i][i] / norms[i] for i in range(k)]

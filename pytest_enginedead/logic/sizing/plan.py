@@ -14,6 +14,7 @@ from typing import Any
 from ..inputs.modelconfig import model_name
 from ..machine import meminfo
 from . import shapes, slices
+from .kvcache import KvCache
 
 
 class SizingRefused(ValueError):
@@ -54,6 +55,10 @@ class SizingPlan:
     validate_note: str | None = None
     #: tensor-parallel ranks of every engine measured (``--tensor-parallel-size``)
     tensor_parallel: int = 1
+    #: the KV cache the server will have (None: it never binds)
+    kv: KvCache | None = None
+    #: the longest context measured (the context run's prompt)
+    longest: int = 0
 
     @property
     def window(self) -> int | None:
@@ -81,6 +86,8 @@ def plan_sizing(
     validate: bool = True,
     available_bytes: int | None = None,
     tensor_parallel: int = 1,
+    server_kv: KvCache | None = None,
+    longest_context: int = shapes.LONG_CONTEXT,
 ) -> SizingPlan:
     """The runs, the engines and what each needs; ``SizingRefused`` for what cannot work."""
     from ..inputs.modelconfig import read_config
@@ -99,7 +106,8 @@ def plan_sizing(
         raise SizingRefused(f"--batch-sizes {','.join(map(str, too_big))} exceed --max-num-seqs "
                             f"{limits.max_num_seqs}: vLLM would not schedule that many")
     n_steps = steps or shapes.SIZING_STEPS
-    runs = shapes.fit_runs(limits, window, sizes, n_steps)
+    runs = shapes.fit_runs(limits, window, sizes, n_steps, longest_context)
+    measured = shapes.context_length(limits, window, n_steps, longest_context)
     longest = max(r.longest for r in runs) + 2
     available = meminfo("MemAvailable") if available_bytes is None else available_bytes
     note = None
@@ -144,7 +152,7 @@ def plan_sizing(
                 f"{available / slices.GIB:.1f} GiB available{hint}"
             )
     return SizingPlan(model, config, lay, limits, runs, engines, sizes, n_steps, validate, note,
-                      tensor_parallel)
+                      tensor_parallel, server_kv, measured)
 
 
 def _run_contexts(runs: Sequence[shapes.Run]) -> list[int]:

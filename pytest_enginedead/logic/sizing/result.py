@@ -16,6 +16,7 @@ from ..timeouts.policies import STOCK_DEADLINE_S
 from . import advice, shapes, slices
 from . import fit as fit_
 from .forecast import Forecast, fit_slices
+from .kvcache import cache_of
 from .plan import EnginePlan, SizingPlan
 
 
@@ -34,12 +35,15 @@ class Measured:
     start_s: float | None = None
     worst_formed: tuple[fit_.Step, float] | None = None
     worst_note: str | None = None
+    #: rounds of the same runs on this engine (``--repeat``): round r's runs are named "NAME #r+1"
+    rounds: int = 1
 
 
 def to_step(s: StepTime) -> fit_.Step | None:
     if s.seconds is None or s.tokens is None or s.context_tokens is None:
         return None
-    return fit_.Step(s.batch_size, s.tokens, s.context_tokens, s.window_context_tokens)
+    return fit_.Step(s.batch_size, s.tokens, s.context_tokens, s.window_context_tokens, s.read_tokens,
+                     s.window_read_tokens)
 
 
 def samples_of(steps: Iterable[StepTime]) -> list[tuple[fit_.Step, float]]:
@@ -51,8 +55,17 @@ def samples_of(steps: Iterable[StepTime]) -> list[tuple[fit_.Step, float]]:
     return out
 
 
-def fit_of(plan: SizingPlan, measured: Sequence[Measured]) -> Forecast:
-    parts = [(m.plan.layout, samples_of(s for name, steps in m.runs.items() if name != WORST for s in steps))
+def round_of(name: str) -> int:
+    """The round a run's steps belong to (0: the first; "NAME #3": 2)."""
+    head, sep, tail = name.rpartition(" #")
+    return int(tail) - 1 if sep and head and tail.isdigit() else 0
+
+
+def fit_of(plan: SizingPlan, measured: Sequence[Measured], only: int | None = None) -> Forecast:
+    """The fit over every engine's steps (of round ``only``, else of all rounds)."""
+    parts = [(m.plan.layout, samples_of(s for name, steps in m.runs.items()
+                                        if name != WORST and (only is None or round_of(name) == only)
+                                        for s in steps))
              for m in measured]
     origin = None if plan.forecast else "measured"
     return fit_slices(parts, plan.layout, plan.config, origin)
@@ -75,12 +88,8 @@ def sizing_result(plan: SizingPlan, measured: Sequence[Measured], headroom: floa
     fc = fit_of(plan, measured)
     fitted = fc.fit
     adv = advice.advise(fitted, plan.limits, plan.window, headroom, deadline_s,
-                        shapes.model_max_len(plan.config))
-    worst_step = adv.worst.step(plan.window)
-    worst: dict[str, Any] = {
-        **worst_step.as_dict(), "plan": adv.worst.as_dict(), "predicted_s": adv.worst_s, "measured_s": None,
-        "stock_fires": adv.worst_s > STOCK_DEADLINE_S, "forecast": plan.forecast,
-    }
+                        shapes.model_max_len(plan.config), plan.kv)
+    worst = worst_of(plan, adv)
     main = measured[-1]
     if plan.validate_note:
         worst["note"] = plan.validate_note
@@ -109,11 +118,76 @@ def sizing_result(plan: SizingPlan, measured: Sequence[Measured], headroom: floa
         "results": _rows(plan, measured, fitted, adv, headroom),
         "engines": [{"label": m.plan.label, "depth": m.plan.depth, "start_s": m.start_s,
                      "memory_bytes": m.plan.memory.total, "kv_cache_gib": m.plan.kv_cache_gib,
-                     "steps": sum(len(v) for v in m.runs.values())} for m in measured],
+                     "steps": sum(len(v) for v in m.runs.values()),
+                     "recorded": {name: [[*s.as_dict().values(), t] for s, t in samples_of(steps)]
+                                  for name, steps in m.runs.items()}} for m in measured],
     }
     if plan.forecast:
         out["forecast"] = fc.as_dict(plan.layout)
+    if plan.kv is not None:
+        out["kv_cache"] = plan.kv.as_dict(plan.limits.max_model_len, plan.limits.max_num_batched_tokens)
+    out["contexts_measured"] = _contexts(measured)
+    rounds = max(m.rounds for m in measured)
+    if rounds > 1:
+        out["repeats"] = repeats(plan, measured, rounds, headroom, deadline_s)
     return out
+
+
+def worst_of(plan: SizingPlan, adv: advice.Advice) -> dict[str, Any]:
+    """The worst step as the JSON carries it: its shape, the forecast and its interval, what binds."""
+    step = adv.worst.step(plan.window)
+    predicted = adv.worst_predicted_s if adv.worst_predicted_s is not None else adv.worst_s
+    low, high = adv.worst_interval_s or (predicted, predicted)
+    pool = cache_of(plan.limits, plan.kv)
+    return {
+        **step.as_dict(), "plan": adv.worst.as_dict(), "predicted_s": predicted, "interval_s": [low, high],
+        "upper_s": high, "measured_s": None, "stock_fires": high > STOCK_DEADLINE_S,
+        "forecast": plan.forecast,
+        "binding": list(adv.binding),
+        "kv_cache_held_bytes": None if pool is None else pool.held(adv.worst),
+        "kv_cache_bytes": None if pool is None else pool.bytes,
+    }
+
+
+#: keys per token below which a step measures the batch terms, not attention (one-token prompts)
+SHORT_CONTEXT = 64
+
+
+def _contexts(measured: Sequence[Measured]) -> dict[str, Any]:
+    """The spread of contexts the fit saw: keys per decode and per prefill token (steps at more than
+    ``SHORT_CONTEXT`` keys a token), longest over shortest."""
+    decode, chunk = set(), set()
+    for m in measured:
+        for name, steps in m.runs.items():
+            for s in samples_of(steps) if name != WORST else []:
+                step = s[0]
+                if step.tokens == step.seqs and step.seqs:
+                    decode.add(round(step.context_tokens / step.seqs))
+                elif step.tokens > step.seqs:  # a chunk's tokens (beside decodes, which add little)
+                    chunk.add(round(step.context_tokens / (step.tokens - step.seqs + 1)))
+    out: dict[str, Any] = {}
+    for name, found in (("decode", decode), ("prefill", chunk)):
+        long = [c for c in found if c > SHORT_CONTEXT]
+        out[name] = {"shortest": min(long, default=None), "longest": max(long, default=None),
+                     "factor": max(long) / min(long) if long else None}
+    return out
+
+
+def repeats(plan: SizingPlan, measured: Sequence[Measured], rounds: int, headroom: float,
+            deadline_s: float) -> dict[str, Any]:
+    """Each round fitted alone (``--repeat``): its worst step, and how far the rounds are apart."""
+    each = []
+    for r in range(rounds):
+        fitted = fit_of(plan, measured, r).fit
+        adv = advice.advise(fitted, plan.limits, plan.window, headroom, deadline_s,
+                            shapes.model_max_len(plan.config), plan.kv)
+        w = worst_of(plan, adv)
+        each.append({"round": r + 1, "predicted_s": w["predicted_s"], "interval_s": w["interval_s"],
+                     "plan": w["plan"]["described"], "terms": fitted.as_dict()["terms"]})
+    values = [e["predicted_s"] for e in each]
+    mean = sum(values) / len(values)
+    return {"rounds": each, "worst_predicted_s": values,
+            "spread": (max(values) - min(values)) / mean if mean > 0 else 0.0}
 
 
 #: batch sizes the table answers for, beside those measured (the report's question)
@@ -147,14 +221,18 @@ def _rows(plan: SizingPlan, measured: Sequence[Measured], fitted: fit_.Fit, adv:
     contexts = sorted({min(1024, top), top})
     batches = sorted({n for n in (*REPORT_BATCHES, *plan.batch_sizes, plan.limits.max_num_seqs)
                       if n <= plan.limits.max_num_seqs})
+    pool = cache_of(plan.limits, plan.kv)
     for ctx in contexts:
         for n in batches:
-            decode = shapes.StepPlan(n, ctx).step(plan.window)
+            decodes = shapes.StepPlan(n, ctx)
+            decode = decodes.step(plan.window)
             seconds = fitted.predict(decode)
+            low, high = fitted.interval(decode)
             rows.append(judge({
                 "batch_size": n, "context_tokens": ctx, "steps": 0, "p50_s": seconds, "p99_s": seconds,
-                "max_s": seconds, "predicted_s": seconds, "measured": False, "forecast": plan.forecast,
-            }, seconds))
+                "max_s": seconds, "predicted_s": seconds, "interval_s": [low, high], "measured": False,
+                "forecast": plan.forecast, "fits_kv_cache": pool is None or pool.held(decodes) <= pool.bytes,
+            }, high))
     return rows
 
 
@@ -190,33 +268,71 @@ def format_sizing(out: dict[str, Any]) -> str:
                      f"{dep['per_token_s']:.4g} s/token; per layer:")
         for kind, t in f["per_layer"].items():
             lines.append(f"  {kind:<24} {t['fixed_s']:.4g} s + {t['per_token_s']:.4g} s/token + "
-                         f"{t['per_context_token_s']:.4g} s/context token")
+                         f"{t['per_context_token_s']:.4g} s/key attended + "
+                         f"{t.get('per_read_token_s', 0.0):.4g} s/key read")
         if f["context_terms_tied"]:
             lines.append("  (the layer types' context terms are tied by their attention work per key: "
                          "the measured contexts could not tell them apart)")
+        held = [f"{k} per key attended >= {v['per_context_token_s']:.3g} s, "
+                f"read >= {v['per_read_token_s']:.3g} s"
+                for k, v in (f.get("floors") or {}).items()
+                if v["per_context_token_s"] or v["per_read_token_s"]]
+        if held:
+            lines.append("  floors from the model's shape at this machine's measured rates: "
+                         + "; ".join(held))
     worst_at = fit.get("worst_residual_step") or {}
     lines.append(f"step model ({fit['origin']}, {fit['steps']} steps in {fit['groups']} groups; worst "
                  f"residual {fit['worst_residual'] * 100:.0f} % at {worst_at.get('seqs')} seqs, "
                  f"{worst_at.get('tokens')} tokens, {worst_at.get('context_tokens')} context tokens):")
+    sd = ((fit.get("uncertainty") or {}).get("terms_sd") or {})
     for term, value in fit["terms"].items():
         key = term.removesuffix("_s")
-        lines.append(f"  {key:<25} {value:10.4g}  {fit_.TERM_UNITS.get(key, '')}")
+        spread = f" +- {sd[term]:.2g}" if sd.get(term) else ""
+        lines.append(f"  {key:<25} {value:10.4g}{spread:<11}  {fit_.TERM_UNITS.get(key, '')}")
+    ctx = out.get("contexts_measured") or {}
+    seen = [f"{k} {v['shortest']:,}-{v['longest']:,} keys (x{v['factor']:.0f})" for k, v in ctx.items()
+            if v.get("factor")]
+    if seen:
+        lines.append("  contexts measured: " + ", ".join(seen))
+    if out.get("kv_cache"):
+        kv = out["kv_cache"]
+        lines.append(f"KV cache: {kv['gib']:.1f} GiB ({kv['source']}): {kv['requests_at_max_model_len']:.1f} "
+                     f"requests of {lim['max_model_len']:,} tokens (vLLM would log 'KV cache size: "
+                     f"{kv['tokens']:,} tokens')")
     head = f"stock {stock:g} s"
-    lines.append(f"{'batch':>5}  {'context':>7}  {'measured p50':>12}  {'model':>9}  {head:>12}")
+    lines.append(f"{'batch':>5}  {'context':>7}  {'measured p50':>12}  {'model':>9}  {'interval':>17}  "
+                 f"{head:>12}")
     for r in out["results"]:
         measured = _s(r["p50_s"]) if r["measured"] else ("forecast" if r["forecast"] else "-")
         fires = "FIRES" if r["stock_fires"] else "ok"
+        if r.get("fits_kv_cache") is False:
+            fires = "no room"  # the cache cannot hold that many sequences at that context
+        low, high = r.get("interval_s") or (None, None)
+        band = f"{_s(low)}-{_s(high)}" if low is not None else ""
         lines.append(f"{r['batch_size']:>5}  {r['context_tokens']:>7}  {measured:>12}  "
-                     f"{_s(r['predicted_s']):>9}  {fires:>12}")
+                     f"{_s(r['predicted_s']):>9}  {band:>17}  {fires:>12}")
     lines.append(f"worst step the scheduler can form: {shapes.StepPlan.from_dict(worst['plan']).describe()} "
                  f"({worst['seqs']} seqs, {worst['tokens']} tokens, "
                  f"{worst['context_tokens']:,} context tokens)")
+    if worst.get("binding"):
+        names = {"kv_cache": "the KV cache"}
+        held = worst.get("kv_cache_held_bytes")
+        total = worst.get("kv_cache_bytes")
+        cache = (f" (it holds {held / slices.GIB:.2f} of the cache's {total / slices.GIB:.2f} GiB)"
+                 if held is not None and total else "")
+        lines.append("  limits that bind: " + ", ".join(names.get(b, b) for b in worst["binding"]) + cache)
     measured_text = (f"measured {_s(worst['measured_s'])} (formed: {worst['formed']['seqs']} seqs, "
                      f"{worst['formed']['tokens']} tokens, "
                      f"{worst['formed']['context_tokens']:,} context tokens; "
                      f"the model says {_s(worst['formed']['predicted_s'])})"
                      if worst.get("formed") else worst.get("note", ""))
-    lines.append(f"  predicted {_s(worst['predicted_s'])}; {measured_text}")
+    low, high = worst.get("interval_s") or (worst["predicted_s"], worst["predicted_s"])
+    lines.append(f"  predicted {_s(worst['predicted_s'])} (interval {_s(low)}-{_s(high)}; the advice is "
+                 f"taken from {_s(high)}); {measured_text}")
+    if out.get("repeats"):
+        rep = out["repeats"]
+        lines.append("  each round alone: " + ", ".join(_s(v) for v in rep["worst_predicted_s"])
+                     + f" (spread {rep['spread'] * 100:.0f} %)")
     lines.extend(advice_lines(out))
     if out.get("moe_kernel"):
         lines.append(f"  {out['moe_kernel']['line']}")
@@ -228,9 +344,10 @@ def advice_lines(out: dict[str, Any]) -> list[str]:
     each option a complete line to paste."""
     lim, worst, rec = out["limits"], out["worst_step"], out["recommend"]
     stock, room = rec["deadline_in_force_s"], rec["headroom"]
-    worst_s = worst["measured_s"] if worst.get("measured_s") is not None else worst["predicted_s"]
+    upper = worst.get("upper_s", worst["predicted_s"])
+    worst_s = worst["measured_s"] if worst.get("measured_s") is not None else upper
     how = "measured" if worst.get("measured_s") is not None else (
-        "forecast" if worst.get("forecast") else "predicted")
+        ("forecast" if worst.get("forecast") else "predicted") + ", the interval's upper end")
     needed = worst_s * room
     if worst_s > stock:
         verdict = f"it FIRES: a step that long is declared dead at {stock:g} s"

@@ -32,9 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...contract.steps import attended_keys
+from ...contract.steps import attended_keys, read_keys
 from ..inputs.modelconfig import model_max_len as model_max_len
 from .fit import Step
+from .kvcache import BLOCK_TOKENS, KvCache, Pool, cache_of
+from .kvcache import fit_kv as _fit_kv
 
 #: vLLM's defaults for the CPU backend (vllm/engine/arg_utils.py, 0.27.1-0.32.0): the
 #: OpenAI API server's, which is what users serve with; the ``LLM`` class uses 256 / 4096
@@ -122,8 +124,12 @@ class StepPlan:
         )
         capped = self.decodes * (self.decode_context if window is None else min(self.decode_context, window))
         capped += sum(c.count * attended_keys(c.offset + 1, c.offset + c.tokens, window) for c in self.chunks)
+        read = self.decodes * self.decode_context + sum(c.count * (c.offset + c.tokens) for c in self.chunks)
+        read_capped = self.decodes * read_keys(self.decode_context, 1, window) + sum(
+            c.count * read_keys(c.offset + c.tokens, c.tokens, window) for c in self.chunks)
         seqs = self.decodes + sum(c.count for c in self.chunks)
-        return Step(seqs, tokens, full, capped if window is not None else full)
+        return Step(seqs, tokens, full, capped if window is not None else full, read,
+                    read_capped if window is not None else read)
 
     @property
     def context_held(self) -> int:
@@ -160,20 +166,22 @@ class StepPlan:
         }
 
 
-def worst_step(limits: Limits, window: int | None, cost: Callable[[Step], float]) -> StepPlan:
+def worst_step(limits: Limits, window: int | None, cost: Callable[[Step], float],
+               kv: KvCache | None = None) -> StepPlan:
     """The heaviest step the scheduler can form under ``limits``, by the cost model ``cost``.
 
     The candidates are every split the scheduler allows: ``d`` running decodes at the
     longest context, the request cut off last step continuing to the end of a
     ``max_model_len`` prompt with the budget left (at most ``max_model_len - 1``
     tokens), and with what budget and seats remain, ``m`` new prompts (each at most
-    ``max_model_len - 1`` tokens, as long as possible).  The KV cache, when bounded,
-    shortens the decodes' context first (a chunk's context is attended by each of its
-    tokens, a decode's by one).
+    ``max_model_len - 1`` tokens, as long as possible).  The KV cache (``kv``, else
+    ``limits.kv_cache_tokens`` counted in tokens) shortens the decodes' context first (a
+    chunk's context is attended by each of its tokens, a decode's by one), then their number.
     """
     seqs, budget, length = limits.max_num_seqs, limits.max_num_batched_tokens, limits.max_model_len
     top = max(1, length - 1)  # keys the last position attends
-    plans = [_fit_kv(StepPlan(min(seqs, budget), top), limits)]
+    pool = cache_of(limits, kv)
+    plans = [_fit_kv(StepPlan(min(seqs, budget), top), pool)]
     for m in range(0, seqs):
         d = seqs - 1 - m
         left = budget - d
@@ -189,7 +197,7 @@ def worst_step(limits: Limits, window: int | None, cost: Callable[[Step], float]
             chunks.append(Chunk(top, 0, whole))
         if part:
             chunks.append(Chunk(part, 0))
-        plans.append(_fit_kv(StepPlan(d, top, tuple(chunks)), limits))
+        plans.append(_fit_kv(StepPlan(d, top, tuple(chunks)), pool))
         if whole + (1 if part else 0) < m:  # seats left empty: more new prompts cannot help
             break
     feasible = [p for p in plans if p is not None]
@@ -198,15 +206,23 @@ def worst_step(limits: Limits, window: int | None, cost: Callable[[Step], float]
     return max(feasible, key=lambda p: (cost(p.step(window)), p.step(window).tokens))
 
 
-def _fit_kv(plan: StepPlan | None, limits: Limits) -> StepPlan | None:
-    """The plan with its decodes' context shortened to what the KV cache holds; None if it cannot."""
-    if plan is None or limits.kv_cache_tokens is None or plan.context_held <= limits.kv_cache_tokens:
-        return plan
-    chunks_held = sum((c.offset + c.tokens) * c.count for c in plan.chunks)
-    room = limits.kv_cache_tokens - chunks_held
-    if plan.decodes == 0 or room < plan.decodes:
-        return None
-    return StepPlan(plan.decodes, min(plan.decode_context, room // plan.decodes), plan.chunks)
+def binding(plan: StepPlan, limits: Limits, window: int | None, pool: Pool | None) -> list[str]:
+    """Which limits the heaviest step reaches: vLLM's flags by name, and ``kv_cache``."""
+    step = plan.step(window)
+    top = max(1, limits.max_model_len - 1)
+    out = []
+    if step.seqs >= limits.max_num_seqs:
+        out.append("max_num_seqs")
+    if step.tokens >= limits.max_num_batched_tokens:
+        out.append("max_num_batched_tokens")
+    at_top = (plan.decodes and plan.decode_context >= top) or any(
+        c.offset + c.tokens >= top for c in plan.chunks)
+    if at_top:
+        out.append("max_model_len")
+    cut = plan.decodes and plan.decode_context < top
+    if pool is not None and (cut or pool.held(plan) > 0.98 * pool.bytes):
+        out.append("kv_cache")
+    return out
 
 
 # --- what to send: the runs that form the steps ----------------------------------------
@@ -217,12 +233,23 @@ class Wave:
     """Requests sent together: one prompt length each, all decoding ``max_tokens`` tokens.
 
     The first ``prefix`` tokens of the wave's first prompt are those of the run's first
-    prompt (a prefix-cache hit, so that its chunk starts after computed tokens).
+    prompt (a prefix-cache hit, so that its chunk starts after computed tokens).  The
+    first ``shared`` tokens of every prompt are those of the engine's long prompt (the
+    context run's): a prompt that is all of it is prefilled; one that goes on past it finds
+    it in the prefix cache and decodes at long context after a short prefill.
     """
 
     prompts: tuple[int, ...]
     max_tokens: int
     prefix: int = 0
+    shared: int = 0
+
+    def cached(self, i: int) -> int:
+        """Tokens of prompt ``i`` expected from the prefix cache."""
+        p = self.prompts[i]
+        if self.shared and self.shared < p:
+            return self.shared // BLOCK_TOKENS * BLOCK_TOKENS
+        return self.prefix if i == 0 else 0
 
 
 @dataclass(frozen=True)
@@ -242,7 +269,7 @@ class Run:
 
     @property
     def prefill_tokens(self) -> int:
-        return sum(sum(w.prompts) - w.prefix for w in self.waves)
+        return sum(p - w.cached(i) for w in self.waves for i, p in enumerate(w.prompts))
 
 
 #: decode steps measured per batch size when ``--steps`` is not given
@@ -251,17 +278,40 @@ SIZING_STEPS = 4
 MIXED_DECODES = 8
 #: sequences and prompt length of the short-prefill run
 PREFILL_SEQS, PREFILL_LEN = 8, 16
+#: the longest context measured (the context run's prompt), when the model's length allows: 16x
+#: the shortest of the ladder (``LADDER``), and what a depth slice prefills in a minute or two
+LONG_CONTEXT = 16384
+#: the ladder of decode contexts, as fractions of the longest: a factor 32 between its ends (16 and
+#: more once each decode's few tokens of its own are counted)
+LADDER = (32, 4, 1)
+#: sequences decoding at each rung, and the tokens that make their prompts distinct
+LADDER_SEQS, LADDER_TAIL = 8, 8
 
 
-def context_length(limits: Limits, window: int | None, steps: int) -> int:
-    """The long prompt of the context run: twice the window (or 512) if the model's length allows.
+def context_length(limits: Limits, window: int | None, steps: int, longest: int = LONG_CONTEXT) -> int:
+    """The long prompt of the context run: ``longest`` (at least twice the window), as the model's
+    length allows, in whole KV blocks.
 
-    Long enough for its full-attention keys to outnumber the windowed ones 2:1, short
-    enough to prefill on a 2-core box; the additive model carries the term to longer
-    contexts.
+    Its prefill chunks attend from one chunk's keys to the whole context (a factor 16 and
+    more), and the ladder's decodes read from 1/32 of it to all of it: the context terms
+    measured where they are large, not carried from a short context.
     """
-    want = max(512, 2 * window) if window else 512
-    return max(1, min(want, limits.max_model_len - steps - 2))
+    want = max(longest, 2 * window) if window else longest
+    room = limits.max_model_len - steps - 2 - LADDER_TAIL
+    ctx = min(want, room)
+    return max(1, ctx // BLOCK_TOKENS * BLOCK_TOKENS if ctx >= 4 * BLOCK_TOKENS else ctx)
+
+
+def ladder(longest: int) -> list[int]:
+    """The decode contexts of the ladder: 1/32, 1/4 and all of the longest (in whole blocks where
+    it is long enough to have them)."""
+    out = []
+    for part in LADDER:
+        c = longest // part
+        if c >= 4 * BLOCK_TOKENS:
+            c = c // BLOCK_TOKENS * BLOCK_TOKENS
+        out.append(max(1, c))
+    return sorted(set(out))
 
 
 def default_batch_sizes(limits: Limits, forecast: bool) -> tuple[int, ...]:
@@ -270,27 +320,37 @@ def default_batch_sizes(limits: Limits, forecast: bool) -> tuple[int, ...]:
     return tuple(sorted({n for n in sizes if n <= limits.max_num_seqs}))
 
 
-def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], steps: int) -> list[Run]:
+def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], steps: int,
+             longest: int = LONG_CONTEXT) -> list[Run]:
     """The runs the fit is measured on: cheap, and each term seen where it is large.
 
     * decode batches at short context (one-token prompts): the fixed and per-sequence
       terms;
     * a short prefill (8 prompts of 16 tokens): tokens without sequences or context;
-    * the context run: a few short decodes running, then one long prompt — its
-      prefill chunks beside the decodes (the mixed steps) and then its decodes at
-      long context give the context terms at small batch.
+    * the context run: a few short decodes running, then one long prompt (``longest``
+      tokens, as the limits allow) — its prefill chunks beside the decodes attend from
+      one chunk's keys to the whole context: the keys attended, a factor 16 apart;
+    * the ladder: ``LADDER_SEQS`` decodes at 1/32, 1/4 and all of that context, their
+      prompts going on past the long prompt (found in the prefix cache): the keys read,
+      a factor 16 apart, for a few tokens of prefill each.
     """
     runs = [Run(f"decode batch {n}", (Wave((1,) * n, steps + 1),)) for n in batch_sizes]
     if limits.max_num_seqs >= PREFILL_SEQS and limits.max_model_len > PREFILL_LEN + 2:
         runs.append(
             Run(f"prefill {PREFILL_SEQS} x {PREFILL_LEN} tokens", (Wave((PREFILL_LEN,) * PREFILL_SEQS, 1),))
         )
-    ctx = context_length(limits, window, steps)
+    ctx = context_length(limits, window, steps, longest)
     mixed = max(0, min(MIXED_DECODES, limits.max_num_seqs - 1))
     budget = limits.max_num_batched_tokens
     chunk_steps = -(-ctx // max(1, budget - mixed))
-    waves = ((Wave((1,) * mixed, chunk_steps + steps + 2),) if mixed else ()) + (Wave((ctx,), steps + 1),)
+    waves = ((Wave((1,) * mixed, chunk_steps + steps + 2),) if mixed else ()) + (
+        Wave((ctx,), steps + 1, shared=ctx),)
     runs.append(Run(f"context {ctx} beside {mixed} decodes", waves))
+    n = min(LADDER_SEQS, limits.max_num_seqs)
+    for c in ladder(ctx):
+        if c + LADDER_TAIL + steps + 1 <= limits.max_model_len:
+            runs.append(Run(f"{n} decodes at {c} tokens of context",
+                            (Wave((c + LADDER_TAIL,) * n, steps + 1, shared=c),)))
     return runs
 
 
@@ -331,21 +391,25 @@ def run_work(run: Run, limits: Limits, window: int | None) -> tuple[Step, int]:
     tokens attend); decodes at their prompt's length plus half their tokens.
     """
     budget = limits.max_num_batched_tokens
-    seqs = tokens = full = capped = 0
+    seqs = tokens = full = capped = read = read_capped = 0
     steps = 0
     for wave in run.waves:
-        prefill = sum(wave.prompts) - wave.prefix
+        prefill = sum(p - wave.cached(i) for i, p in enumerate(wave.prompts))
         wave_steps = -(-prefill // budget) + wave.max_tokens
         steps += wave_steps
         for i, p in enumerate(wave.prompts):
-            start = wave.prefix if i == 0 else 0
+            start = wave.cached(i)
             tokens += p - start
             full += attended_keys(start + 1, p)
             capped += attended_keys(start + 1, p, window)
+            read += p
+            read_capped += read_keys(p, p - start, window)
             decodes = max(0, min(wave.max_tokens, limits.max_model_len - p) - 1)
             seqs += 1 + decodes
             tokens += decodes
             mid = p + decodes // 2
             full += decodes * mid
             capped += decodes * (mid if window is None else min(mid, window))
-    return Step(seqs, tokens, full, capped), steps
+            read += decodes * mid
+            read_capped += decodes * read_keys(mid, 1, window)
+    return Step(seqs, tokens, full, capped, read, read_capped), steps

@@ -197,6 +197,21 @@ COMMAND_CASES = [
             ("enginedead calibrate: error: --model ",
              "\"model_type\": 'nosuchtype' is known to neither vLLM"),
             files=model(config(model_type="nosuchtype"))),
+    # --- 45: the server's KV cache, refused where vLLM would not start with it --------------------------
+    Command("kv-space-not-a-number-calibrate", ("calibrate", "--model", "gemma-4-moe-mini"),
+            ("enginedead calibrate: error: VLLM_CPU_KVCACHE_SPACE='lots' (from the environment) is not "
+             "a whole number of GiB",), env={"VLLM_CPU_KVCACHE_SPACE": "lots"}),
+    Command("server-memory-too-small-calibrate",
+            ("calibrate", "--model", "gemma-4-26b-a4b", "--forecast-layers", "1,2",
+             "--server-memory-gib", "32"),
+            ("enginedead calibrate: error: --server-memory-gib 32 leaves no KV cache: vLLM's rule: "
+             "0.92 x 32 GiB", "vLLM refuses to start")),
+    Command("kv-space-below-one-request-calibrate",
+            ("calibrate", "--model", "gemma-4-26b-a4b", "--forecast-layers", "1,2"),
+            ("enginedead calibrate: error: VLLM_CPU_KVCACHE_SPACE=1: the KV cache (1.00 GiB",
+             "cannot hold one request of --max-model-len 262144"), env={"VLLM_CPU_KVCACHE_SPACE": "1"}),
+    Command("memory-fraction-over-one-calibrate", ("calibrate", "--gpu-memory-utilization", "1.5"),
+            ("argument --gpu-memory-utilization: '1.5' must be at most 1",)),
     # --- 37.4: a plugin list that leaves ours out ------------------------------------------------------
     Command("vllm-plugins-calibrate", ("calibrate", "--batch-sizes", "1"),
             ("enginedead calibrate: error: VLLM_PLUGINS='lora' (from environment) leaves out enginedead",

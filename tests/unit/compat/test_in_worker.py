@@ -48,16 +48,22 @@ def scheduler_output(new: list[tuple[str, int, int]], cached: list[tuple[str, in
 
 def test_the_recorded_shape_is_the_bounds_shape() -> None:
     """What the worker reads from vLLM's scheduler output and what the bound computes for the
-    same step agree: decodes at 511 keys, a chunk after 300 tokens, a whole new prompt."""
+    same step agree: decodes at 511 keys, a chunk after 300 tokens, a whole new prompt; keys
+    attended (summed over tokens) and keys read (each sequence's context once)."""
     out = scheduler_output(
         new=[("p", 0, 64)], cached=[(f"d{i}", 510, 1) for i in range(5)] + [("c", 300, 100)]
     )
-    tokens, context, window_context = in_worker.step_shape(out, window=128)
+    shape = in_worker.step_shape(out, window=128)
     plan = StepPlan(5, 511, (Chunk(100, 300), Chunk(64, 0)))
-    assert (tokens, context, window_context) == (
-        plan.step(128).tokens,
-        plan.step(128).context_tokens,
-        plan.step(128).window_context_tokens,
-    )
-    assert in_worker.step_shape(out) == (tokens, context, context)  # no window: capped = full
-    assert in_worker.step_shape(SimpleNamespace(total_num_scheduled_tokens=3)) == (3, -1, -1)
+    step = plan.step(128)
+    assert shape == (step.tokens, step.context_tokens, step.window_context_tokens, step.read_tokens,
+                     step.window_read_tokens)
+    assert step.read_tokens == 5 * 511 + 400 + 64  # a chunk reads its context once, not per query
+    assert step.window_read_tokens == 5 * 128 + min(400, 127 + 100) + 64
+    tokens, context = shape[:2]
+    assert in_worker.step_shape(out) == (tokens, context, context, step.read_tokens, step.read_tokens)
+    assert in_worker.step_shape(SimpleNamespace(total_num_scheduled_tokens=3)) == (3, -1, -1, -1, -1)
+    decodes = scheduler_output(new=[], cached=[(f"d{i}", 510, 1) for i in range(5)])
+    alone = StepPlan(5, 511).step(128)
+    assert in_worker.step_shape(decodes, window=128) == (
+        5, alone.context_tokens, alone.window_context_tokens, alone.read_tokens, alone.window_read_tokens)

@@ -328,14 +328,15 @@ def test_hang_fault_blocks_idle_in_its_step(run_dir: str) -> None:
 def test_the_step_record_carries_what_was_scheduled(tmp_path: Path) -> None:
     rec = worker.StepRecorder(str(tmp_path))
     try:
-        rec.run_step(8, lambda: None, 64, 8192, 4096)
+        rec.run_step(8, lambda: None, 64, 8192, 4096, 1100, 900)
         rec.run_step(2, lambda: None)  # an older caller: unknown
     finally:
         rec.close()
     steps = read_steps(steps_path(str(tmp_path), __import__("os").getpid()), 1)
-    assert [(s.batch_size, s.tokens, s.context_tokens, s.window_context_tokens) for s in steps] == [
-        (8, 64, 8192, 4096),
-        (2, None, None, None),
+    assert [(s.batch_size, s.tokens, s.context_tokens, s.window_context_tokens, s.read_tokens,
+             s.window_read_tokens) for s in steps] == [
+        (8, 64, 8192, 4096, 1100, 900),
+        (2, None, None, None, None, None),
     ]
     old = BEGIN_LINE % (3, 4, 1.0)  # the old writer's line still reads
     assert parse_steps([old.decode()], 1)[0].tokens is None
