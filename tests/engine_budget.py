@@ -140,7 +140,7 @@ BUDGET: tuple[Entry, ...] = (
           (f"tp2, bs64, {TINY}", f"tp2, bs64, {TINY}, {GUARD_REF_5}", f"{SERVER}tp2, bs64, {TINY}"), 3,
           "plain, guarded and served at two ranks, each ended by its last test's death"),
     Entry(("test_nodes.py::test_two_nodes_each_rank_judged_from_where_it_runs",),
-          (f"n2, tp2, bs64, {TINY}", f"n2, tp2, bs64, {TINY}, {GUARD_REF_5}",
+          (f"n2, tp2, bs64, {TINY}", f"n2, tp2, bs64, {TINY}, guard (policy reference, hang_s 15 s)",
            f"{SERVER}n2, tp2, bs64, {TINY}"), 3,
           "plain, guarded and served on two nodes (node 1 headless in a PID namespace), each ended by its "
           "last test's death: the false death, the hung remote rank, the killed node"),

@@ -28,7 +28,7 @@ from .test_tensor_parallel import PEER_PART_S
 
 pytestmark = pytest.mark.engine
 
-HANG_S = 5.0
+HANG_S = 15.0
 #: a killed node: vLLM's head hears of it from gloo at once; the verdict waits out the silence of
 #: node 1's progress (``SILENT_AFTER_S``) and its first look (a publishing interval), then judges the
 #: head's rank: seconds, not a deadline (1 s for the rest of the judging on a loaded box)
