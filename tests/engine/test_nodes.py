@@ -76,7 +76,11 @@ def test_two_nodes_each_rank_judged_from_where_it_runs(
                      r"computing, \d+ % of a core", out), out
     assert "rank:       node 1 TP1: computing" in out
     assert "rank:       node 0 TP0: waiting for a peer rank inside its step" in out
-    assert "where:      rank node 1 TP1: " in out and "in burn" in out
+    # where node 1's rank was: in the step (its burn) when its stack arrives in time; on a loaded box
+    # the stack it sends when asked may come after its step ended, and the line says so
+    where = re.search(r"where:      rank node 1 TP1: .*", out)
+    assert where is not None, out
+    assert "in burn" in where.group(0) or "sent when asked, after the death" in where.group(0), where.group(0)
     assert re.search(r"NODES node 1 TP1 pid \d+ in its node", out), out
     killed = re.search(r"KILLED verdict=DEAD judged in ([\d.]+) s", out)
     assert killed is not None and float(killed.group(1)) <= KILLED_WITHIN_S, killed
