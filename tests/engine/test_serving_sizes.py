@@ -113,10 +113,11 @@ def long_context_moe(directory: Path, context: int = 32768) -> Path:
 
 def test_a_long_context_forecast_is_the_same_twice(tmp_path: Path) -> None:
     """Two calibrations at 16K tokens of context on one engine (``--repeat 2``: the same runs twice,
-    each fitted alone): their worst steps are consistent (their intervals meet); the decodes and the prefill chunks were
-    measured over contexts a factor 16 and more apart; no full-attention context term is 0; and the
-    worst step the answer names holds no more KV cache than the cache it assumes (a server's cache of
-    40,000 tokens, which binds: it cannot hold 7 decodes at 16K beside a chunk at 16K)."""
+    each fitted alone): their worst steps are consistent (their intervals meet); the decodes and the
+    prefill chunks were measured over contexts a factor 16 and more apart; no full-attention context
+    term is 0; and the worst step the answer names holds no more KV cache than the cache it assumes
+    (a server's cache of 40,000 tokens, which binds: it cannot hold 7 decodes at 16K beside a chunk
+    at 16K)."""
     model = long_context_moe(tmp_path)
     done = enginedead(
         "calibrate", "--model", str(model), "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
