@@ -157,6 +157,16 @@ def read_steps(path: str, pid: int) -> list[StepTime]:
     return []
 
 
+def whole_lines_after(path: str, offset: int) -> bytes:
+    """The whole lines a step record holds past ``offset`` (a line still being written waits for
+    the next look); empty if the record is not there.  The caller moves its offset by the length."""
+    with contextlib.suppress(OSError), open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+        return data[:data.rfind(b"\n") + 1]
+    return b""
+
+
 @dataclass(frozen=True)
 class StepStats:
     """Finished steps: count, median and longest, and the largest batch seen.

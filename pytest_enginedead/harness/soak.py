@@ -11,7 +11,6 @@ what was left behind (processes, ``/dev/shm`` entries, file descriptors).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
@@ -21,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..contract.guardfiles import GuardEvent
-from ..contract.steps import END_LINE, StepTime, steps_path
+from ..contract.steps import END_LINE, StepTime, steps_path, whole_lines_after
 from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions
 from ..logic.soak.judge import Limits, Window, judge
 from ..logic.soak.schedule import SLOW_FAULT
@@ -166,12 +165,9 @@ class StepCounter:
 
     def count(self) -> int:
         for ref in list(self.server.procs):
-            with contextlib.suppress(OSError), open(steps_path(self.server.run_dir, ref.pid), "rb") as f:
-                f.seek(self.offsets.get(ref.pid, 0))
-                data = f.read()
-                whole = data[:data.rfind(b"\n") + 1]
-                self.offsets[ref.pid] = self.offsets.get(ref.pid, 0) + len(whole)
-                self.ends[ref.pid] = self.ends.get(ref.pid, 0) + whole.count(END_MARK)
+            whole = whole_lines_after(steps_path(self.server.run_dir, ref.pid), self.offsets.get(ref.pid, 0))
+            self.offsets[ref.pid] = self.offsets.get(ref.pid, 0) + len(whole)
+            self.ends[ref.pid] = self.ends.get(ref.pid, 0) + whole.count(END_MARK)
         return max(self.ends.values(), default=0)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..contract.control import Injection
-from ..contract.steps import StepTime, parse_steps, steps_path
+from ..contract.steps import StepTime, parse_steps, steps_path, whole_lines_after
 from ..logic.planning.engines import Instructions
 from ..logic.soak.judge import Limits, Window, past_deadline
 from ..logic.soak.schedule import SLOW_FAULT, Fault, Schedule
@@ -166,11 +166,8 @@ class StepsSince:
     def steps(self) -> list[StepTime]:
         out: list[StepTime] = []
         for ref in list(self.server.procs):
-            with contextlib.suppress(OSError), open(steps_path(self.server.run_dir, ref.pid), "rb") as f:
-                f.seek(self.offsets.get(ref.pid, 0))
-                data = f.read()
-                whole = data[:data.rfind(b"\n") + 1]
-                self.offsets[ref.pid] = self.offsets.get(ref.pid, 0) + len(whole)
-                self.lines.setdefault(ref.pid, []).extend(whole.decode(errors="replace").splitlines())
+            whole = whole_lines_after(steps_path(self.server.run_dir, ref.pid), self.offsets.get(ref.pid, 0))
+            self.offsets[ref.pid] = self.offsets.get(ref.pid, 0) + len(whole)
+            self.lines.setdefault(ref.pid, []).extend(whole.decode(errors="replace").splitlines())
             out.extend(parse_steps(self.lines.get(ref.pid, []), ref.pid))
         return out

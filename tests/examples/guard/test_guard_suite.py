@@ -43,7 +43,7 @@ def test_a_hang_ends_after_hang_s_not_600s(vllm_engine):
     assert type(info.value).__name__ == "EngineDeadError"
     assert took < 15, f"the guard took {took:.1f} s to give up on a hung worker (hang_s 3)"
     assert vllm_engine.deaths[-1]["verdict"] == Verdict.HUNG.name
-    assert [e.verdict for e in vllm_engine.guard_events()][-1:] == ["HUNG"]
+    assert [e.verdict for e in vllm_engine.guard_events()][-1:] == [Verdict.HUNG]
 
 
 @pytest.mark.enginedead_guard(hang_s=3, policy="edcap:cap")

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from pytest_enginedead import Verdict, assert_no_false_death
+from pytest_enginedead import GuardAction, Verdict, assert_no_false_death
 
 #: node 1's rank computes 6.4 s per step of 64 sequences; node 0's waits for it in a collective
 SLOW_NODE_1 = {"slow_s_per_seq": 0.1, "nodes": [1]}
@@ -69,8 +69,8 @@ def test_the_guard_ends_a_hung_remote_rank(vllm_engine):
         with assert_no_false_death(vllm_engine):
             vllm_engine.generate(8, max_tokens=8)
     assert type(info.value).__name__ == "EngineDeadError"
-    assert vllm_engine.deaths[-1]["verdict"] == "HUNG"
-    (ended,) = [e for e in vllm_engine.guard_events() if e.outcome == "ending the wait"]
+    assert vllm_engine.deaths[-1]["verdict"] == Verdict.HUNG
+    (ended,) = [e for e in vllm_engine.guard_events() if e.action is GuardAction.END]
     print(f"HUNG ended after {ended.waited_s:.2f} s (hang_s 15)")
     assert ended.verdict is Verdict.HUNG and ended.ranks == 2 and ended.node in (0, 1)
 
@@ -96,5 +96,5 @@ def test_a_killed_node_is_dead(vllm_server):
     death = vllm_server.deaths[-1]
     print(f"KILLED verdict={death['verdict']} judged in {death['verdict_s']:.2f} s, "
           f"{time.monotonic() - t0:.2f} s after the call")
-    assert death["verdict"] == "DEAD"
+    assert death["verdict"] == Verdict.DEAD
     assert [r["state"] for r in death["remote_ranks"]] == ["gone"]

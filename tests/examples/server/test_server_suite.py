@@ -116,4 +116,4 @@ def test_the_guard_lets_64_clients_finish(vllm_server):
     with assert_no_false_death(vllm_server):
         out = vllm_server.complete(max_tokens=4)
     assert [len(t) for t in out] == [4] * 64
-    assert {e.verdict for e in vllm_server.guard_events()} == {"SLOW"}
+    assert {e.verdict for e in vllm_server.guard_events()} == {Verdict.SLOW}

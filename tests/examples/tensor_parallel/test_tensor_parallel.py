@@ -79,4 +79,4 @@ def test_a_killed_rank_is_dead(vllm_server):
     assert type(info.value).__module__.startswith("openai")
     death = vllm_server.deaths[-1]
     print(f"KILLED verdict={death['verdict']} after {time.monotonic() - t0:.2f} s")
-    assert death["verdict"] == "DEAD"
+    assert death["verdict"] == Verdict.DEAD

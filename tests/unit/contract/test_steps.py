@@ -140,3 +140,16 @@ def test_attended_keys_is_the_sum_it_says() -> None:
     for first, last, window in itertools.product(range(1, 9), range(0, 12), (None, 1, 3, 5, 20)):
         want = sum(k if window is None else min(k, window) for k in range(first, last + 1))
         assert attended_keys(first, last, window) == want, (first, last, window)
+
+
+def test_whole_lines_after_leaves_a_line_being_written_for_the_next_look(tmp_path: Path) -> None:
+    from pytest_enginedead.contract.steps import whole_lines_after
+
+    path = tmp_path / "steps"
+    assert whole_lines_after(str(path), 0) == b""  # no record yet
+    path.write_bytes(b"B 1\nE 1\nB 2")
+    first = whole_lines_after(str(path), 0)
+    assert first == b"B 1\nE 1\n"
+    assert whole_lines_after(str(path), len(first)) == b""  # "B 2" is not whole yet
+    path.write_bytes(b"B 1\nE 1\nB 2\n")
+    assert whole_lines_after(str(path), len(first)) == b"B 2\n"
