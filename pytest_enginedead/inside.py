@@ -4,7 +4,8 @@ vLLM calls ``register()`` once in every process it runs: the process that builds
 the engine (the harness's own, or the API server), ``VLLM::EngineCore`` and each
 ``VLLM::Worker``.  Each side is inert unless asked: the worker side (``worker.py``)
 when the harness set a run directory (and the marks of its collectives, ``collectives.py``,
-then or under the guard), the engine-core side (``guard.py``) when the
+then or under the guard; and dummy weights that keep a deep model's activations alive,
+``dummyweights.py``), the engine-core side (``guard.py``) when the
 harness set one or ``ENGINEDEAD_GUARD=1`` is set, the serving side (``exiting.py``)
 when the guard or ``ENGINEDEAD_EXIT_ON_DEATH=1`` is set.  Nothing runs in the harness's
 own process.
@@ -23,7 +24,7 @@ import os
 
 from .contract.guardfiles import state_dir
 from .contract.names import ENV_DIR, ENV_HARNESS_PID, PATCHES_ENV
-from .invllm import collectives, exiting, guard, worker
+from .invllm import collectives, dummyweights, exiting, guard, worker
 from .logic.inputs.guardconfig import guard_asked
 
 
@@ -33,6 +34,8 @@ def register() -> None:
     if os.environ.get(ENV_DIR) and guard.in_engine_core():
         _leave_process_group()
     worker.register()
+    if os.environ.get(ENV_DIR):
+        dummyweights.install()  # a deep dummy model costs what a checkpoint would
     if os.environ.get(ENV_DIR) or guard_asked(os.environ):
         collectives.install(state_dir(os.environ))  # a rank waiting for its peer is told apart
     guard.register()

@@ -33,6 +33,18 @@ CPU_COLLECTIVES = (
 )
 
 
+#: vLLM's loader of ``--load-format dummy`` (module, class, method): every tensor of the model,
+#: persistent buffers included, drawn from U(-1e-3, 1e-3) (0.27.1-0.32.0)
+DUMMY_LOADER = ("vllm.model_executor.model_loader.dummy_loader", "DummyModelLoader", "load_weights")
+
+#: buffers that scale a layer's whole output, with the value that leaves it as it is.  Gemma-4's
+#: ``layer_scalar`` (gemma4.py, every decoder layer; a checkpoint's value is of order 1): drawn at
+#: +-1e-3 it shrinks the residual stream x1000 a layer, to zero by layer 11 of 16, and from there
+#: every token routes to the same top-k experts (8 of 32 for 8 decodes, instead of ~29): a deep
+#: dummy MoE's step then costs what no real checkpoint's does (docs/explanation/forecast.md)
+NEUTRAL_BUFFERS: Mapping[str, float] = {"layer_scalar": 1.0}
+
+
 def worker_sample_method(version: str | Version | None) -> str | None:
     """The second RPC of a V1 step, under the same deadline, or None (V0: one RPC).
 
