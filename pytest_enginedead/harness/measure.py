@@ -126,10 +126,12 @@ def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: 
         out.start_s = engine.start_s
         engine.drive([(engine.prompts([1, 1], 7), 3)])
         # round 0 warms the engine up and is not measured: the first step of every shape (tokens in
-        # the step) builds its kernels (oneDNN primitives, on CPU) and cost up to 2x the next one
-        for rep in range(repeats + 1):
-            base = engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0]  # each round its own
-            for i, run in enumerate(plan.runs):
+        # the step) builds its kernels (oneDNN primitives, on CPU) and cost up to 2x the next one.
+        # The rounds of a run follow each other before the next run starts: what else the machine
+        # does meanwhile weighs on every round alike, so the rounds differ by the engine alone
+        bases = [engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0] for rep in range(repeats + 1)]
+        for i, run in enumerate(plan.runs):
+            for rep, base in enumerate(bases):  # each round its own long prompt: nothing cached across
                 if progress:
                     rounds = f" (round {rep}/{repeats})" if repeats > 1 else ""
                     progress(f"{ep.short}: {run.name}{rounds}" if rep else f"{ep.short}: warm-up: {run.name}")
