@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_enginedead.compat import llm_config
+from pytest_enginedead.contract.decisions import Verdict
 from pytest_enginedead.logic import machine as fingerprint
 from pytest_enginedead.logic.inputs.modelconfig import presets
 
@@ -280,7 +281,7 @@ def false_death(data: dict[str, Any]) -> dict[str, Any]:
     """The first false-death record (verdict SLOW) in a report."""
     for test in data["tests"]:
         for death in test["deaths"]:
-            if death["verdict"] == "SLOW":
+            if Verdict.parse(death["verdict"]).false_death:
                 return dict(death)
     verdicts = [(t["nodeid"], t["verdict"]) for t in data["tests"]]
     raise RuntimeError(f"no false death in the report: {verdicts}")
