@@ -146,6 +146,10 @@ class Fit:
     #: that group's shape and times
     worst_step: Step | None = None
     worst_measured_s: float | None = None
+    #: where that group was measured, and what the fit predicts there, when not on the model the
+    #: terms are for (a forecast's slice: the full model's terms would predict it at full depth)
+    worst_measured_on: str | None = None
+    worst_predicted_s: float | None = None
     #: groups of like steps fitted (their median time each), and the steps in them
     groups: int = 0
     steps: int = 0
@@ -181,7 +185,10 @@ class Fit:
             else {
                 **self.worst_step.as_dict(),
                 "measured_s": self.worst_measured_s,
-                "predicted_s": self.predict(self.worst_step),
+                "predicted_s": self.predict(self.worst_step)
+                if self.worst_predicted_s is None
+                else self.worst_predicted_s,
+                **({"measured_on": self.worst_measured_on} if self.worst_measured_on else {}),
             },
             "groups": self.groups,
             "steps": self.steps,

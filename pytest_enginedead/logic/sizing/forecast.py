@@ -236,11 +236,12 @@ def fit_slices(
         coef = _fit_rows(rows, times, lower)
     if tied:  # one attention term (and one read term), split by each type's work (bytes) per key
         coef["window_context"] = coef["window_read"] = 0.0
-    worst, at = 0.0, grouped[0]
+    worst, at, at_predicted = 0.0, grouped[0], 0.0
     for row, (shape, t, lay) in zip(rows, grouped, strict=True):
-        residual = abs(sum(c * x for c, x in zip(coef.values(), row, strict=True)) - t) / t
+        predicted = sum(c * x for c, x in zip(coef.values(), row, strict=True))
+        residual = abs(predicted - t) / t
         if residual >= worst:
-            worst, at = residual, (shape, t, lay)
+            worst, at, at_predicted = residual, (shape, t, lay), predicted
     terms = _full_terms(coef, full, weights, tied)
     scaled = [[x / t for x in row] for row, t in zip(rows, times, strict=True)]
     cov = solve.bootstrap_covariance(scaled, [coef[t] for t in JOINT_TERMS], lower)
@@ -248,11 +249,14 @@ def fit_slices(
     matrix = [[_full_terms(_unit(j), full, weights, tied)[n] for j in JOINT_TERMS] for n in names]
     full_cov = tuple(tuple(r) for r in solve.transform(cov, matrix))
     uncertainty = Uncertainty(names, full_cov, step_spread(*(samples for _, samples in slices)))
+    on_slice = at[2] != full
     fit = Fit(
         terms,
         worst,
         at[0],
         at[1],
+        worst_measured_on=f"a slice of {at[2].describe()}" if on_slice else None,
+        worst_predicted_s=at_predicted if on_slice else None,
         groups=len(grouped),
         steps=len(pooled),
         origin=origin or f"forecast to {full.depth} layers from {len(slices)} slices",

@@ -283,7 +283,8 @@ def format_sizing(out: dict[str, Any]) -> str:
     worst_at = fit.get("worst_residual_step") or {}
     lines.append(f"step model ({fit['origin']}, {fit['steps']} steps in {fit['groups']} groups; worst "
                  f"residual {fit['worst_residual'] * 100:.0f} % at {worst_at.get('seqs')} seqs, "
-                 f"{worst_at.get('tokens')} tokens, {worst_at.get('context_tokens')} context tokens):")
+                 f"{worst_at.get('tokens')} tokens, {worst_at.get('context_tokens')} context tokens"
+                 + (f" on {worst_at['measured_on']}" if worst_at.get("measured_on") else "") + "):")
     sd = ((fit.get("uncertainty") or {}).get("terms_sd") or {})
     for term, value in fit["terms"].items():
         key = term.removesuffix("_s")

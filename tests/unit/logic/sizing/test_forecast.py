@@ -48,3 +48,25 @@ def test_contexts_that_cannot_tell_the_layer_types_apart_tie_them() -> None:
         parts.append((lay, rows))
     fc = forecast.fit_slices(parts, full, cfg)
     assert fc.tied and fc.fit.terms["per_context_token"] > 0 and fc.fit.terms["per_window_context_token"] > 0
+
+
+def test_the_worst_residual_is_shown_where_it_was_measured() -> None:
+    """A forecast's worst-fitting group was measured on a slice: its prediction is the slice's, not the
+    full model's (which would read as a miss of the full depth's size), and the slice is named."""
+    cfg = config_26b()
+    full = slices.layout(cfg)
+    parts = []
+    for k in (1, 2):
+        lay = slices.slice_layout(full, k)
+        steps = slice_steps(lay, COEF, cfg)
+        if k == 1:  # one group 40 % slow on slice 1: the worst residual
+            shape, seconds = steps[0]
+            steps = [(shape, seconds * 1.4), *steps[1:]]
+        parts.append((lay, steps))
+    fc = forecast.fit_slices(parts, full, cfg)
+    shown = fc.fit.as_dict()["worst_residual_step"]
+    assert isinstance(shown, dict)
+    assert shown["measured_on"] == f"a slice of {slices.slice_layout(full, 1).describe()}"
+    measured, predicted = shown["measured_s"], shown["predicted_s"]
+    assert abs(predicted - measured) / measured == pytest.approx(fc.fit.worst_residual)
+    assert fc.fit.predict(fc.fit.worst_step) > 2 * predicted  # the full depth's prediction is another step's
