@@ -169,12 +169,17 @@ def parse_shard(raw: str) -> Shard:
 MAX_RANKS = 64
 
 
+def _count(raw: str, most: int, what: str) -> int:
+    """A whole number from 1 to ``most``; ``what`` says in the error what it counts."""
+    text = raw.strip()
+    if not text.isdigit() or not 1 <= int(text) <= most:
+        raise BadValue(f"{raw!r} is not a number of {what}")
+    return int(text)
+
+
 def parse_ranks(raw: str) -> int:
     """``"2"`` -> 2: ranks of an engine (tensor parallel), a whole number from 1."""
-    text = raw.strip()
-    if not text.isdigit() or not 1 <= int(text) <= MAX_RANKS:
-        raise BadValue(f"{raw!r} is not a number of ranks from 1 to {MAX_RANKS} (one worker process each)")
-    return int(text)
+    return _count(raw, MAX_RANKS, f"ranks from 1 to {MAX_RANKS} (one worker process each)")
 
 
 #: the most nodes one engine may span here (each a process tree of its own)
@@ -183,10 +188,7 @@ MAX_NODES = 16
 
 def parse_nodes(raw: str) -> int:
     """``"2"`` -> 2: the nodes an engine's ranks spread over (vLLM's ``--nnodes``), from 1."""
-    text = raw.strip()
-    if not text.isdigit() or not 1 <= int(text) <= MAX_NODES:
-        raise BadValue(f"{raw!r} is not a number of nodes from 1 to {MAX_NODES} (vLLM's --nnodes)")
-    return int(text)
+    return _count(raw, MAX_NODES, f"nodes from 1 to {MAX_NODES} (vLLM's --nnodes)")
 
 
 def validate_input_path(raw: str) -> str:
