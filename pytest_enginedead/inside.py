@@ -34,8 +34,7 @@ def register() -> None:
     if os.environ.get(ENV_DIR) and guard.in_engine_core():
         _leave_process_group()
     worker.register()
-    if os.environ.get(ENV_DIR):
-        dummyweights.install()  # a deep dummy model costs what a checkpoint would
+    dummyweights.register()  # a deep dummy model costs what a checkpoint would
     if os.environ.get(ENV_DIR) or guard_asked(os.environ):
         collectives.install(state_dir(os.environ))  # a rank waiting for its peer is told apart
     guard.register()
