@@ -10,8 +10,10 @@ suite's budget (``tests/engine_budget.py``): a start it does not allow fails the
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -157,10 +159,21 @@ def _inner_runs_share_our_cores(pytestconfig: pytest.Config) -> None:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores
 
 
+#: prctl(2)'s option that has the kernel signal a child when its parent dies (linux/prctl.h)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before it execs: killed when the test process dies, even by SIGKILL or a broken
+    pipe, where the fixture's teardown never runs (the signal holds across exec)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 @pytest.fixture(scope="session")
 def decoy() -> Iterator[psutil.Process]:
-    """A process titled like a vLLM worker that no harness started: it must survive."""
-    proc = subprocess.Popen(["bash", "-c", "exec -a VLLM::Worker sleep 3600"])
+    """A process titled like a vLLM worker that no harness started: it must survive (and it dies
+    with the test process, whatever ends that)."""
+    proc = subprocess.Popen(["bash", "-c", "exec -a VLLM::Worker sleep 3600"], preexec_fn=_die_with_parent)
     try:
         decoy = psutil.Process(proc.pid)
         deadline = time.monotonic() + 10
