@@ -207,7 +207,7 @@ def _answer_for_core(core: psutil.Process) -> Answer:
     now = time.monotonic()
     busy = None
     if state is None or (state.in_step and now - state.updated > STALE_S):
-        busy = reading.busy(sum(reading.look(procs, LOOK_S)))  # their compilers' CPU too
+        busy = reading.busy(sum(reading.look(procs, LOOK_S)), LOOK_S)  # their compilers' CPU too
         busy = busy or any(lk.verdict is Verdict.SLOW for lk in remote)
         now = time.monotonic()
     return answer_for(state, now, busy)

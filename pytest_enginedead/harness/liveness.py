@@ -61,7 +61,7 @@ def classify(evidence: ProcessEvidence, threshold: float = BUSY_CORES) -> Verdic
     """SLOW if alive and computing, HUNG if alive and idle, DEAD if gone or zombie."""
     if not evidence.alive:
         return Verdict.DEAD
-    return Verdict.SLOW if reading.busy(evidence.cpu_cores, threshold) else Verdict.HUNG
+    return Verdict.SLOW if reading.busy(evidence.cpu_cores, evidence.window_s, threshold) else Verdict.HUNG
 
 
 #: a process this old has exec'd its program: its title is its own

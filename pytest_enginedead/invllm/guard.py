@@ -42,7 +42,7 @@ from typing import Any
 import psutil
 
 from ..compat import in_core, in_worker, versions
-from ..contract.collectives import mark_pid, waiting_for_a_peer
+from ..contract.collectives import waiting_for_a_peer
 from ..contract.control import ControlReader
 from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import (
@@ -51,8 +51,6 @@ from ..contract.guardfiles import (
     GuardState,
     guard_events_path,
     guard_state_path,
-    guard_state_pid,
-    read_guard_state,
     state_dir,
     write_core_ready,
     write_guard_state,
@@ -64,6 +62,7 @@ from ..logic.timeouts.policies import Backend
 from ..process import reading
 from ..process.remote import RemoteLook
 from .guardnodes import OtherNodes
+from .stale import remove_stale_states
 
 #: The wait loop runs thousands of times a second; the worker is looked at this often.
 PROBE_EVERY_S = 0.25
@@ -88,7 +87,8 @@ class Watch:
         self.cap_s = cap_s
         self.sent = time.monotonic()
         self._next_probe = self.sent + FIRST_PROBE_S
-        self._last: tuple[float, tuple[float, ...], tuple[int, ...]] | None = None  # t, cpu, sizes
+        self._trail = reading.CpuTrail()  # the workers' CPU seconds over the last window
+        self._sizes: tuple[int, ...] | None = None  # their step records' sizes at the last look
         self._remote_steps: tuple[tuple[int, bool], ...] = ()  # remote ranks' (step, running) last seen
         self._busy_at = self.sent  # the last time a worker showed progress
         self._cores = 0.0  # the busiest rank's CPU use at the last look
@@ -134,6 +134,10 @@ class Watch:
                              f"ending the wait if it stays idle {hang_s - idle:.0f} s more",
                              f"idle for {idle:.1f} s")
 
+    def ms_to_next_look(self) -> int:
+        """How long vLLM's wait may sleep before the next look is due (woken late, it would skip one)."""
+        return max(1, math.ceil((self._next_probe - time.monotonic()) * 1000))
+
     def past_cap(self) -> None:
         """vLLM's wait is about to raise at the guard's cap: say so, once."""
         now = time.monotonic()
@@ -176,12 +180,13 @@ class Watch:
         self._gone = next((lk for lk in remote if lk.gone), None)
         steps = tuple((lk.record.step, lk.record.running) for lk in remote)
         moved, self._remote_steps = steps != self._remote_steps, steps
-        cpu = tuple(reading.cpu_seconds(p) for p in procs)
-        sizes = self.core.record_sizes(procs)
-        last, self._last = self._last, (now, cpu, sizes)
-        if last is None or len(last[1]) != len(cpu):
+        self._trail.add(now, [reading.cpu_seconds(p) for p in procs])
+        sizes, last_sizes = self.core.record_sizes(procs), self._sizes
+        self._sizes = sizes
+        span = self._trail.span_s
+        if last_sizes is None or span <= 0:
             return Verdict.SLOW  # the first look: no rate yet
-        rates = reading.cores_between(last[1], cpu, now - last[0])
+        rates = self._trail.cores()
         # a rank that spins in a collective waits for a peer: its CPU is not work
         working = [i for i, p in enumerate(procs) if not waiting_for_a_peer(self.core.marks_dir, p.pid, now)]
         self._busiest = max(working or range(len(rates)), key=rates.__getitem__)
@@ -189,8 +194,8 @@ class Watch:
         alive = [lk for lk in remote if not lk.gone]
         busiest = max(alive, key=lambda lk: lk.record.cores, default=None)
         if busiest is not None and busiest.record.cores > self._cores:
-            self._busiest, self._cores = busiest, busiest.record.cores
-        if reading.busy(self._cores) or sizes != last[2] or moved:
+            self._busiest, self._cores, span = busiest, busiest.record.cores, busiest.record.window_s
+        if reading.busy(self._cores, span) or sizes != last_sizes or moved:
             self._busy_at = now
             return Verdict.SLOW
         return Verdict.DEAD if self._gone is not None else Verdict.HUNG
@@ -397,7 +402,7 @@ def _guarded_read_timeout(base: type[Any]) -> type[Any]:
             except TimeoutError:
                 watch.past_cap()
                 raise
-            return min(wait_ms, int(PROBE_EVERY_S * 1000))
+            return min(wait_ms, watch.ms_to_next_look())
 
     return GuardedReadTimeout
 
@@ -414,29 +419,6 @@ def _install(core: Core) -> None:
         base = getattr(queue_cls, attr)
         if not getattr(base, "__enginedead__", False):
             setattr(queue_cls, attr, _guarded_read_timeout(base))
-
-
-def remove_stale_states(directory: str, front: int | None = None) -> None:
-    """Remove guard states whose engine core is gone (or, given ``front``, that front's), and
-    collective marks whose worker is gone (a killed worker leaves its mark)."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(directory):
-            worker = mark_pid(name)
-            if worker is not None and front is None and not reading.exists(worker):
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(directory, name))
-            pid = guard_state_pid(name)
-            if pid is None:
-                continue
-            path = os.path.join(directory, name)
-            if front is not None:
-                state = read_guard_state(path)
-                if state is None or state.front != front:
-                    continue
-            elif reading.exists(pid):
-                continue
-            with contextlib.suppress(OSError):
-                os.remove(path)
 
 
 def in_engine_core() -> bool:

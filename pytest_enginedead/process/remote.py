@@ -40,7 +40,7 @@ def judge(record: RankProgress, silent_s: float, threshold: float = BUSY_CORES) 
         return Verdict.DEAD
     if record.window_s <= 0:
         return Verdict.SLOW if record.running else Verdict.HUNG
-    return Verdict.SLOW if reading.busy(record.cores, threshold) else Verdict.HUNG
+    return Verdict.SLOW if reading.busy(record.cores, record.window_s, threshold) else Verdict.HUNG
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pytest_enginedead.contract.guardfiles import (
     write_guard_state,
 )
 from pytest_enginedead.contract.names import ENV_DIR
-from pytest_enginedead.invllm import guard
+from pytest_enginedead.invllm import guard, stale
 from pytest_enginedead.logic.inputs.guardconfig import GuardConfig
 from tests.support import procs
 from tests.support.guards import NOT_IMPORTABLE, state
@@ -101,13 +101,13 @@ def test_stale_states_are_removed_and_a_fronts_own(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text("{}")
     for pid in (os.getpid(), gone.pid):  # collective marks: a killed worker leaves its own
         Path(mark_path(str(tmp_path), pid)).write_bytes(bytes(8))
-    guard.remove_stale_states(str(tmp_path))
+    stale.remove_stale_states(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [os.path.basename(mine), "other.json", os.path.basename(mark_path(str(tmp_path), os.getpid()))])
     os.remove(mark_path(str(tmp_path), os.getpid()))
-    guard.remove_stale_states(str(tmp_path), front=2)  # not that front's
+    stale.remove_stale_states(str(tmp_path), front=2)  # not that front's
     assert os.path.exists(mine)
-    guard.remove_stale_states(str(tmp_path), front=1)
+    stale.remove_stale_states(str(tmp_path), front=1)
     assert not os.path.exists(mine)
 
 
@@ -156,6 +156,26 @@ def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) 
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
         time.sleep(0.5)
         assert watch._probe(time.monotonic()) is Verdict.HUNG
+
+
+def test_a_sleepers_stray_ticks_are_not_work() -> None:
+    """The kernel counts CPU time in 10 ms ticks: a worker asleep in a hung step that wakes once a
+    second for 15 ms (as a sleeping vLLM worker's polling threads and the plugin's own deadline
+    sampler do) shows two ticks in some quarter-seconds, 8 % of a core.  Judged over a whole
+    second, it never reads as computing: the hang's clock is never set back."""
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=60.0)  # type: ignore[arg-type]
+    with procs.worker("stray", 30.0) as stray:
+        procs.wait_until_idle(stray.pid)
+        core = guard.Core(None, cfg)
+        core._executor = executor(stray.pid)
+        watch = guard.Watch(core, "execute_model", 5, 1, deadline_s=100.0, cap_s=100.0)
+        assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look: no rate yet
+        verdicts = []
+        for _ in range(16):  # four seconds of looks, as often as the guard looks
+            time.sleep(guard.PROBE_EVERY_S)
+            verdicts.append(watch._probe(time.monotonic()))
+        assert verdicts == [Verdict.HUNG] * 16
+        assert watch._busy_at == watch.sent
 
 
 def remote_record(tmp_path: Path, seq: int, cores: float, wall: float | None = None) -> None:
