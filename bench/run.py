@@ -327,7 +327,13 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
     """By pid, as the harness stops its own: SIGTERM to the server, then TERM/KILL what remains."""
     import psutil
 
-    from pytest_enginedead.harness.cleanup import ProcRef, mapped_shm, terminate, unlink_shm
+    from pytest_enginedead.harness.cleanup import (
+        ProcessesSurvived,
+        ProcRef,
+        mapped_shm,
+        terminate,
+        unlink_shm,
+    )
 
     refs: list[ProcRef] = []
     with contextlib.suppress(psutil.Error):
@@ -343,7 +349,7 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.wait(timeout=5)
     if leftover:
-        raise RuntimeError(f"bare server processes survived SIGKILL: {leftover}")
+        raise ProcessesSurvived(leftover)
 
 
 def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str, Any]:
