@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import psutil
 
 from ..compat import versions
+from ..contract import decisions
 from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import GuardState, guard_state_path, read_guard_state, state_dir
 from ..contract.names import PROGRESS_DIR_ENV
@@ -207,7 +208,7 @@ def _answer_for_core(core: psutil.Process) -> Answer:
     now = time.monotonic()
     busy = None
     if state is None or (state.in_step and now - state.updated > STALE_S):
-        busy = reading.busy(sum(reading.look(procs, LOOK_S)), LOOK_S)  # their compilers' CPU too
+        busy = decisions.busy(sum(reading.look(procs, LOOK_S)), LOOK_S)  # their compilers' CPU too
         busy = busy or any(lk.verdict is Verdict.SLOW for lk in remote)
         now = time.monotonic()
     return answer_for(state, now, busy)

@@ -44,7 +44,7 @@ import psutil
 from ..compat import in_core, in_worker, versions
 from ..contract.collectives import waiting_for_a_peer
 from ..contract.control import ControlReader
-from ..contract.decisions import GuardAction, Verdict
+from ..contract.decisions import GuardAction, Verdict, busy
 from ..contract.guardfiles import (
     CoreReady,
     GuardEvent,
@@ -195,7 +195,7 @@ class Watch:
         busiest = max(alive, key=lambda lk: lk.record.cores, default=None)
         if busiest is not None and busiest.record.cores > self._cores:
             self._busiest, self._cores, span = busiest, busiest.record.cores, busiest.record.window_s
-        if reading.busy(self._cores, span) or sizes != last_sizes or moved:
+        if busy(self._cores, span) or sizes != last_sizes or moved:
             self._busy_at = now
             return Verdict.SLOW
         return Verdict.DEAD if self._gone is not None else Verdict.HUNG

@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 import psutil
 
-from ..contract.decisions import BUSY_CORES, DEFAULT_WINDOW_S
+from ..contract.decisions import DEFAULT_WINDOW_S
 
 #: the statuses of a process that has ended (a zombie has ended; its parent has not reaped it)
 GONE_STATUSES = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
@@ -66,22 +66,8 @@ def _descendants(proc: psutil.Process, apart: Collection[int]) -> float:
     return total
 
 
-#: CPU use is judged over at least this much time (see ``busy``)
+#: CPU use is judged over at least this much time (``decisions.busy``)
 WINDOW_S = DEFAULT_WINDOW_S
-
-
-def busy(cores: float, span_s: float = WINDOW_S, threshold: float = BUSY_CORES) -> bool:
-    """Whether CPU use of ``cores`` (1.0 = one core flat out), measured over ``span_s`` seconds,
-    counts as computing: ``threshold`` of a core over a whole window (``WINDOW_S``).
-
-    The kernel counts a process's CPU time in clock ticks of 10 ms.  A process that sleeps
-    still wakes now and then (a library's polling thread, our own deadline sampler) and is
-    charged a tick or two: over a quarter of a second that reads as 4-8 % of a core, over a
-    second as 1-2 %.  So a span shorter than a window must hold the CPU time a whole window
-    would (``threshold × WINDOW_S``): a worker that computes shows it in a quarter of a
-    second, a sleeper's stray ticks never add up to it.
-    """
-    return cores * span_s >= threshold * max(span_s, WINDOW_S)
 
 
 def cores_between(before: Sequence[float], after: Sequence[float], seconds: float) -> list[float]:

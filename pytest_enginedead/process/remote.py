@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..contract.decisions import BUSY_CORES, Verdict
+from ..contract.decisions import BUSY_CORES, Verdict, busy
 from ..contract.progress import (
     PUBLISH_EVERY_S,
     SILENT_AFTER_S,
@@ -23,7 +23,6 @@ from ..contract.progress import (
     read_stack_answer,
     request_stack,
 )
-from . import reading
 
 #: what a remote rank was found doing, in words
 COMPUTING, IDLE_IN_STEP, IDLE_BETWEEN, GONE = (
@@ -40,7 +39,7 @@ def judge(record: RankProgress, silent_s: float, threshold: float = BUSY_CORES) 
         return Verdict.DEAD
     if record.window_s <= 0:
         return Verdict.SLOW if record.running else Verdict.HUNG
-    return Verdict.SLOW if reading.busy(record.cores, record.window_s, threshold) else Verdict.HUNG
+    return Verdict.SLOW if busy(record.cores, record.window_s, threshold) else Verdict.HUNG
 
 
 @dataclass(frozen=True)

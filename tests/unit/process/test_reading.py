@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from pytest_enginedead.contract.decisions import BUSY_CORES
+from pytest_enginedead.contract.decisions import BUSY_CORES, busy
 from pytest_enginedead.process import reading
 from tests.support.procs import wait_until_idle
 
@@ -44,7 +44,7 @@ def test_a_busy_child_is_its_idle_parents_work(
 ) -> None:
     parent, child = parent_of_a_busy_child
     parent_cores, child_cores = reading.look([parent, child], 0.5)
-    assert reading.busy(parent_cores) and reading.busy(child_cores)
+    assert busy(parent_cores) and busy(child_cores)
     assert parent_cores >= 0.5 * child_cores  # the child's CPU is the parent's
     # judged apart, the child's CPU is its own only
     alone = reading.cpu_seconds(parent, apart={child.pid})
@@ -59,7 +59,7 @@ def test_a_sleeper_is_idle_and_alive() -> None:
         assert reading.alive(sleeper)
         wait_until_idle(proc.pid)  # past its interpreter's start
         (cores,) = reading.look([sleeper], 0.3)
-        assert not reading.busy(cores)
+        assert not busy(cores)
     finally:
         proc.kill()
         proc.wait()
@@ -80,7 +80,7 @@ def test_a_process_that_exited_is_gone_and_a_zombie_is_not_alive() -> None:
 
 @pytest.mark.parametrize(("cores", "busy"), [(0.0, False), (0.049, False), (BUSY_CORES, True), (1.0, True)])
 def test_busy_is_at_least_the_one_threshold(cores: float, busy: bool) -> None:
-    assert reading.busy(cores) is busy
+    assert busy(cores) is busy
 
 
 @pytest.mark.parametrize(
@@ -97,8 +97,7 @@ def test_busy_is_at_least_the_one_threshold(cores: float, busy: bool) -> None:
 def test_a_span_shorter_than_a_window_must_hold_a_whole_windows_cpu(
     cpu_s: float, span_s: float, busy: bool
 ) -> None:
-    assert reading.WINDOW_S == 1.0
-    assert reading.busy(cpu_s / span_s, span_s) is busy
+    assert busy(cpu_s / span_s, span_s) is busy
 
 
 def test_a_cpu_trail_measures_over_the_last_window() -> None:
