@@ -1,0 +1,1 @@
+"""The one judge of liveness (``pytest_enginedead/logic/judging/``)."""
