@@ -171,6 +171,11 @@ class ProgressWriter:
         self.phase, self.advanced = phase, now
         self._write()
 
+    def snapshot(self) -> StepProgress:
+        """The record as this writer last wrote it (its own process reads no map)."""
+        return StepProgress(self.step, self.phase, self.layer, self.layers, self.began, self.forward_at,
+                            self.advanced, self.pace_s, self.forward_done)
+
     def _write(self) -> None:
         self._seq += 1  # odd: being written
         _SEQ.pack_into(self._map, 0, self._seq)

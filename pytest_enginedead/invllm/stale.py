@@ -1,8 +1,8 @@
 """Files a process of the engine leaves behind when it dies: removed by the next one to start.
 
-The guard's state (one per engine core, for ``enginedead probe``) and the collective marks
-(one per worker) live in a directory every engine of the machine shares; a killed process
-cannot remove its own.
+The guard's state (one per engine core, for ``enginedead probe``), the collective marks and the
+step progress records (one each per worker) live in a directory every engine of the machine
+shares; a killed process cannot remove its own.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 
 from ..contract.collectives import mark_pid
 from ..contract.guardfiles import guard_state_pid, read_guard_state
+from ..contract.stepprogress import layers_pid
 from ..process import reading
 
 
@@ -20,7 +21,7 @@ def remove_stale_states(directory: str, front: int | None = None) -> None:
     collective marks whose worker is gone (a killed worker leaves its mark)."""
     with contextlib.suppress(OSError):
         for name in os.listdir(directory):
-            worker = mark_pid(name)
+            worker = mark_pid(name) or layers_pid(name)
             if worker is not None and front is None and not reading.exists(worker):
                 with contextlib.suppress(OSError):
                     os.remove(os.path.join(directory, name))
