@@ -133,7 +133,7 @@ def test_a_false_death_whose_computing_rank_is_on_another_node_names_that_node_a
     from tests.support import procs
     from tests.unit.contract.test_progress import record
 
-    computing = RemoteLook(record(), 0.2, Verdict.SLOW)
+    computing = RemoteLook.of(record(), 0.2)
     with procs.worker("idle", 30.0) as idle:
         engine = NodeEngine(idle.pid, [computing], BURNING)
         with Sampler([idle.pid], 0.1, 0.5) as sampler:
@@ -155,7 +155,7 @@ def test_a_rank_on_another_node_that_fell_silent_is_a_genuine_death() -> None:
     from tests.support import procs
     from tests.unit.contract.test_progress import record
 
-    gone = RemoteLook(record(), 2.4, Verdict.DEAD)
+    gone = RemoteLook.of(record(), 2.4)
     with procs.worker("idle", 30.0) as idle:
         engine = NodeEngine(idle.pid, [gone])
         with Sampler([idle.pid], 0.1, 0.5) as sampler:

@@ -78,26 +78,10 @@ def test_a_process_that_exited_is_gone_and_a_zombie_is_not_alive() -> None:
     assert reading.cpu_seconds(exited) == 0.0
 
 
-@pytest.mark.parametrize(("cores", "busy"), [(0.0, False), (0.049, False), (BUSY_CORES, True), (1.0, True)])
-def test_busy_is_at_least_the_one_threshold(cores: float, busy: bool) -> None:
-    assert busy(cores) is busy
-
-
-@pytest.mark.parametrize(
-    ("cpu_s", "span_s", "busy"),
-    [
-        (0.02, 0.25, False),  # two ticks in a quarter second: 8 % of a core there, a sleeper's strays
-        (0.25, 0.25, True),  # a quarter second flat out shows at once
-        (0.04, 1.0, False),
-        (0.05, 1.0, True),
-        (0.09, 2.0, False),  # a longer span: its own share
-        (0.10, 2.0, True),
-    ],
-)
-def test_a_span_shorter_than_a_window_must_hold_a_whole_windows_cpu(
-    cpu_s: float, span_s: float, busy: bool
-) -> None:
-    assert busy(cpu_s / span_s, span_s) is busy
+def test_cores_between_two_readings() -> None:
+    assert reading.cores_between([1.0, 2.0], [1.5, 2.0], 0.5) == [1.0, 0.0]
+    assert reading.cores_between([1.0], [0.5], 1.0) == [0.0]  # never negative
+    assert reading.cores_between([1.0], [2.0], 0.0) == [0.0]
 
 
 def test_a_cpu_trail_measures_over_the_last_window() -> None:
@@ -111,9 +95,3 @@ def test_a_cpu_trail_measures_over_the_last_window() -> None:
     assert trail.cores() == pytest.approx([0.0, 1.0])  # the last second only
     trail.add(2.5, [1.0])  # another set of processes: a trail of its own
     assert trail.span_s == 0.0
-
-
-def test_cores_between_two_readings() -> None:
-    assert reading.cores_between([1.0, 2.0], [1.5, 2.0], 0.5) == [1.0, 0.0]
-    assert reading.cores_between([1.0], [0.5], 1.0) == [0.0]  # never negative
-    assert reading.cores_between([1.0], [2.0], 0.0) == [0.0]

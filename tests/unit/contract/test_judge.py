@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_enginedead.contract.decisions import Verdict
-from pytest_enginedead.contract.stepprogress import Phase, StepProgress
-from pytest_enginedead.logic.judging.rules import (
+from pytest_enginedead.contract.judge import (
     STALL_FLOOR_S,
     STALL_MULTIPLE,
     RankEvidence,
@@ -17,6 +16,7 @@ from pytest_enginedead.logic.judging.rules import (
     judge_ranks,
     stall_window_s,
 )
+from pytest_enginedead.contract.stepprogress import Phase, StepProgress
 
 NOW = 1000.0
 

@@ -1,4 +1,10 @@
-"""The rules: a rank computes when its step advances, not when it merely uses CPU.
+"""The one judge of a worker's liveness: from each rank's evidence, its verdict and the reason.
+
+The guard inside ``VLLM::EngineCore`` (live, at every look), the harness's verdict after an engine
+death, ``enginedead probe`` and the reading of a rank on another node (``process.remote``) all
+call it: a new kind of evidence is taught here once.  Pure: the standard library only.
+
+The rule: a rank computes when its step advances, not when it merely uses CPU.
 
 Evidence per rank (``RankEvidence``): alive or gone, its CPU use over a window, its open step and
 that step's progress (``contract.stepprogress``: which layer, when it last advanced, the run's
@@ -24,9 +30,9 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ...contract.collectives import WAITING_AFTER_S
-from ...contract.decisions import Verdict, busy
-from ...contract.stepprogress import Phase, StepProgress
+from .collectives import WAITING_AFTER_S
+from .decisions import BUSY_CORES, Verdict, busy
+from .stepprogress import Phase, StepProgress
 
 #: a step in its layers may go this long without a layer finishing before it is judged stalled, at
 #: least: a loaded box deschedules a worker, a new batch shape builds its kernels on first use
@@ -73,10 +79,11 @@ class RankEvidence:
     in_collective_s: float | None = None
     #: why it is gone, in words (``DEAD`` evidence: "exited", "no progress for 2.1 s")
     gone_why: str = "exited"
+    threshold: float = BUSY_CORES  # the share of a core that counts as busy
 
     @property
     def busy(self) -> bool:
-        return busy(self.cores, self.span_s)
+        return busy(self.cores, self.span_s, self.threshold)
 
     @property
     def cpu_words(self) -> str:
@@ -109,9 +116,9 @@ def judge_rank(ev: RankEvidence, now: float, window_s: float | None = None) -> J
         return Judgement(ev, Verdict.HUNG, RankState.WAITING,
                          f"waiting in a collective for {ev.in_collective_s:.1f} s ({ev.cpu_words})")
     p = ev.progress
-    if p is not None and p.phase is Phase.FORWARD:
+    if p is not None and p.phase is Phase.FORWARD and not p.forward_done:
         return _in_layers(ev, p, now, stall_window_s(p.pace_s) if window_s is None else window_s)
-    doing = p.phase.word if p is not None else "in its step"
+    doing = p.where() if p is not None else "in its step"
     if ev.busy:
         return Judgement(ev, Verdict.SLOW, RankState.COMPUTING, f"computing, {doing} ({ev.cpu_words})", now)
     return Judgement(ev, Verdict.HUNG, RankState.IDLE_IN_STEP, f"idle, {doing} ({ev.cpu_words})")

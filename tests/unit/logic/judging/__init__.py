@@ -1,1 +1,0 @@
-"""The one judge of liveness (``pytest_enginedead/logic/judging/``)."""
