@@ -48,7 +48,7 @@ from ..contract.dumps import (
     stack_path,
 )
 from ..contract.guardfiles import state_dir
-from ..contract.names import ENV_DIR, PROGRESS_DIR_ENV
+from ..contract.names import ENV_DIR, LAYERS_ENV, PROGRESS_DIR_ENV
 from ..contract.stepprogress import Phase, ProgressWriter, StepProgress
 from ..contract.steps import BEGIN_SHAPE_LINE, END_LINE, SAMPLE_BEGIN_LINE, SAMPLE_END_LINE, steps_path
 from ..logic.inputs.guardconfig import guard_asked
@@ -221,7 +221,8 @@ class StepRecorder:
         if self._hooked:
             return
         self._hooked = True
-        count = layers.install(worker, self.layer_begins)
+        wanted = os.environ.get(LAYERS_ENV, "").strip() != "0"
+        count = layers.install(worker, self.layer_begins) if wanted else 0
         if self.layers_dir:
             with contextlib.suppress(OSError):
                 self.progress = ProgressWriter(self.layers_dir, count)
