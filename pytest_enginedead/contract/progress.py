@@ -84,6 +84,7 @@ class RankProgress:
     stalled_s: float = 0.0  # since its step last advanced
     forward_s: float = 0.0  # since its first layer began (0.0: none yet)
     pace_s: float = 0.0
+    tail: float = 1.0
     #: how long it had sat in one collective (-1.0: in none, or it keeps no mark)
     in_collective_s: float = -1.0
 
@@ -96,7 +97,7 @@ class RankProgress:
         return StepProgress(
             self.step, Phase(self.phase), self.layer, self.layers, at - self.ran_s,
             at - self.forward_s if self.forward_s else 0.0, at - self.stalled_s, self.pace_s,
-            self.forward_done,
+            self.forward_done, self.tail,
         )
 
     def to_json(self) -> str:

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 #: one progress file per worker process, beside its collective mark
 LAYERS_PREFIX = "enginedead-layers-"
 
-# seq, step, phase, layer, layers, forward_done, began, forward_at, advanced, pace_s
-_FORMAT = "<qqqqqqdddd"
+# seq, step, phase, layer, layers, forward_done, began, forward_at, advanced, pace_s, tail
+_FORMAT = "<qqqqqqddddd"
 _SIZE = struct.calcsize(_FORMAT)
 _SEQ = struct.Struct("<q")
 
@@ -70,6 +70,9 @@ class StepProgress:
     advanced: float  # the last time it advanced: a layer began, the forward pass ended, a phase began
     pace_s: float  # the longest gap between two advances in the layers, this worker's run so far
     forward_done: bool = False  # the forward pass has returned (its layers are all finished)
+    #: the last finished step's time from its last layer's start to its forward pass's end, in
+    #: that step's layers: the last layer and what follows it (the final norm, the logits)
+    tail: float = 1.0
 
     @property
     def in_step(self) -> bool:
@@ -100,7 +103,9 @@ class StepProgress:
         if per_layer is None or not self.layers or self.forward_done:
             return None
         left = max(0, self.layers - self.finished_layers)
-        return max(0.0, left * per_layer - self.stalled_s(now) * (left > 0))
+        if left == 0:
+            return 0.0
+        return max(0.0, (left - 1 + self.tail) * per_layer - self.stalled_s(now))
 
     def where(self) -> str:
         """``layer 17 of 30``-style: where the step is, in words."""
@@ -141,6 +146,7 @@ class ProgressWriter:
         self.began = self.forward_at = self.advanced = 0.0
         self.pace_s = 0.0
         self.forward_done = False
+        self.tail = 1.0
         self._write()
 
     def begin_step(self, step: int, now: float) -> None:
@@ -162,7 +168,10 @@ class ProgressWriter:
     def forward_ends(self, now: float) -> None:
         """The forward pass returned: its last layer is finished."""
         if self.phase is Phase.FORWARD and not self.forward_done:
-            self.pace_s = max(self.pace_s, now - self.advanced)
+            last = now - self.advanced
+            self.pace_s = max(self.pace_s, last)
+            if self.layer >= 2 and self.advanced > self.forward_at:
+                self.tail = last / ((self.advanced - self.forward_at) / (self.layer - 1))
             self.forward_done, self.advanced = True, now
             self._write()
 
@@ -174,14 +183,14 @@ class ProgressWriter:
     def snapshot(self) -> StepProgress:
         """The record as this writer last wrote it (its own process reads no map)."""
         return StepProgress(self.step, self.phase, self.layer, self.layers, self.began, self.forward_at,
-                            self.advanced, self.pace_s, self.forward_done)
+                            self.advanced, self.pace_s, self.forward_done, self.tail)
 
     def _write(self) -> None:
         self._seq += 1  # odd: being written
         _SEQ.pack_into(self._map, 0, self._seq)
         struct.pack_into(_FORMAT, self._map, 0, self._seq, self.step, int(self.phase), self.layer,
                          self.layers, int(self.forward_done), self.began, self.forward_at, self.advanced,
-                         self.pace_s)
+                         self.pace_s, self.tail)
         self._seq += 1  # even: whole
         _SEQ.pack_into(self._map, 0, self._seq)
 
@@ -207,7 +216,9 @@ def read_step_progress(directory: str | None, pid: int, tries: int = 50) -> Step
             fields = struct.unpack_from(_FORMAT, mapped, 0)
             (after,) = _SEQ.unpack_from(mapped, 0)
             if fields[0] % 2 == 0 and after == fields[0]:
-                _, step, phase, layer, layers, done, began, forward_at, advanced, pace = fields
+                _, step, phase, layer, layers, done, began, forward_at, advanced, pace, tail = fields
+                if phase not in set(Phase):
+                    return None
                 return StepProgress(step, Phase(phase), layer, layers, began, forward_at, advanced, pace,
-                                    bool(done))
+                                    bool(done), tail)
     return None

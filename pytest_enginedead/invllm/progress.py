@@ -87,6 +87,7 @@ def _layer_fields(p: StepProgress | None, now: float) -> dict[str, Any]:
         "layered": True, "phase": int(p.phase), "layer": p.layer, "layers": p.layers,
         "forward_done": p.forward_done, "stalled_s": round(p.stalled_s(now), 3),
         "forward_s": round(now - p.forward_at, 3) if p.forward_at else 0.0, "pace_s": round(p.pace_s, 3),
+        "tail": round(p.tail, 3),
     }
 
 

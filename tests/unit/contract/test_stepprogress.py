@@ -37,14 +37,19 @@ def test_a_step_through_its_phases(tmp_path: Path) -> None:
     w.forward_ends(17.5)
     p = read()
     assert p is not None and (p.forward_done, p.finished_layers, p.pace_s, p.advanced) == (True, 3, 4.0, 17.5)
+    assert p.tail == pytest.approx(4.0 / 1.25)  # its last layer and the logits: 3.2 of its layers
     assert p.ends_in_s(18.0) is None and p.where() == "after its last layer (3 of 3)"
     w.phase_begins(Phase.SAMPLE, 18.0)
     w.phase_begins(Phase.IDLE, 18.1)
     w.begin_step(2, 20.0)
     w.layer_begins(20.1)
     p = read()
-    # the pace is the run's: the step before set it
+    # the pace and the tail are the run's: the step before set them
     assert p is not None and (p.step, p.layer, p.pace_s, p.forward_done) == (2, 1, 4.0, False)
+    w.layer_begins(21.1)
+    w.layer_begins(22.1)  # layer 3 of 3 runs: 2 finished at 1 s each; the tail is 3.2 of them
+    p = read()
+    assert p is not None and p.ends_in_s(22.1) == pytest.approx(3.2 * 1.0)
     w.remove()
     assert read() is None
 
