@@ -167,9 +167,14 @@ class EngineJudgement:
 def judge_ranks(
     evidence: Sequence[RankEvidence], now: float, window_s: float | None = None
 ) -> EngineJudgement:
-    """Every rank by ``judge_rank``, and the engine's verdict across them: a gone rank is a genuine
-    death; else a computing one is ``SLOW`` and a rank idle inside its step waits for it."""
-    found = [judge_rank(ev, now, window_s) for ev in evidence]
+    """Every rank by ``judge_rank``, and the engine's verdict across them (``combine``)."""
+    return combine([judge_rank(ev, now, window_s) for ev in evidence])
+
+
+def combine(judgements: Sequence[Judgement]) -> EngineJudgement:
+    """The engine's verdict across its ranks' judgements (each made at its own moment): a gone rank
+    is a genuine death; else a computing one is ``SLOW`` and a rank idle inside its step waits for it."""
+    found = list(judgements)
     verdicts = {j.verdict for j in found}
     if Verdict.DEAD in verdicts:
         return EngineJudgement(Verdict.DEAD, tuple(found))
