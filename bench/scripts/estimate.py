@@ -3,8 +3,8 @@
     python bench/scripts/estimate.py decode|prefill
 
 ``decode``: the shrunk Gemma-4 MoE (gemma-4-moe-mini, 16 layers) at 128 decodes a step; ``prefill``:
-the same model with its context raised to 32K, one 16K-token prompt prefilled in chunks of 2,048
-tokens, the last chunks at long context.  Natural steps: nothing injected.  A thread reads the
+the same model with its context raised to 32K, one 6,144-token prompt prefilled in chunks of 1,024
+tokens, the last chunks at 5K context and more.  Natural steps: nothing injected.  A thread reads the
 worker's progress record (``contract.stepprogress``) every few milliseconds, as the guard does;
 for each step, at the first reading with half its layers finished, it takes the estimate of when
 the forward pass ends (``StepProgress.ends_in_s``), and holds it against when it did end.  Prints
@@ -61,9 +61,9 @@ def run(kind: str) -> dict[str, Any]:
         spec = EngineSpec(presets()["gemma-4-moe-mini"], 128)
         work = [(None, 128, 8, 6)]  # (prompts, n, prompt_len, max_tokens)
     else:
-        spec = EngineSpec(long_model(), 1, extra_args=(("max_model_len", 16448),
-                                                       ("max_num_batched_tokens", 2048)), kv_cache_gib=2)
-        work = [(None, 1, 16384, 1)]
+        spec = EngineSpec(long_model(), 1, extra_args=(("max_model_len", 6208),
+                                                       ("max_num_batched_tokens", 1024)), kv_cache_gib=1)
+        work = [(None, 1, 6144, 1)]
     reaper = Reaper()
     engine = Engine(spec, reaper=reaper)
     found: dict[int, dict[str, float]] = {}
