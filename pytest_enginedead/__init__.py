@@ -14,17 +14,17 @@ if TYPE_CHECKING:
     from .contract.decisions import GuardAction as GuardAction
     from .contract.decisions import Verdict as Verdict
     from .contract.steps import StepTime as StepTime
-    from .face.assertions import assert_no_false_death as assert_no_false_death
-    from .face.handles import EngineHandle as EngineHandle
-    from .face.handles import ServerHandle as ServerHandle
     from .logic.planning.engines import EngineSpec as EngineSpec
     from .logic.planning.engines import Instructions as Instructions
     from .logic.timeouts.policies import Backend as Backend
     from .logic.timeouts.policies import TimeoutPolicy as TimeoutPolicy
+    from .pytest_plugin.assertions import assert_no_false_death as assert_no_false_death
+    from .pytest_plugin.handles import EngineHandle as EngineHandle
+    from .pytest_plugin.handles import ServerHandle as ServerHandle
 
 _WHERE = {
-    "assert_no_false_death": "face.assertions",
-    "EngineHandle": "face.handles",
+    "assert_no_false_death": "pytest_plugin.assertions",
+    "EngineHandle": "pytest_plugin.handles",
     "Verdict": "contract.decisions",
     "GuardAction": "contract.decisions",
     "EngineSpec": "logic.planning.engines",
@@ -33,7 +33,7 @@ _WHERE = {
     "TimeoutPolicy": "logic.timeouts.policies",
     "Injection": "contract.control",
     "StepTime": "contract.steps",
-    "ServerHandle": "face.handles",
+    "ServerHandle": "pytest_plugin.handles",
 }
 
 __all__ = [

@@ -24,9 +24,9 @@ import sys
 import time
 from typing import Any
 
-from pytest_enginedead.face.handles import EngineHandle
-from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+from pytest_enginedead.pytest_plugin.handles import EngineHandle
 
 #: what a process's maps are searched for: the preloads and the OpenMP runtime torch links
 LIBRARIES = ("libtcmalloc", "libiomp5", "libgomp")

@@ -17,8 +17,8 @@ import tempfile
 import time
 
 from pytest_enginedead.compat import llm_api, llm_config, versions
-from pytest_enginedead.harness.environment import kv_cache
-from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.harness.engines.environment import kv_cache
+from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
 

@@ -24,10 +24,10 @@ from typing import Any
 from pytest_enginedead import assert_no_false_death
 from pytest_enginedead.contract.guardfiles import core_ready_path
 from pytest_enginedead.contract.names import ENV_DIR
-from pytest_enginedead.face.handles import EngineHandle
-from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
+from pytest_enginedead.pytest_plugin.handles import EngineHandle
 
 
 class Inert(Engine):

@@ -24,8 +24,8 @@ from typing import IO, Any
 from ..compat import llm_config, versions
 from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
+from ..harness.engines.server import has_tokenizer
 from ..harness.outputs import Output
-from ..harness.server import has_tokenizer
 from ..logic.inputs.arguments import BadMarker, fits_context
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.modelconfig import model_name

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..harness.execprobe import probe
+from ..harness.probing.probe import probe
 
 
 def main(argv: list[str]) -> int:

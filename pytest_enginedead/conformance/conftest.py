@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_enginedead.harness import probetrials
+from pytest_enginedead.harness.probing import trials as probetrials
 
 from ..contract.decisions import Verdict
 from ..logic.inputs.modelconfig import BUNDLED_MODEL

@@ -2,7 +2,7 @@
 and the exit codes a serving process ends with after its engine died.
 
 The options' own variables (``ENGINEDEAD_BATCH_SIZES`` ...) are named by their option
-(``face.options.OPTIONS``: the ini key in upper case).
+(``pytest_plugin.options.OPTIONS``: the ini key in upper case).
 """
 
 from __future__ import annotations

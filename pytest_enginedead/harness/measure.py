@@ -24,9 +24,9 @@ from ..logic.sizing import shapes, slices
 from ..logic.sizing.plan import EnginePlan, SizingPlan
 from ..logic.sizing.result import WORST, Measured, duration_text, fit_of, quantile, samples_of, sizing_result
 from ..logic.timeouts.policies import Backend, TimeoutPolicy
-from .cleanup import Reaper
-from .offline import Engine
-from .threads import Progress
+from .engines.cleanup import Reaper
+from .engines.offline import Engine
+from .waiting import Progress
 
 
 def measure(

@@ -16,9 +16,9 @@ import pytest
 
 from pytest_enginedead.contract.names import CHECK_PROGRESS_ENV
 from pytest_enginedead.contract.steps import summarize
-from pytest_enginedead.face.run import handle_key, run_key, settings_of
-from pytest_enginedead.harness.threads import Progress
+from pytest_enginedead.harness.waiting import Progress
 from pytest_enginedead.logic.reporting.checking import CheckPlan, mode_of, verdict_of
+from pytest_enginedead.pytest_plugin.run import handle_key, run_key, settings_of
 
 _started = time.monotonic()
 

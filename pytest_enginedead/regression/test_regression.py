@@ -7,8 +7,8 @@ that is the bug, shown.  Under the policy (and under the guard) it must not.
 from __future__ import annotations
 
 from pytest_enginedead import EngineHandle, assert_no_false_death
-from pytest_enginedead.face.handles import ServerHandle
 from pytest_enginedead.logic.reporting.checking import CheckPlan
+from pytest_enginedead.pytest_plugin.handles import ServerHandle
 
 
 def test_decode_batch(vllm_engine: EngineHandle, check_mode: str, check_plan: CheckPlan) -> None:

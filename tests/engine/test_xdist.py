@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_enginedead.harness.cleanup import wait_until
+from pytest_enginedead.harness.waiting import wait_until
 from tests.support import examples
 from tests.support.downstream import (
     TWO_WORKERS,
@@ -70,5 +70,5 @@ def test_killed_worker_leaves_no_engine(
     assert "crashed" in out and code == pytest.ExitCode.TESTS_FAILED, out[-3000:]
     assert_nothing_left(run.seen, run.shm, decoy, within_s=20, require_shm=True, context=out[-3000:])
     # the reaper removes the run dir after the processes
-    wait_until(lambda: not left_in_temp(scratch), 5.0, give_up=lambda: False)
+    wait_until(lambda: not left_in_temp(scratch), 5.0)
     assert not left_in_temp(scratch), out[-3000:]

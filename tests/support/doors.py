@@ -1,6 +1,6 @@
 """Bad input, everywhere it enters: the conventions each input's table is held to, and its helpers.
 
-Each table row (beside the tests of its input: ``unit/face/test_options.py``,
+Each table row (beside the tests of its input: ``unit/pytest_plugin/test_options.py``,
 ``test_markers.py``, ``test_hooks.py``, ``test_fixtures.py``, ``test_handles.py``,
 ``test_distributed.py``; ``unit/commands/test_check.py``, ``test_calibrate.py``) is one bad
 input a user can give: a flag, an ini key, an environment variable (ours or vLLM's), a marker,

@@ -27,8 +27,9 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_enginedead.harness.cleanup import ProcRef, mapped_shm
+from pytest_enginedead.harness.engines.cleanup import mapped_shm
 from pytest_enginedead.logic.reporting.report import SCHEMA_PATH
+from pytest_enginedead.process.pinned import ProcRef
 
 HERE = Path(__file__).resolve().parent
 #: the downstream suites (``pytester_example_dir``): ``tests/examples``

@@ -4,8 +4,8 @@ exactly as after a real run."""
 from __future__ import annotations
 
 from pytest_enginedead.contract.steps import BEGIN_LINE, END_LINE, steps_path
-from pytest_enginedead.harness.cleanup import ProcRef
-from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.process.pinned import ProcRef
 
 #: a process id for the record's file name; creation time 0 matches no real process
 WORKER = ProcRef(4242, 0.0)

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.compat import in_server, registry, versions
-from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.harness.pool import EnginePool
+from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.harness.engines.pool import EnginePool
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning.engines import EngineSpec
 from tests.support.doors import KNOWN, REGISTRY_STUB, TRIPWIRE, stand_in_server_parser

@@ -244,12 +244,12 @@ def test_every_command_flag_the_docs_pass_is_that_commands() -> None:
          "`pip install pytest-enginedead -U`, `enginedead-guard-1.json`, "
          "`ENGINEDEAD_GUARD_POLICY=enginedead_policy:POLICY python -m x --model m`",
          [("", "--version")]),
-        ("`enginedead probes --window 90`, `enginedead vllm.general_plugins entry`",
-         [("probes", "--window")]),
+        ("`enginedead probe-settings --window 90`, `enginedead vllm.general_plugins entry`",
+         [("probe-settings", "--window")]),
         ("`enginedead check --report/--log`", [("check", "--report"), ("check", "--log")]),
     ],
     ids=["continued", "after-double-dash", "console-output-is-not-code", "shell-operators", "not-the-script",
-         "probes-is-not-probe", "two-flags"],
+         "probe-settings-is-not-probe", "two-flags"],
 )
 def test_command_flags_are_read_as_a_shell_reads_them(text: str, flags: list[tuple[str, str]]) -> None:
     assert docs.command_flags(text) == flags

@@ -7,7 +7,7 @@ Each input's table lives with that input's tests (the conventions they are held 
 from __future__ import annotations
 
 from tests.unit.commands import test_calibrate, test_check
-from tests.unit.face import test_fixtures, test_hooks, test_markers, test_options
+from tests.unit.pytest_plugin import test_fixtures, test_hooks, test_markers, test_options
 
 #: the pytest inputs' tables: options (flags, ini keys, variables, the policy and model they
 #: name), markers, the policy hook, the factories

@@ -41,7 +41,7 @@ class Phase(Protocol):
 
 
 class Observed(Protocol):
-    """A test's handle on its engine (``face.handles.Handle``)."""
+    """A test's handle on its engine (``pytest_plugin.handles.Handle``)."""
 
     @property
     def batch_size(self) -> int: ...
@@ -64,7 +64,7 @@ class Observed(Protocol):
 
 
 class Records(Protocol):
-    """An engine's records (``harness.evidence.RunEvidence``)."""
+    """An engine's records (``harness.judging.evidence.RunEvidence``)."""
 
     def steps(self) -> list[StepTime]: ...
 
@@ -72,7 +72,7 @@ class Records(Protocol):
 
 
 class ProcessId(Protocol):
-    """A process pinned by pid and creation time (``harness.cleanup.ProcRef``)."""
+    """A process pinned by pid and creation time (``process.pinned.ProcRef``)."""
 
     @property
     def pid(self) -> int: ...
@@ -82,7 +82,7 @@ class ProcessId(Protocol):
 
 
 class Started(Protocol):
-    """An engine the run started (``harness.base.EngineBase``)."""
+    """An engine the run started (``harness.engines.base.EngineBase``)."""
 
     @property
     def kind(self) -> str: ...
@@ -118,7 +118,7 @@ class Started(Protocol):
 
 
 class StartRecord(Protocol):
-    """One start and the tests that used it (``harness.pool.EngineRecord``)."""
+    """One start and the tests that used it (``harness.engines.pool.EngineRecord``)."""
 
     @property
     def engine(self) -> Started: ...
@@ -131,7 +131,7 @@ class StartRecord(Protocol):
 
 
 class RunFacts(Protocol):
-    """What the report says of the run's settings (``face.options.Settings``)."""
+    """What the report says of the run's settings (``pytest_plugin.options.Settings``)."""
 
     @property
     def vllm_version(self) -> str | None: ...

@@ -31,7 +31,7 @@ from ...contract.guardfiles import GuardEvent
 from ...contract.steps import StepTime
 from .schedule import FATAL, HANG_FAULT, KILL_FAULT, SLOW_FAULT
 
-#: the guard looks at the worker every 0.25 s (``invllm.guard.PROBE_EVERY_S``): two looks
+#: the guard looks at the worker every 0.25 s (``vllm_plugin.guard.PROBE_EVERY_S``): two looks
 TWO_LOOKS_S = 0.5
 
 #: a serving process exits within ~5 s of its engine's death: an exit this long after a

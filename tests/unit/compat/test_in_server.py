@@ -14,7 +14,7 @@ def test_server_arguments_become_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     """``max_model_len=256`` → ``--max-model-len 256``; True → the bare flag; None adds nothing;
     False → ``--no-<flag>`` for every boolean flag the parser defines, nothing for a switch without
     a ``--no-`` twin; a switch the harness turns on, False turns off again (the last one wins)."""
-    from pytest_enginedead.harness.server import server_command
+    from pytest_enginedead.harness.engines.server import server_command
 
     monkeypatch.setattr(in_server, "server_parser", stand_in_server_parser)
     assert in_server.server_flag("max_model_len", 256) == "--max-model-len"

@@ -19,7 +19,7 @@ def test_engine_arguments() -> None:
 
 def test_engines_never_phone_home() -> None:
     """Every engine and server the harness starts runs with usage statistics off and no hub."""
-    from pytest_enginedead.harness.base import EngineBase
+    from pytest_enginedead.harness.engines.base import EngineBase
     from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
 
     env = llm_config.engine_environment()

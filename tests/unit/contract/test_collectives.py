@@ -15,7 +15,7 @@ from pytest_enginedead.contract.collectives import (
     mark_pid,
     waiting_for_a_peer,
 )
-from pytest_enginedead.invllm import collectives
+from pytest_enginedead.vllm_plugin import collectives
 
 
 def test_a_mark_says_since_when_and_nesting_leaves_once(tmp_path: Path) -> None:

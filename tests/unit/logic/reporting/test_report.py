@@ -15,12 +15,9 @@ from typing import Any
 import pytest
 
 from pytest_enginedead.contract.control import Injection
-from pytest_enginedead.face import summary
-from pytest_enginedead.face.handles import Handle
-from pytest_enginedead.face.options import Settings
-from pytest_enginedead.harness.liveness import LivenessSettings
-from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.harness.pool import EngineRecord
+from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.harness.engines.pool import EngineRecord
+from pytest_enginedead.harness.judging.liveness import LivenessSettings
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.machine import this_machine
 from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
@@ -35,6 +32,9 @@ from pytest_enginedead.logic.reporting.report import (
     verdict_word,
 )
 from pytest_enginedead.logic.timeouts.policies import TimeoutPolicy
+from pytest_enginedead.pytest_plugin import summary
+from pytest_enginedead.pytest_plugin.handles import Handle
+from pytest_enginedead.pytest_plugin.options import Settings
 from tests.support.downstream import validated
 from tests.support.records import write_steps
 
