@@ -370,11 +370,9 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
     for i in range(rounds):
         for mode in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):
             if mode == "harness":
-                server = Server(spec)
                 t0 = time.monotonic()
-                server.start(first)
-                dt = time.monotonic() - t0
-                server.stop()
+                with Server(spec).start(first):
+                    dt = time.monotonic() - t0
             else:
                 t0 = time.monotonic()
                 port = free_port()

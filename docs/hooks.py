@@ -161,7 +161,7 @@ def fixtures() -> str:
 
 
 #: public members a test has no use for (what assert_no_false_death reads from a handle)
-HANDLE_INTERNALS = {"death_facts", "note_death", "is_engine_death", "prompt", "client_timeout_s",
+HANDLE_INTERNALS = {"death_facts", "note_finding", "is_engine_death", "prompt", "client_timeout_s",
                     "evidence"}
 
 

@@ -14,8 +14,7 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from .commands import calibrate, check, doctor, merge, models, probe
-from .commands import probe_settings
+from .commands import calibrate, check, doctor, merge, models, probe, probe_settings
 from .commands.common import Parser, Refused, refused, verbose_in
 from .compat import versions
 

@@ -24,12 +24,11 @@ from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
 
 
 def harness(spec: EngineSpec) -> tuple[float, float]:
-    engine = Engine(spec)
     t0 = time.monotonic()
-    engine.start(Instructions(300.0, "bench"))
-    started = time.monotonic() - t0
-    t1 = time.monotonic()
-    engine.stop()
+    with Engine(spec).start(Instructions(300.0, "bench")) as engine:
+        started = time.monotonic() - t0
+        t1 = time.monotonic()
+        engine.stop()
     return started, time.monotonic() - t1
 
 

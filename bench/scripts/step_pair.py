@@ -15,6 +15,7 @@ recorded, what each engine core said at start, the guard's decisions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -56,13 +57,14 @@ def main(rounds: int, n: int, tokens: int, modes: list[str]) -> None:
     os.environ.pop(ENV_DIR, None)  # only the engines that ask get one
     engines: list[Engine] = []
     handles: list[EngineHandle] = []
-    try:
+    with contextlib.ExitStack() as running:
         for i, mode in enumerate(modes):
             guard = GuardSpec(60.0, "reference") if mode == "guard" else None
             instructions = Instructions(300.0, f"bench {i}")
-            engine = (Inert if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, guard=guard))
+            kind = Inert if mode == "off" else Engine
+            spec = EngineSpec(BUNDLED_MODEL, n, guard=guard)
+            engine = running.enter_context(kind(spec).start(instructions))
             engines.append(engine)
-            engine.start(instructions)
             handles.append(EngineHandle(engine, n, instructions))
         core = [core_says(engine) for engine in engines]  # the plugin's core side, the guard
         for handle in handles:
@@ -80,10 +82,6 @@ def main(rounds: int, n: int, tokens: int, modes: list[str]) -> None:
                 times[i].append((time.monotonic() - t0) / tokens)
         recorded = [len(engine.evidence.steps()) for engine in engines]
         guard_events = [len(engine.evidence.guard_events()) for engine in engines]
-    finally:
-        for engine in engines:
-            if not engine.stopped:
-                engine.stop()
     print(json.dumps({"modes": modes, "times": times, "recorded": recorded, "core": core,
                       "guard_events": guard_events}))
 

@@ -31,7 +31,7 @@ from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.modelconfig import model_name
 from ..logic.inputs.values import DEFAULT_BATCH_SIZES
 from ..logic.machine import preload_note, this_machine
-from ..logic.reporting import checking
+from ..logic.reporting import checkevents, checking
 from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from ..logic.words import plural
 from .common import (
@@ -190,7 +190,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output], plan: checki
         if asked_for(args.pytest_args, (*INFORMATION, *NO_RUN)):
             return passed_through(args, cmd, env, log)
         if args.pytest_args:  # tried by a collection first: refused before the header, nothing started
-            planned = (f"{runs} planned runs ({', '.join(plan.modes)} at batch "
+            planned = (f"{runs} planned runs ({', '.join(m.value for m in plan.modes)} at batch "
                        f"{', '.join(map(str, args.batch_sizes))})")
             problem = tried([a for a in cmd if not a.startswith("--enginedead-report=")], env,
                             args.pytest_args, planned)
@@ -287,7 +287,7 @@ def _show_progress(path: str, shown: int) -> int:
         lines = f.read().split("\n")[:-1]  # a line still being written has no newline yet
         for line in lines[shown:]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                report_progress(checking.progress_line(json.loads(line)))
+                report_progress(checkevents.read_event(line).line())
         return len(lines)
     return shown
 

@@ -21,8 +21,8 @@ from .common import Refused, add_verbose, arg, number, refused
 
 
 def add_parser(sub: Any, verbose: bool) -> None:
-    prb = sub.add_parser("probe-settings", help="what operators' probes make of a SLOW and a HUNG engine, guard off "
-                         "and on (real servers, a few minutes)",
+    prb = sub.add_parser("probe-settings", help="what operators' probes make of a SLOW and a HUNG engine, "
+                         "guard off and on (real servers, a few minutes)",
                          description="Start one API server per state (SLOW: every step busy past a 2 s "
                          "deadline under 64 clients; HUNG: the worker idle inside a step under a 30 s "
                          "deadline) with the guard off and on, sample GET /health, GET /v1/models, a 1-token "

@@ -60,6 +60,15 @@ CHECK_PLAN_ENV = "ENGINEDEAD_CHECK_PLAN"
 CHECK_PROGRESS_ENV = "ENGINEDEAD_CHECK_PROGRESS"
 
 
+#: What the conformance suite (``pytest --pyargs pytest_enginedead.conformance``) holds your
+#: probe to: its settings (``NAME=PERIOD/TIMEOUT/THRESHOLD,...``), the kind of probe (``probe``,
+#: ``health``, ``models``, ``completion``), how long each state is probed, the guard's hang_s.
+PROBE_SETTINGS_ENV = "ENGINEDEAD_PROBE_SETTINGS"
+PROBE_KIND_ENV = "ENGINEDEAD_PROBE_KIND"
+PROBE_WINDOW_ENV = "ENGINEDEAD_PROBE_WINDOW"
+PROBE_HANG_ENV = "ENGINEDEAD_PROBE_HANG_S"
+
+
 #: the file every start appends its line to (unset: nothing is written)
 START_LEDGER_ENV = "ENGINEDEAD_START_LEDGER"
 

@@ -22,6 +22,7 @@ from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, p
 from . import distributed, markers, options
 from .options import Settings
 from .run import ENGINE_FIXTURES, FACTORY_FIXTURES, Run, fail, plan_key, run_of, uses_plugin
+from .workerplan import EngineUses, WorkerPlan
 
 
 def parametrize_batch_sizes(metafunc: pytest.Metafunc) -> None:
@@ -167,15 +168,16 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
             _add_budget(item, test)
     items[:] = [items[i] for i in plan.order]
     engine_tests = len(plan.engine_specs) + len(factories)  # factories start the run's model too
-    uses = {"fixtures": bool(plan.engine_specs),  # the fixtures' engines: the harness's max_model_len
-            "servers": any(s.server for s in plan.engine_specs)
-            or any("vllm_server_factory" in getattr(it, "fixturenames", ()) for it in factories)}
-    controller_checks = distributed.is_worker(config) and distributed.publish_groups(
-        config, ((it.nodeid, distributed.item_group(it, planned_spec(it))) for it in items),
-        engine_tests=engine_tests, uses=uses, plugin_tests=run.plugin_tests,
+    uses = EngineUses(fixtures=bool(plan.engine_specs),
+                      servers=any(s.server for s in plan.engine_specs)
+                      or any("vllm_server_factory" in getattr(it, "fixturenames", ()) for it in factories))
+    groups = ((it.nodeid, distributed.item_group(it, planned_spec(it))) for it in items)
+    controller_checks = distributed.is_worker(config) and distributed.publish_plan(
+        config, WorkerPlan({nodeid: group for nodeid, group in groups if group}, engine_tests, uses,
+                           run.plugin_tests),
     )
     if engine_tests and not controller_checks:  # under xdist the controller checks, once
-        check_run_model(config, run.settings, **uses)
+        check_run_model(config, run.settings, uses)
 
 
 def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> None:
@@ -199,16 +201,14 @@ def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> No
     items[:] = [items[i] for i in run.split.keep]
 
 
-def check_run_model(
-    config: pytest.Config, settings: Settings, fixtures: bool = True, servers: bool = False
-) -> None:
+def check_run_model(config: pytest.Config, settings: Settings, uses: EngineUses = EngineUses()) -> None:
     """The model the planned engines run, and vLLM's plugin list, checked once before the first
-    starts: a UsageError.  ``fixtures``: the fixtures' engines are planned (they start with the
-    harness's max_model_len); ``servers``: an API server is (it loads the model's tokenizer)."""
+    starts: a UsageError.  ``uses``: what the planned engines start (the fixtures' engines: at the
+    harness's max_model_len; an API server: with the model's tokenizer)."""
     with options.shown_whole_if_verbose(config):
         options.check_plugins()
         options.check_model(settings.model, settings.model_source,
-                            llm_config.DEFAULT_MAX_MODEL_LEN if fixtures else None, servers)
+                            llm_config.DEFAULT_MAX_MODEL_LEN if uses.fixtures else None, uses.servers)
 
 
 def _add_budget(item: pytest.Item, test: TestPlan) -> None:

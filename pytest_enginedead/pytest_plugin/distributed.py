@@ -26,19 +26,19 @@ import contextlib
 import faulthandler
 import glob
 import hashlib
-import json
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Generator
 from typing import IO, Any
 
 import pytest
 
 from ..logic.planning.engines import EngineSpec
 from ..logic.reporting.report import Results
+from .workerplan import EngineUses, WorkerEnded, WorkerPlan
 
 WIRE_KEY = "enginedead"
 
@@ -135,35 +135,29 @@ def _shared_dir(config: pytest.Config) -> str | None:
     return directory if directory and os.path.isdir(directory) else None
 
 
-def publish_groups(
-    config: pytest.Config, groups: Iterable[tuple[str, str | None]], engine_tests: int = 0,
-    uses: Mapping[str, bool] | None = None, plugin_tests: bool = False,
-) -> bool:
-    """On a worker: write ``{nodeid: group}``, the number of engine tests planned and what they
-    use (``uses``: the fixtures' engines, servers) where the controller reads them; return whether
-    the controller checks the model (it then does, once, when this worker's collection reaches it)."""
+def publish_plan(config: pytest.Config, plan: WorkerPlan) -> bool:
+    """On a worker: write its plan where the controller reads it; return whether the controller
+    checks the model (it then does, once, when this worker's collection reaches it)."""
     info = getattr(config, "workerinput", None) or {}
     directory = _shared_dir(config)
     if directory is None:
         return False
-    mapping = {nodeid: group for nodeid, group in groups if group}
     path = os.path.join(directory, f"{info.get('workerid', 'gw')}.json")
     try:
         with open(path + ".tmp", "w") as f:
-            json.dump({"groups": mapping, "engine_tests": engine_tests, "uses": dict(uses or {}),
-                       "plugin_tests": plugin_tests}, f)
+            f.write(plan.to_json())
         os.replace(path + ".tmp", path)  # one file per worker: no two writers
     except OSError:
         return False  # the worker checks for itself
     return bool(info.get(CHECKS_KEY))
 
 
-def _published(directory: str, worker: str) -> dict[str, Any]:
-    with contextlib.suppress(OSError, ValueError), open(os.path.join(directory, f"{worker}.json")) as f:
-        data = json.load(f)
-        if isinstance(data, dict):
-            return data
-    return {}
+def _published(directory: str, worker: str) -> WorkerPlan:
+    """A worker's plan, or an empty one while it wrote none (or none this controller can read)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError), \
+            open(os.path.join(directory, f"{worker}.json")) as f:
+        return WorkerPlan.from_json(f.read())
+    return WorkerPlan()
 
 
 def make_scheduler(config: pytest.Config, log: Any, directory: str) -> Any:
@@ -179,7 +173,7 @@ def make_scheduler(config: pytest.Config, log: Any, directory: str) -> Any:
                 merged: dict[str, str] = {}
                 for path in sorted(glob.glob(os.path.join(directory, "*.json"))):
                     with open(path) as f:
-                        merged.update(json.load(f).get("groups", {}))
+                        merged.update(WorkerPlan.from_json(f.read()).groups)
                 self._groups = merged
             group = self._groups.get(nodeid)
             if group:
@@ -228,9 +222,9 @@ class WorkerHooks:
     def _ended(self, exc: BaseException) -> None:
         output = self.config.workeroutput  # type: ignore[attr-defined]
         if isinstance(exc, pytest.UsageError):
-            output[ENDED_KEY] = {"usage": [str(a) for a in exc.args]}
+            output[ENDED_KEY] = WorkerEnded(usage=tuple(str(a) for a in exc.args)).to_wire()
         elif isinstance(exc, pytest.exit.Exception):
-            output[ENDED_KEY] = {"exit": exc.msg, "returncode": exc.returncode}
+            output[ENDED_KEY] = WorkerEnded(exit_message=exc.msg, returncode=exc.returncode).to_wire()
 
     def _watched(self) -> Generator[None, object, object]:
         """The body of a hook wrapper that notes a usage error or ``pytest.exit`` passing through."""
@@ -313,7 +307,7 @@ class ControllerHooks:
     controller makes them once, as soon as a worker says it planned engine tests.
     """
 
-    def __init__(self, results: Callable[[], Results], check: Callable[..., None] | None = None,
+    def __init__(self, results: Callable[[], Results], check: Callable[[EngineUses], None] | None = None,
                  say_header: Callable[[], None] | None = None) -> None:
         self.results = results  # the controller's (made on first use): workers' results merge into it
         self.groups_dir: str | None = None
@@ -336,15 +330,14 @@ class ControllerHooks:
             return
         worker = str(getattr(getattr(node, "gateway", None), "id", "?"))
         published = _published(self.groups_dir, worker)
-        if published.get("plugin_tests") and self.say_header is not None:
+        if published.plugin_tests and self.say_header is not None:
             say, self.say_header = self.say_header, None
             say()
         if self.checked or self.check is None:
             return
-        if published.get("engine_tests"):
+        if published.engine_tests:
             self.checked = True
-            uses = published.get("uses")
-            self.check(**(uses if isinstance(uses, dict) else {}))  # a UsageError ends the run as without -n
+            self.check(published.uses)  # a UsageError ends the run as without -n
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
@@ -361,11 +354,11 @@ class ControllerHooks:
         output = getattr(node, "workeroutput", None) or {}
         worker = str((getattr(node, "gateway", None) and node.gateway.id) or "?")
         self.results().absorb(output.get(WIRE_KEY), worker)
-        ended = output.get(ENDED_KEY) or {}
-        if ended.get("usage"):  # the worker refused its input: the run does, in the same line
-            raise pytest.UsageError(*ended["usage"])
-        if "exit" in ended:
-            pytest.exit(str(ended["exit"]), returncode=ended.get("returncode"))
+        ended = WorkerEnded.from_wire(output.get(ENDED_KEY))
+        if ended is not None and ended.usage:  # the worker refused its input: the run does, in the same line
+            raise pytest.UsageError(*ended.usage)
+        if ended is not None and ended.exit_message is not None:
+            pytest.exit(ended.exit_message, returncode=ended.returncode)
 
     @pytest.hookimpl(optionalhook=True)  # an xdist hook: optional for older xdist
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:

@@ -17,7 +17,8 @@ import pytest
 from ..compat import llm_config, versions
 from ..compat.in_node import multi_node_problem
 from ..contract.control import Injection
-from ..harness.engines.base import EngineBase, EngineStartError
+from ..harness.engines.base import EngineBase
+from ..harness.engines.coreready import EngineStartError
 from ..harness.engines.environment import owned_cores
 from ..harness.engines.startchecks import batch_problem, factory_engine_args, model_problem
 from ..logic.inputs.arguments import BadMarker, factory_arguments, rank_count

@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 import pytest
@@ -28,11 +29,13 @@ from ..harness.engines.offline import Engine
 from ..harness.engines.server import PROMPT_WORDS, Server, has_tokenizer
 from ..harness.judging.evidence import RunEvidence
 from ..harness.judging.liveness import LivenessSettings, ProcessEvidence
+from ..harness.judging.verdict import Finding
 from ..harness.load.clients import ClientOutcome, describe_client_error, run_async
 from ..harness.waiting import wait_until
 from ..logic.inputs.arguments import BadMarker, complete_arguments, generate_arguments
 from ..logic.inputs.modelconfig import model_name
 from ..logic.planning.engines import EngineSpec, Instructions
+from ..logic.reporting.deaths import DeathFacts
 
 
 def refuse(exc: BadMarker) -> NoReturn:
@@ -62,8 +65,8 @@ class Handle:
         self.policy_deadline_s = policy_deadline_s
         #: how assert_no_false_death judges this engine (the run's options)
         self.liveness_settings = liveness_settings or LivenessSettings()
-        #: verdicts on engine deaths seen through this handle (assert_no_false_death)
-        self.deaths: list[dict[str, Any]] = []
+        #: the verdicts on engine deaths seen through this handle (``assert_no_false_death``)
+        self.findings: list[Finding] = []
         self._since = time.monotonic()
 
     def __repr__(self) -> str:
@@ -118,35 +121,36 @@ class Handle:
         """A snapshot of every engine process: status, CPU over 0.2 s, RSS."""
         return self._engine.liveness()
 
-    def death_facts(self) -> dict[str, Any]:
-        """What a verdict on this engine's death reports beside the process evidence."""
-        facts: dict[str, Any] = {
-            "batch_size": self.batch_size,
-            "deadline_s": self.timeout_s,
-            "deadline_source": self.deadline_source,
-            "policy": self.policy_name or None,
-            "policy_deadline_s": self.policy_deadline_s,
-            "model": model_name(self.spec.model),
-        }
-        if self.spec.guard is not None:
-            events = self.guard_events()
-            if events:
-                last = events[-1]
-                if last.action is GuardAction.CAP:
-                    facts["guard_cap_s"] = last.cap_s
-                judged = f" (judged on rank {last.rank} of {last.ranks})" if last.ranks > 1 else ""
-                facts["guard"] = (
-                    f"{last.verdict}{judged}, {last.outcome}: {last.method} had run {last.waited_s:.1f} s "
-                    f"(vLLM's deadline {last.deadline_s:g} s, the guard's cap {last.cap_s:g} s; "
-                    f"{self.spec.guard.describe()})"
-                )
-            else:
-                facts["guard"] = f"{self.spec.guard.describe()}: no decision recorded"
-        return facts
+    @property
+    def deaths(self) -> list[dict[str, Any]]:
+        """The verdicts as the report writes them (``d["verdict"]``: ``"SLOW"``, ``"HUNG"``,
+        ``"DEAD"``); ``findings`` holds them as values."""
+        return [f.to_dict() for f in self.findings]
 
-    def note_death(self, finding: dict[str, Any]) -> None:
-        self.deaths.append(finding)
-        self._engine.deaths.append(finding)
+    def death_facts(self) -> DeathFacts:
+        """What a verdict on this engine's death reports beside the process evidence."""
+        facts = DeathFacts(
+            batch_size=self.batch_size, deadline_s=self.timeout_s, deadline_source=self.deadline_source,
+            policy=self.policy_name or None, policy_deadline_s=self.policy_deadline_s,
+            model=model_name(self.spec.model),
+        )
+        if self.spec.guard is None:
+            return facts
+        events = self.guard_events()
+        if not events:
+            return replace(facts, guard=f"{self.spec.guard.describe()}: no decision recorded")
+        last = events[-1]
+        judged = f" (judged on rank {last.rank} of {last.ranks})" if last.ranks > 1 else ""
+        return replace(
+            facts, guard_cap_s=last.cap_s if last.action is GuardAction.CAP else None,
+            guard=(f"{last.verdict}{judged}, {last.outcome}: {last.method} had run {last.waited_s:.1f} s "
+                   f"(vLLM's deadline {last.deadline_s:g} s, the guard's cap {last.cap_s:g} s; "
+                   f"{self.spec.guard.describe()})"),
+        )
+
+    def note_finding(self, finding: Finding) -> None:
+        self.findings.append(finding)
+        self._engine.findings.append(finding)
 
     def stop(self) -> None:
         """Stop the engine now (the next test that needs it gets a fresh one)."""
@@ -305,7 +309,7 @@ class ServerHandle(Handle):
             return True
         return False
 
-    def death_facts(self) -> dict[str, Any]:
+    def death_facts(self) -> DeathFacts:
         facts = super().death_facts()
         parts = []
         if self.last_outcome is not None and self.last_outcome.at >= self._since:
@@ -318,5 +322,4 @@ class ServerHandle(Handle):
                     self._engine.proc.wait(timeout=8)
         code = self.exit_code
         parts.append("server still running" if code is None else f"server exited (status {code})")
-        facts["clients"] = "; ".join(parts)
-        return facts
+        return replace(facts, clients="; ".join(parts))

@@ -67,7 +67,7 @@ def configure_run(config: pytest.Config) -> None:
             from .collection import check_run_model
 
             controller = distributed.ControllerHooks(
-                lambda: run.results, lambda **uses: check_run_model(config, settings, **uses),
+                lambda: run.results, lambda uses: check_run_model(config, settings, uses),
                 lambda: terminal_line(config, header(config)))
             config.pluginmanager.register(controller, "enginedead-xdist")
 

@@ -27,8 +27,8 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
     rows = results.engines
     if not rows:
         return
-    false = sum(r["false_deaths"] for r in rows)
-    genuine = sum(r["genuine_deaths"] for r in rows)
+    false = sum(r.false_deaths for r in rows)
+    genuine = sum(r.genuine_deaths for r in rows)
     if tr.config.getoption("verbose") < 0:
         tr.write_line(
             f"enginedead: {plural(len(rows), 'engine')} started, {plural(false, 'false death')}, "
@@ -41,17 +41,17 @@ def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
         f"{'start':>6}  {'false':>5}  {'genuine':>7}  configuration; faults"
     )
     for r in rows:
-        start = "-" if r["start_s"] is None else f"{r['start_s']:.1f}s"
-        deadlines = ",".join(f"{d:g}s" for d in dict.fromkeys(r.get("deadlines") or [r["deadline_s"]]))
-        extra = (" (restart)" if r.get("restart") else "") + (f"; {r['guard']}" if r.get("guard") else "")
-        if r.get("guard_events"):
-            extra += f"; guard decisions: {guard_tally(r['guard_events'])}"
+        start = "-" if r.start_s is None else f"{r.start_s:.1f}s"
+        deadlines = ",".join(f"{d:g}s" for d in dict.fromkeys(r.deadlines or (r.deadline_s,)))
+        extra = (" (restart)" if r.restart else "") + (f"; {r.guard}" if r.guard else "")
+        if r.guard_events:
+            extra += f"; guard decisions: {guard_tally(r.guard_events)}"
         tr.write_line(
-            f"{r['batch_size']:>5}  {r.get('kind', 'engine'):<6}  {deadlines:<14} {r['steps']:>5}  "
-            f"{_fmt_s(r['step_p50_s']):>8}  {_fmt_s(r['step_max_s']):>8}  {start:>6}  "
-            f"{r['false_deaths']:>5}  {r['genuine_deaths']:>7}  {r['label']}{extra}; faults: {r['injection']}"
+            f"{r.batch_size:>5}  {r.kind:<6}  {deadlines:<14} {r.steps:>5}  "
+            f"{_fmt_s(r.step_p50_s):>8}  {_fmt_s(r.step_max_s):>8}  {start:>6}  "
+            f"{r.false_deaths:>5}  {r.genuine_deaths:>7}  {r.label}{extra}; faults: {r.injection}"
         )
-    restarts = sum(1 for r in rows if r.get("restart"))
+    restarts = sum(1 for r in rows if r.restart)
     tr.write_line(
         f"engines started: {len(rows)}; restarts after a death: {restarts}; "
         f"false deaths: {false}; genuine deaths: {genuine}; policy: {policy_name}"

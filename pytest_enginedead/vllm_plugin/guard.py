@@ -37,33 +37,24 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from typing import Any
 
-import psutil
-
-from ..compat import in_core, in_worker, versions
-from ..contract.collectives import mark_pid, waiting_for_a_peer
-from ..contract.control import ControlReader
+from ..compat import in_core, versions
+from ..contract.collectives import waiting_for_a_peer
 from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import (
     CoreReady,
     GuardEvent,
-    GuardState,
-    guard_events_path,
     guard_state_path,
-    guard_state_pid,
-    read_guard_state,
     state_dir,
     write_core_ready,
-    write_guard_state,
 )
 from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV, PROGRESS_DIR_ENV
-from ..contract.steps import steps_path
-from ..logic.inputs.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
-from ..logic.timeouts.policies import Backend
+from ..logic.inputs.guardconfig import config_from_env, guard_asked, misplaced_policy
 from ..process import reading
 from ..process.remote import RemoteLook
-from .guardnodes import OtherNodes
+from .enginecore import EngineCorePlugin, remove_stale_states
 
 #: The wait loop runs thousands of times a second; the worker is looked at this often.
 PROBE_EVERY_S = 0.25
@@ -74,11 +65,23 @@ FIRST_PROBE_S = 0.5
 logger = logging.getLogger("vllm.enginedead")
 
 
-class Watch:
+@dataclass(frozen=True)
+class JudgedWorker:
+    """The worker a look judged: the busiest rank (on several nodes, ``pid`` is its pid on its own
+    node, and ``node`` says which; None on one node)."""
+
+    pid: int
+    rank: int | None
+    #: as the log line names it: ``VLLM::Worker rank 1 of 2 on node 1``
+    name: str
+    node: int | None
+
+
+class StepWatch:
     """One step RPC in flight: when it was sent, its deadlines, what the worker did since."""
 
     def __init__(
-        self, core: Core, method: str, step: int, batch: int, deadline_s: float, cap_s: float
+        self, core: EngineCorePlugin, method: str, step: int, batch: int, deadline_s: float, cap_s: float
     ) -> None:
         self.core = core
         self.method = method
@@ -150,12 +153,12 @@ class Watch:
     def _state(self, now: float, verdict: Verdict, ended: GuardAction | None = None) -> None:
         procs = self.core.worker_procs()
         self._wrote_state = True
-        pid, _, _, node = self._judged()
-        self.core.write_state(dict(
-            in_step=ended is None, method=self.method, step=self.step, batch=self.batch,
-            deadline_s=self.deadline_s, cap_s=round(self.cap_s, 3), sent=self.sent,
+        judged = self._judged()
+        self.core.write_state(replace(
+            self.core.state(now), in_step=ended is None, method=self.method, step=self.step,
+            batch=self.batch, deadline_s=self.deadline_s, cap_s=round(self.cap_s, 3), sent=self.sent,
             busy_at=self._busy_at, verdict=verdict, cores=round(self._cores, 3),
-            worker=pid if procs else 0, ended=ended, updated=now, node=node,
+            worker=judged.pid if procs else 0, ended=ended, node=judged.node,
             silent=self._gone.label if self._gone is not None else None,
         ))
 
@@ -195,155 +198,39 @@ class Watch:
             return Verdict.SLOW
         return Verdict.DEAD if self._gone is not None else Verdict.HUNG
 
-    def _judged(self) -> tuple[int, int | None, str, int | None]:
-        """(pid, rank, name, node) of the worker the last look judged: the busiest rank (node None
-        on one node; on several, a remote rank's pid is its pid on its own node)."""
+    def _judged(self) -> JudgedWorker:
+        """The worker the last look judged: the busiest rank."""
         workers = self.core.workers()
         count = self.core.rank_count()
         node = self.core.nodes.node if self.core.remote_looks(cached=True) else None
         if isinstance(self._busiest, RemoteLook):
             r = self._busiest.record
-            return r.pid, r.rank, f"VLLM::Worker rank {r.rank} of {count} on node {r.node}", r.node
+            name = f"VLLM::Worker rank {r.rank} of {count} on node {r.node}"
+            return JudgedWorker(r.pid, r.rank, name, r.node)
         if not workers:
-            return 0, None, "VLLM::Worker", node
+            return JudgedWorker(0, None, "VLLM::Worker", node)
         rank, pid = workers[min(self._busiest, len(workers) - 1)]
         name = f"VLLM::Worker rank {rank} of {count}" if count > 1 else "VLLM::Worker"
-        return pid, rank, name + (f" on node {node}" if node is not None else ""), node
+        return JudgedWorker(pid, rank, name + (f" on node {node}" if node is not None else ""), node)
 
     def _decide(self, now: float, verdict: Verdict, action: GuardAction, outcome: str, state: str) -> None:
-        pid, rank, name, node = self._judged()
+        judged = self._judged()
         ran = now - self.sent
         logger.warning(
             "enginedead guard: %s has run %.1f s (deadline %g s); %s pid %d %s, "
             "step %d batch %d; %s",
-            self.method, ran, self.deadline_s, name, pid, state, self.step, self.batch, outcome,
+            self.method, ran, self.deadline_s, judged.name, judged.pid, state, self.step, self.batch, outcome,
         )
         self.core.note(GuardEvent(
-            self.method, self.step, self.batch, round(ran, 3), self.deadline_s,
-            round(self.cap_s, 3), verdict, action, outcome, pid, now, rank, self.core.rank_count(), node,
+            self.method, self.step, self.batch, round(ran, 3), self.deadline_s, round(self.cap_s, 3),
+            verdict, action, outcome, judged.pid, now, judged.rank, self.core.rank_count(), judged.node,
         ))
 
 
-class Core:
-    """The engine core's side: the deadline in force, the guard, their evidence."""
-
-    def __init__(self, run_dir: str | None, guard: GuardConfig | None,
-                 state_path: str | None = None, front: int = 0, progress_dir: str | None = None) -> None:
-        self.run_dir = run_dir
-        self.nodes = OtherNodes(progress_dir)  # on several nodes: the other nodes' ranks
-        self.guard = guard
-        #: where the guard's state goes for a liveness probe (``GuardState``)
-        self.state_path = state_path
-        self.front = front
-        #: where the workers mark their collectives (``contract.collectives``)
-        self.marks_dir: str | None = run_dir
-        self._ended: GuardAction | None = None
-        self.control = ControlReader(run_dir) if run_dir else None
-        self.steps = 0
-        self._batch: int = 0
-        self._tokens: int | None = None
-        self._procs: list[psutil.Process] | None = None
-        self._workers: list[tuple[int, int]] = []
-        self._executor: Any = None
-        self._warned_policy = False
-
-    def begin(self, executor: Any, method: str, timeout: float, args: Any) -> tuple[float, Watch | None]:
-        """(the timeout to send this step RPC with, its watch when the guard is on)."""
-        self._executor = executor
-        control = self.control.get() if self.control else None
-        deadline = float(control.deadline_s) if control and control.deadline_s else float(timeout)
-        if method == "execute_model":
-            self.steps += 1
-            output = args[0] if args else None
-            self._batch = in_worker.step_batch_size(output)
-            self._tokens = in_worker.step_tokens(output)
-        if self.guard is None or self._batch == 0:
-            return deadline, None
-        cap = max(deadline, self._cap())
-        return cap, Watch(self, method, self.steps, self._batch, deadline, cap)
-
-    def _cap(self) -> float:
-        assert self.guard is not None
-        try:
-            cap = float(self.guard.policy.timeout_s(Backend.CPU, self._batch, self._tokens))
-            if not math.isfinite(cap):
-                raise ValueError(f"returned {cap!r}")
-            return min(cap, float(versions.MAX_DEADLINE_S))  # past it, Python's waits overflow
-        except Exception as exc:  # the user's policy: say so once, fall back to vLLM's deadline
-            if not self._warned_policy:
-                self._warned_policy = True
-                logger.warning(
-                    "enginedead guard: policy %s: timeout_s(CPU, %d, %s) failed (%s: %s); "
-                    "using vLLM's deadline as the cap",
-                    self.guard.policy_name, self._batch, self._tokens, type(exc).__name__, exc,
-                )
-            return 0.0
-
-    def workers(self) -> list[tuple[int, int]]:
-        """(rank, pid) of each worker, in the order of ``worker_procs``."""
-        self.worker_procs()
-        return self._workers
-
-    def remote_looks(self, cached: bool = False) -> list[RemoteLook]:
-        """The other nodes' ranks as their progress shows them now (none on one node); ``cached``:
-        as the last look saw them."""
-        return self.nodes.look(self._executor, cached)
-
-    def rank_count(self) -> int:
-        """Every rank the guard judges: its own node's and the others' it has heard of."""
-        return (len(self.workers()) + len(self.nodes.looks)) or 1
-
-    def worker_procs(self) -> list[psutil.Process]:
-        if self._procs is None and self._executor is not None:
-            procs, workers = [], []
-            for rank, pid in in_core.executor_workers(self._executor):
-                with contextlib.suppress(psutil.Error):
-                    procs.append(psutil.Process(pid))
-                    workers.append((rank, pid))
-            self._procs, self._workers = procs, workers
-        return self._procs or []
-
-    def record_sizes(self, procs: list[psutil.Process]) -> tuple[int, ...]:
-        """Sizes of the workers' step records: a new step or phase is progress."""
-        if not self.run_dir:
-            return ()
-        sizes = []
-        for proc in procs:
-            try:
-                sizes.append(os.stat(steps_path(self.run_dir, proc.pid)).st_size)
-            except OSError:
-                sizes.append(-1)
-        return tuple(sizes)
-
-    def write_state(self, fields: dict[str, Any] | None) -> None:
-        """Rewrite the guard's state: a step's fields while it runs long, None when none runs.
-
-        Once the guard has ended a wait (``ended``), that stays: the engine is dying of it.
-        """
-        if self.state_path is None or self.guard is None:
-            return
-        if fields is None:
-            fields = {"updated": time.monotonic()}
-        if self._ended and not fields.get("ended"):
-            return
-        self._ended = fields.get("ended") or self._ended
-        state = GuardState(
-            pid=os.getpid(), front=self.front, hang_s=self.guard.hang_s,
-            policy=self.guard.policy_name, **fields,
-        )
-        with contextlib.suppress(OSError):
-            write_guard_state(self.state_path, state)
-
-    def note(self, event: GuardEvent) -> None:
-        if self.run_dir:
-            with contextlib.suppress(OSError), open(guard_events_path(self.run_dir), "a") as f:
-                f.write(event.to_line())
+_tls = threading.local()  # the StepWatch of the reply being waited for on this thread
 
 
-_tls = threading.local()  # the Watch of the reply being waited for on this thread
-
-
-def _with_watch(watch: Watch, call: Callable[[], Any], finish: bool = False) -> Any:
+def _with_watch(watch: StepWatch, call: Callable[[], Any], finish: bool = False) -> Any:
     prev = getattr(_tls, "watch", None)
     _tls.watch = watch
     try:
@@ -354,13 +241,14 @@ def _with_watch(watch: Watch, call: Callable[[], Any], finish: bool = False) -> 
             watch.finish()
 
 
-def _wrap_rpc(original: Callable[..., Any], core: Core) -> Callable[..., Any]:
+def _wrap_rpc(original: Callable[..., Any], core: EngineCorePlugin) -> Callable[..., Any]:
     def collective_rpc(self: Any, method: Any, timeout: float | None = None, *rest: Any, **kw: Any) -> Any:
         if not (isinstance(method, str) and method in in_core.STEP_RPCS and timeout is not None):
             return original(self, method, timeout, *rest, **kw)
-        timeout, watch = core.begin(self, method, timeout, kw.get("args", rest[0] if rest else ()))
-        if watch is None:
+        timeout, deadline = core.begin(self, method, timeout, kw.get("args", rest[0] if rest else ()))
+        if deadline is None:
             return original(self, method, timeout, *rest, **kw)
+        watch = StepWatch(core, method, core.steps, core.batch, deadline, timeout)
         later = False
         try:
             result = _with_watch(watch, lambda: original(self, method, timeout, *rest, **kw))
@@ -385,7 +273,7 @@ def _guarded_read_timeout(base: type[Any]) -> type[Any]:
 
         def __init__(self, timeout: float | None, should_warn: bool) -> None:
             super().__init__(timeout=timeout, should_warn=should_warn)
-            self._watch: Watch | None = getattr(_tls, "watch", None)
+            self._watch: StepWatch | None = getattr(_tls, "watch", None)
 
         def timeout_ms(self) -> int:
             watch = self._watch
@@ -402,7 +290,7 @@ def _guarded_read_timeout(base: type[Any]) -> type[Any]:
     return GuardedReadTimeout
 
 
-def _install(core: Core) -> None:
+def _install(core: EngineCorePlugin) -> None:
     module, cls_name, attr = in_core.EXECUTOR_RPC
     executor_cls = getattr(importlib.import_module(module), cls_name)
     rpc = getattr(executor_cls, attr)
@@ -414,29 +302,6 @@ def _install(core: Core) -> None:
         base = getattr(queue_cls, attr)
         if not getattr(base, "__enginedead__", False):
             setattr(queue_cls, attr, _guarded_read_timeout(base))
-
-
-def remove_stale_states(directory: str, front: int | None = None) -> None:
-    """Remove guard states whose engine core is gone (or, given ``front``, that front's), and
-    collective marks whose worker is gone (a killed worker leaves its mark)."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(directory):
-            worker = mark_pid(name)
-            if worker is not None and front is None and not reading.exists(worker):
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(directory, name))
-            pid = guard_state_pid(name)
-            if pid is None:
-                continue
-            path = os.path.join(directory, name)
-            if front is not None:
-                state = read_guard_state(path)
-                if state is None or state.front != front:
-                    continue
-            elif reading.exists(pid):
-                continue
-            with contextlib.suppress(OSError):
-                os.remove(path)
 
 
 def in_engine_core() -> bool:
@@ -452,7 +317,7 @@ def patched() -> dict[str, bool]:
     return found
 
 
-def register(environ: Mapping[str, str] | None = None) -> Core | None:
+def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | None:
     """In the engine core process: install the deadline control and the guard, if asked.
 
     Under the harness (a run directory), the guard's start-up record says what came
@@ -476,8 +341,8 @@ def register(environ: Mapping[str, str] | None = None) -> Core | None:
         state_path = guard_state_path(directory, os.getpid())
         remove_stale_states(directory)
     front = environ.get(ENV_FRONT_PID, "")
-    core = Core(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid(),
-                environ.get(PROGRESS_DIR_ENV) or None)
+    core = EngineCorePlugin(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid(),
+                            environ.get(PROGRESS_DIR_ENV) or None)
     core.marks_dir = state_dir(environ)
     _install(core)
     if guard is not None:

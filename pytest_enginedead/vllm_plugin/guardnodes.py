@@ -1,6 +1,6 @@
 """The guard's view of an engine's ranks on other nodes (``ENGINEDEAD_PROGRESS_DIR``).
 
-``guard.Core`` judges its own node's workers from ``/proc``; the ranks of the other nodes
+``enginecore.EngineCorePlugin`` judges its own node's workers from ``/proc``; the ranks of the other nodes
 come from the progress they publish (``process.remote``), read here: which node the engine
 core's executor is, and the other nodes' latest records, newer than the engine core.
 """

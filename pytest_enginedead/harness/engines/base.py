@@ -8,71 +8,36 @@ what the code inside vLLM writes (the step record, stack dumps, guard events) an
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 import psutil
 
-from ...compat import versions
 from ...contract.control import Control
-from ...contract.guardfiles import CoreReady, read_core_ready
-from ...contract.names import GUARD_ENV
-from ...logic.planning.engines import EngineSpec, GuardSpec, Instructions
+from ...logic.planning.engines import EngineSpec, Instructions
 from ...process.pinned import ProcRef
 from ..judging.evidence import RunEvidence
 from ..judging.liveness import ProcessEvidence, snapshot
+from ..judging.verdict import Finding
 from ..waiting import Progress, Ticker
 from . import cleanup, ledger
 from .cleanup import Reaper, mapped_shm, started_children, terminate, unlink_shm
+from .coreready import EngineStartError, GuardRefused, check_core_ready
 from .environment import engine_environment
 from .nodes import OnNodes
 
-
-class EngineStartError(RuntimeError):
-    """vLLM could not start an engine for this spec; the message says why."""
-
-
-class GuardRefused(EngineStartError):
-    """The engine core's guard is not what the engine was asked to run with (its own record says)."""
-
-
-def guard_problem(asked: GuardSpec | None, ready: CoreReady) -> str | None:
-    """Why the guard in the engine core is not the one asked for, in one line, or None.
-
-    ``ready`` is the engine core's own start-up record: asked for the guard, it must
-    be on with the policy and ``hang_s`` asked for; not asked, it must be off.
-    """
-    core = f"{versions.ENGINE_CORE_TITLE} (pid {ready.pid})"
-    if asked is None:
-        if ready.guard or ready.asked:
-            return (
-                f"the guard was not asked for, but {core} saw {GUARD_ENV} set "
-                f"({'on' if ready.guard else 'refused'}): the harness's engines must not inherit it"
-            )
-        return None
-    want = (f"{asked.source or 'this engine'} asked for the guard (policy {asked.policy!r}, "
-            f"hang_s {asked.hang_s:g} s)")
-    if not ready.guard:
-        why = ready.problem or f"{GUARD_ENV} did not reach it"
-        return f"the guard is off: {want}, and {core} refused it: {why}"
-    if ready.policy != asked.policy or ready.hang_s != asked.hang_s:
-        return (f"the guard is not as asked: {want}, but {core} runs it with policy {ready.policy!r}, "
-                f"hang_s {ready.hang_s:g} s")
-    return None
-
-
-def guard_refusal(run_dir: str, asked: GuardSpec | None) -> str | None:
-    """``guard_problem`` by the engine core's record in ``run_dir`` (None while it wrote none)."""
-    ready = read_core_ready(run_dir)
-    return None if ready is None else guard_problem(asked, ready)
+_Engine = TypeVar("_Engine", bound="EngineBase")
 
 
 class EngineBase(OnNodes):
-    """A vLLM engine's process tree and run directory; kinds say how they launch and stop."""
+    """A vLLM engine's process tree and run directory; kinds say how they launch and stop.
+
+    A context manager: ``with Engine(spec).start(first) as engine:`` stops it on the way out
+    (a start that fails has stopped what it made before it raises).
+    """
 
     kind = "engine"
     graceful_stop = True  # ask vLLM to stop (``shutdown``) before ending the processes by pid
@@ -89,7 +54,8 @@ class EngineBase(OnNodes):
         self.restart = False  # started after this spec's engine died (the pool says so)
         self.broken = False  # a call did not return normally: do not reuse
         self.stopped = False
-        self.deaths: list[dict[str, Any]] = []
+        #: the verdicts on its deaths (``assert_no_false_death`` notes them)
+        self.findings: list[Finding] = []
         self.instructions: list[Instructions] = []  # every one it ran under, in order
         self._epoch = 0
         self._reaper = reaper
@@ -105,22 +71,6 @@ class EngineBase(OnNodes):
         self.write_control(Control(self._epoch, instructions.deadline_whole_s, instructions.injection))
         self.instructions.append(instructions)
 
-    def check_core_ready(self) -> None:
-        """The engine core must have loaded our side of the plugin, or deadlines cannot switch;
-        and its guard must be the one asked for (``guard_problem``), by its own record."""
-        if read_core_ready(self.run_dir) is None:
-            raise EngineStartError(
-                "vLLM's engine core did not load the enginedead plugin (its vllm.general_plugins "
-                f"entry); is VLLM_PLUGINS={os.environ.get('VLLM_PLUGINS')!r} leaving it out?"
-            )
-        problem = self.guard_refusal()
-        if problem:
-            raise GuardRefused(problem)
-
-    def guard_refusal(self) -> str | None:
-        """The guard's refusal once the engine core has written its record (None so far)."""
-        return guard_refusal(self.run_dir, self.spec.guard)
-
     def adopt(self, me: psutil.Process, before: set[int]) -> None:
         """Record the processes this start created (our own tree, by pid)."""
         self.procs += started_children(me, before | self.node_tree(), self.procs)  # the head's alone
@@ -132,7 +82,7 @@ class EngineBase(OnNodes):
     def alive(self) -> bool:
         return not self.stopped and not self.broken and self.nodes_alive
 
-    def start(self, first: Instructions, progress: Progress | None = None) -> EngineBase:
+    def start(self: _Engine, first: Instructions, progress: Progress | None = None) -> _Engine:
         """Start vLLM under ``first``: the one start sequence (kinds fill in ``launch``,
         ``adopt_started``, ``start_error``, ``ready_message``); a failed start stops what it made."""
         self.instruct(first)
@@ -159,6 +109,10 @@ class EngineBase(OnNodes):
         if progress:
             progress(f"{self.kind} ready in {self.start_s:.1f} s {self.ready_message()}", done=True)
         return self
+
+    def check_core_ready(self) -> None:
+        """The engine core's own start-up record, checked (``coreready.check_core_ready``)."""
+        check_core_ready(self.run_dir, self.spec.guard)
 
     def launch(self, first: Instructions) -> None:
         """Start vLLM's processes and wait until they serve (each kind)."""
@@ -214,6 +168,13 @@ class EngineBase(OnNodes):
                 raise RuntimeError(f"engine processes survived SIGKILL: {leftover}")
         if not cleanup.held.holding and cleanup.held.take():
             raise KeyboardInterrupt  # what the user pressed, now that nothing is half-stopped
+
+    def __enter__(self: _Engine) -> _Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.stopped:
+            self.stop()
 
     @property
     def pids(self) -> list[int]:

@@ -282,6 +282,12 @@ class Reaper:
         dirs = [d for _, _, d in self._engines.values() if d]
         self._write(refs, shm, dirs)
 
+    def __enter__(self) -> Reaper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         _remove_registry(self.registry)
         if self.proc.poll() is None:

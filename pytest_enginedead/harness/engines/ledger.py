@@ -48,7 +48,7 @@ def stopped(engine: Any, cut: bool) -> None:
     failed (a death), ``cut`` when its run was interrupted (Ctrl-C, pytest-timeout).  An engine
     ended by its run's SIGKILL has no stop."""
     if engine.start_s is not None:
-        died = bool(engine.broken or engine.deaths)
+        died = bool(engine.broken or engine.findings)
         label = engine.spec.label()
         _append({"event": "stop", "kind": engine.kind, "label": label, "died": died, "cut": cut})
 

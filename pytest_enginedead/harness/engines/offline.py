@@ -24,8 +24,9 @@ from ...compat import llm_api, llm_config
 from ...contract.guardfiles import read_core_ready
 from ...logic.planning.engines import EngineSpec, Instructions
 from ..waiting import bounded, interruptible, wait_until
-from .base import EngineBase, EngineStartError, GuardRefused, guard_problem
+from .base import EngineBase
 from .cleanup import Reaper
+from .coreready import EngineStartError, GuardRefused, guard_problem
 from .environment import cleared_variables, engine_arguments
 
 

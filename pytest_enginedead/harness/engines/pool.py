@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from ...logic.planning.engines import EngineSpec, Instructions
 from ..waiting import Progress
 from . import cleanup
-from .base import EngineBase, GuardRefused
+from .base import EngineBase
 from .cleanup import Reaper
+from .coreready import GuardRefused
 from .offline import Engine
 from .server import Server
 

@@ -26,7 +26,8 @@ import psutil
 from ...compat import in_server, llm_config, versions
 from ...logic.planning.engines import Instructions
 from ..waiting import wait_until
-from .base import EngineBase, EngineStartError, GuardRefused
+from .base import EngineBase
+from .coreready import EngineStartError, GuardRefused, guard_refusal
 from .environment import engine_arguments, process_environment
 
 #: How long a server may take to answer /health after it was started.
@@ -140,7 +141,7 @@ class Server(EngineBase):
                 f"vLLM's API server exited with status {code} before it was ready; "
                 f"it printed:\n{self.log_tail()}"
             )
-        refusal = self.guard_refusal()  # the engine core's record
+        refusal = guard_refusal(self.run_dir, self.spec.guard)  # the engine core's record
         if refusal is not None:
             raise GuardRefused(refusal)
         failed = self.node_failure()

@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from ...contract.decisions import Verdict
+from ...logic.reporting.deaths import RemoteRank, StepRef
+from ...logic.reporting.where import Where
 from ...process.remote import RemoteLook
 from . import slowpaths, stacks
-from .stacks import Where
 
 
 def remote_looks(engine: Any) -> list[RemoteLook]:
@@ -52,16 +53,13 @@ def remote_lines(looks: list[RemoteLook]) -> list[str]:
     return lines
 
 
-def remote_dicts(looks: list[RemoteLook]) -> list[dict[str, Any]]:
-    """The remote ranks as the JSON report holds them."""
-    return [
-        {
-            "node": lk.record.node, "rank": lk.record.rank, "pid_in_node": lk.record.pid,
-            "title": lk.record.title, "host": lk.record.host, "verdict": lk.verdict.name,
-            "state": lk.state, "cpu_cores": round(lk.record.cores, 3),
-            "window_s": round(lk.record.window_s, 3), "silent_s": round(lk.silent_s, 3),
-            "step": ({"step": lk.record.step, "batch_size": lk.record.batch, "running": lk.record.running}
-                     if lk.record.step else None),
-        }
+def remote_records(looks: list[RemoteLook]) -> tuple[RemoteRank, ...]:
+    """The remote ranks as a death's record keeps them."""
+    return tuple(
+        RemoteRank(
+            lk.record.node, lk.record.rank, lk.record.pid, lk.record.title, lk.record.host, lk.verdict,
+            lk.state, lk.record.cores, lk.record.window_s, lk.silent_s,
+            StepRef(lk.record.step, lk.record.batch, lk.record.running) if lk.record.step else None,
+        )
         for lk in looks
-    ]
+    )

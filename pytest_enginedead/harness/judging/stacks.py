@@ -16,10 +16,10 @@ import linecache
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ...compat import versions
 from ...contract.dumps import MAIN_THREAD_PREFIX
+from ...logic.reporting.where import ModelFrame, Where, short_path
 
 _FRAME = re.compile(r'^File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>.*)$')
 
@@ -44,15 +44,6 @@ def innermost_frames(stack: str, frames: int = 10) -> list[str]:
     return chosen[: frames + 1]
 
 
-def short_path(path: str) -> str:
-    """``/site/vllm/model_executor/x.py`` → ``vllm/model_executor/x.py`` (from the package on)."""
-    for package in ("/vllm/", "/pytest_enginedead/"):
-        at = path.rfind(package)
-        if at >= 0:
-            return path[at + 1 :]
-    return path
-
-
 def place_of(frames: Sequence[str]) -> str:
     """The innermost function that says where the work is (vLLM's or our code, not torch's).
 
@@ -64,20 +55,6 @@ def place_of(frames: Sequence[str]) -> str:
     frame = (useful or frames[1:] or ["unknown"])[0]
     match = _FRAME.match(frame)
     return f"{short_path(match['path'])} in {match['fn']}" if match else frame
-
-
-@dataclass(frozen=True)
-class ModelFrame:
-    """The deepest frame inside the model's own code: which class's method, which line."""
-
-    path: str
-    line: int
-    qualname: str  # ``Gemma4DecoderLayer.forward``
-    source: str  # that line of the source, stripped ('' when unreadable)
-
-    def describe(self) -> str:
-        text = f"{self.qualname} ({short_path(self.path)}:{self.line})"
-        return f"{text}: {self.source}" if self.source else text
 
 
 @functools.lru_cache(maxsize=64)
@@ -107,55 +84,6 @@ def _qualname(path: str, line: int) -> str | None:
     return max(around, key=lambda f: f[0])[2] if around else None
 
 
-@dataclass(frozen=True)
-class Where:
-    """Where the worker was: the model function most samples ran under, the lines of it they
-    were at (the model code named is the commonest), and the innermost frame there."""
-
-    model: ModelFrame | None
-    innermost: str
-    #: how the stack was taken: "the worker's own stack at the deadline (...)", or after
-    source: str
-    #: how many of the samples were in ``model``'s function (without model code: at ``innermost``)
-    count: int = 1
-    total: int = 1
-    #: the lines of ``model``'s function the samples were at, commonest first, with their counts
-    shares: tuple[tuple[ModelFrame, int], ...] = ()
-
-    def describe(self) -> str:
-        if self.model is None:
-            share = f" in {self.count} of {self.total} samples" if self.total > 1 else ""
-            return f"{self.innermost}{share} (no model code on the stack); {self.source}"
-        if self.total == 1:
-            return f"{self.model.describe()}; innermost {self.innermost}; {self.source}"
-        m = self.model
-        lines = ", ".join(
-            f":{f.line} {f.source or f.qualname} in {n}" for f, n in self.shares[:SHOWN_SHARES]
-        )
-        left = len(self.shares) - SHOWN_SHARES
-        more = f", {left} more line{'s' if left > 1 else ''}" if left > 0 else ""
-        return (
-            f"{m.qualname} ({short_path(m.path)}) in {self.count} of {self.total} samples, at "
-            f"{lines}{more}; innermost {self.innermost}; {self.source}"
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        model = self.model
-        return {
-            "model": None if model is None else {
-                "qualname": model.qualname, "path": short_path(model.path), "line": model.line,
-                "source": model.source,
-            },
-            "innermost": self.innermost,
-            "source": self.source,
-            "samples": self.total,
-            "samples_here": self.count,
-            "lines": [{"line": f.line, "source": f.source, "samples": n} for f, n in self.shares],
-        }
-
-
-#: the lines of the model function a ``where:`` line lists
-SHOWN_SHARES = 3
 #: the model function named is the deepest one at least this share of the samples ran under:
 #: the layer, not one of its blocks that happens to hold just over half of them
 MOST_SAMPLES = 0.75

@@ -11,7 +11,7 @@ import shlex
 import statistics
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from ...compat import versions
@@ -20,11 +20,13 @@ from ...contract.dumps import DeadlineStack
 from ...contract.steps import StepTime
 from ...logic.planning.nodes import node_label
 from ...logic.planning.ranks import rank_label
+from ...logic.reporting.deaths import DeathFacts, DeathRecord, JudgedProcess, StepRef
+from ...logic.reporting.where import Where
 from ...process.remote import RemoteLook
 from . import slowpaths, stacks
 from .liveness import LivenessSettings, ProcessEvidence, Sampler, classify
-from .remote import computing, remote_dicts, remote_lines, remote_looks, remote_where
-from .stacks import Where, innermost_frames
+from .remote import computing, remote_lines, remote_looks, remote_records, remote_where
+from .stacks import innermost_frames
 
 
 class Watchable(Protocol):
@@ -35,8 +37,15 @@ class Watchable(Protocol):
 
 
 @runtime_checkable
+class NotesFindings(Protocol):
+    """An engine that keeps the verdicts on its deaths as values (the plugin's handles)."""
+
+    def note_finding(self, finding: Finding) -> None: ...
+
+
+@runtime_checkable
 class NotesDeaths(Protocol):
-    """An engine that keeps the verdicts on its deaths."""
+    """Your own engine that keeps the verdicts on its deaths, as the report writes them."""
 
     def note_death(self, finding: dict[str, Any]) -> None: ...
 
@@ -84,7 +93,7 @@ class Inspectable(Protocol):
 
     def step_times_since_start(self) -> list[StepTime]: ...
 
-    def death_facts(self) -> dict[str, Any]: ...
+    def death_facts(self) -> DeathFacts: ...
 
 
 @dataclass
@@ -100,7 +109,7 @@ class Finding:
     stack: str | None = None
     #: where the worker was, read from ``stack``
     where: Where | None = None
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: DeathFacts = field(default_factory=DeathFacts)
     verdict_s: float = 0.0  # how long judging took
     #: workers judged as of their own dump at the deadline (by the verdict, their step had
     #: ended or vLLM had stopped them): pid -> what they were doing at the verdict
@@ -118,33 +127,26 @@ class Finding:
     def false_death(self) -> bool:
         return self.verdict is Verdict.SLOW
 
+    def record(self) -> DeathRecord:
+        """The finding as the run keeps it: what the report, the summary and ``check`` read."""
+        return DeathRecord(
+            self.verdict, self.error, self.elapsed_s, self.verdict_s,
+            tuple(self._judged(e) for e in self.judged.values()), remote_records(self.remote),
+            self.stack, self.where, tuple(self.slow_paths), self.facts,
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict.name,
-            "error": self.error,
-            "elapsed_s": round(self.elapsed_s, 3),
-            "verdict_s": round(self.verdict_s, 4),
-            "processes": [
-                {
-                    "pid": e.pid,
-                    "title": e.title,
-                    "alive": e.alive,
-                    "status": e.status,
-                    "cpu_cores": round(e.cpu_cores, 3),
-                    "window_s": round(e.window_s, 3),
-                    "step": _step_dict(self.steps.get(e.pid)),
-                    "judged_at_deadline": e.pid in self.at_deadline,
-                    **({"rank": self.ranks[e.pid][0], "rank_state": self.ranks[e.pid][1]}
-                       if e.pid in self.ranks else {}),
-                }
-                for e in self.judged.values()
-            ],
-            **({"remote_ranks": remote_dicts(self.remote)} if self.remote else {}),
-            "stack": self.stack,
-            "where": self.where.to_dict() if self.where else None,
-            **({"slow_paths": self.slow_paths} if self.slow_paths else {}),
-            **self.facts,
-        }
+        """The finding as the report file writes it (``DeathRecord.to_dict``)."""
+        return self.record().to_dict()
+
+    def _judged(self, e: ProcessEvidence) -> JudgedProcess:
+        step = self.steps.get(e.pid)
+        rank, state = self.ranks.get(e.pid, (None, None))
+        return JudgedProcess(
+            e.pid, e.title, e.alive, e.status, e.cpu_cores, e.window_s,
+            None if step is None else StepRef(step.step, step.batch_size), e.pid in self.at_deadline,
+            rank, state,
+        )
 
     def message(self) -> str:
         """The failure text: what happened, the evidence, what to change."""
@@ -195,40 +197,39 @@ class Finding:
         return lines
 
 
-def _fact_lines(f: dict[str, Any]) -> list[str]:
+def _fact_lines(f: DeathFacts) -> list[str]:
     """The engine's facts at the death: its deadline, steps so far, clients, guard, and what
     the policy allows."""
     lines = []
-    if f.get("deadline_s") is not None:
-        lines.append(f"  deadline:   {f['deadline_s']:g} s ({f.get('deadline_source', 'unknown')})")
-    if f.get("step_summary"):
-        lines.append(f"  steps:      {f['step_summary']}")
-    if f.get("clients"):
-        lines.append(f"  clients:    {f['clients']}")
-    if f.get("guard"):
-        lines.append(f"  guard:      {f['guard']}")
-    allowed = f.get("policy_deadline_s")
-    if allowed is not None:
+    if f.deadline_s is not None:
+        lines.append(f"  deadline:   {f.deadline_s:g} s ({f.deadline_source or 'unknown'})")
+    if f.step_summary:
+        lines.append(f"  steps:      {f.step_summary}")
+    if f.clients:
+        lines.append(f"  clients:    {f.clients}")
+    if f.guard:
+        lines.append(f"  guard:      {f.guard}")
+    if f.policy_deadline_s is not None:
         lines.append(
-            f"  policy:     {f.get('policy') or 'the active policy'} allows "
-            f"{allowed:.0f} s at batch {f.get('batch_size')} on CPU"
+            f"  policy:     {f.policy or 'the active policy'} allows "
+            f"{f.policy_deadline_s:.0f} s at batch {f.batch_size} on CPU"
         )
     return lines
 
 
-def _what_to_change(f: dict[str, Any]) -> str:
+def _what_to_change(f: DeathFacts) -> str:
     """The fix: a guard's cap that covers the step where the guard's cap ended it, else a
     deadline that does (the policy's, when one is known)."""
-    model = f" --model {shlex.quote(str(f['model']))}" if f.get("model") else ""
+    model = f" --model {shlex.quote(f.model)}" if f.model else ""
     calibrate = f"`enginedead calibrate{model}`"  # the engine's model: a complete line
-    cap = f.get("guard_cap_s")
+    cap = f.guard_cap_s
     if cap is not None:
         return (
             f"the guard's cap ({cap:g} s) is shorter than one step of this batch. "
             "Give the guard a policy whose cap covers it (ENGINEDEAD_GUARD_POLICY, or "
             f"enginedead_guard(policy=...)), or size it with {calibrate}."
         )
-    allowed = f.get("policy_deadline_s")
+    allowed = f.policy_deadline_s
     setting = (
         f"`export {versions.DEADLINE_ENV}={versions.deadline_env_value(allowed)}`"
         if allowed is not None else f"a larger {versions.DEADLINE_ENV}"
@@ -237,12 +238,6 @@ def _what_to_change(f: dict[str, Any]) -> str:
         "the deadline is shorter than one step of this batch. Set "
         f"{setting} before the engine starts, or size it with {calibrate}."
     )
-
-
-def _step_dict(step: StepTime | None) -> dict[str, Any] | None:
-    if step is None:
-        return None
-    return {"step": step.step, "batch_size": step.batch_size}
 
 
 def step_summary(steps: Sequence[StepTime]) -> str:
@@ -348,9 +343,7 @@ def _add_evidence(finding: Finding, engine: Inspectable) -> None:
             pid, step = next(iter(finding.steps.items()), (next(iter(finding.judged)), None))
             finding.stack, finding.where, paths = where_it_was(engine, pid, step)
         finding.slow_paths = paths + slowpaths.oversubscribed(finding.judged)
-    summary = step_summary(engine.step_times_since_start())
-    facts = {**engine.death_facts(), "step_summary": summary}
-    finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
+    finding.facts = replace(engine.death_facts(), step_summary=step_summary(engine.step_times_since_start()))
 
 
 #: what a rank was doing, as the verdict says it

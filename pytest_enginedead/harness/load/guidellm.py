@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...compat import llm_config
-from ...logic.soak.judge import OK, Request
+from ...logic.soak.judge import Outcome, Request
 
 
 def find_guidellm(given: str | None = None) -> str | None:
@@ -83,8 +83,8 @@ def run_guidellm(exe: str, port: int, served: str, model_dir: str, requests: int
         return {"requests": requests, "exit": proc.returncode, "totals": None,
                 "problem": f"guidellm wrote no report (exit {proc.returncode}): {tail.strip()[-300:]}",
                 "records": []}
-    records = [Request("guidellm", start, end, OK)] * totals["successful"]
+    records = [Request("guidellm", start, end, Outcome.OK)] * totals["successful"]
     lost = totals["errored"] + totals["incomplete"]
-    records += [Request("guidellm", start, end, "guidellm: errored")] * lost
+    records += [Request.failing("guidellm", start, end, "guidellm: errored")] * lost
     return {"requests": requests, "exit": proc.returncode, "totals": totals, "seconds": round(end - start, 1),
             "records": records}

@@ -22,7 +22,7 @@ from typing import Any
 from ...contract.guardfiles import GuardEvent
 from ...contract.steps import END_LINE, StepTime, steps_path, whole_lines_after
 from ...logic.planning.engines import EngineSpec, GuardSpec, Instructions
-from ...logic.soak.judge import Limits, Window, judge
+from ...logic.soak.judge import Limits, Outcome, Window, judge
 from ...logic.soak.schedule import SLOW_FAULT
 from ..engines.cleanup import Reaper
 from ..engines.leaks import Leaks
@@ -198,7 +198,7 @@ def record(run: Soak, leaked: dict[str, Any], now: float) -> dict[str, Any]:
     for out in run.guidellm:
         requests += out.pop("records", [])
     j = judge(run.windows, events, steps, sup.exits, requests, run.limits(), run.t0, now)
-    counted = [r for r in requests if r.outcome != "cut by the end of the run"]
+    counted = [r for r in requests if r.outcome is not Outcome.CUT]
     failed = [r for r in counted if r.failed]
     finished = [s.seconds for s in steps if s.seconds is not None]
     return {
@@ -214,7 +214,7 @@ def record(run: Soak, leaked: dict[str, Any], now: float) -> dict[str, Any]:
         "decisions": dict(j.decisions), "windows": [w.to_dict(run.t0) for w in j.windows],
         "steps": sum(_engine_steps(_steps(inc.server)) for inc in sup.incarnations),
         "step_p50_ms": round(statistics.median(finished) * 1000, 1) if finished else None,
-        "restarts": sup.restarts, "deaths": j.deaths,
+        "restarts": sup.restarts, "deaths": [d.to_dict() for d in j.deaths],
         "server_exits": [x.code for x in sup.exits if not x.by_us],
         "stopped_by_soak": [x.code for x in sup.exits if x.by_us], "probe": _probe(run),
         "rss_drift_pct": rss_drift(sup.incarnations, WARMUP_S, DRIFT_LEAST_S),

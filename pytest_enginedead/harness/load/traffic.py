@@ -22,7 +22,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from ...logic.soak.judge import CUT, DISCONNECTED, OK, Request
+from ...logic.soak.judge import Outcome, Request
 from ..waiting import wait_until
 from .clients import describe_client_error
 
@@ -74,7 +74,7 @@ class Traffic:
                                         lambda i: cut_stream(self, after_chunks, max_tokens)))
 
     def stop(self, grace_s: float = 5.0) -> None:
-        """Stop the clients: requests in flight get ``grace_s``, then are cut (``CUT``)."""
+        """Stop the clients: requests in flight get ``grace_s``, then are cut (``Outcome.CUT``)."""
         self._stopping = True
         if not self._thread.is_alive():
             return
@@ -111,9 +111,13 @@ class Traffic:
     def _prompt(self, n: int) -> list[int]:
         return [self._rng.randrange(3, min(self.vocab, 1000)) for _ in range(n)]
 
-    def _record(self, kind: str, start: float, outcome: str) -> None:
+    def _record(self, kind: str, start: float, outcome: Outcome | BaseException) -> None:
+        """How a request ended: an ``Outcome``, or the error it failed with."""
+        end = time.monotonic()
+        record = (Request(kind, start, end, outcome) if isinstance(outcome, Outcome)
+                  else Request.failing(kind, start, end, describe_client_error(outcome)))
         with self._lock:
-            self.requests.append(Request(kind, start, time.monotonic(), outcome))
+            self.requests.append(record)
 
     async def _steady_client(self, i: int) -> None:
         rng = random.Random(1000 + i)
@@ -139,14 +143,14 @@ class Traffic:
             else:
                 await client.completions.create(**args)
         except asyncio.CancelledError:
-            self._record(kind, start, CUT)
+            self._record(kind, start, Outcome.CUT)
             raise
         except Exception as exc:
-            self._record(kind, start, CUT if self._stopping else describe_client_error(exc))
+            self._record(kind, start, Outcome.CUT if self._stopping else exc)
             return False
         finally:
             self._inflight -= 1
-        self._record(kind, start, OK)
+        self._record(kind, start, Outcome.OK)
         return True
 
     async def _close(self) -> None:
@@ -163,7 +167,7 @@ class Traffic:
 
 
 async def cut_stream(traffic: Traffic, after_chunks: int, max_tokens: int) -> None:
-    """One stream its client closes after ``after_chunks`` chunks: ``DISCONNECTED`` (on purpose)."""
+    """One stream its client closes after ``after_chunks`` chunks: ``Outcome.DISCONNECTED`` (on purpose)."""
     start = time.monotonic()
     traffic._inflight += 1
     try:
@@ -176,11 +180,11 @@ async def cut_stream(traffic: Traffic, after_chunks: int, max_tokens: int) -> No
             if seen >= after_chunks:
                 break
         await stream.close()  # the client goes away mid-stream
-        traffic._record("disconnect", start, DISCONNECTED if seen >= after_chunks else OK)
+        traffic._record("disconnect", start, Outcome.DISCONNECTED if seen >= after_chunks else Outcome.OK)
     except asyncio.CancelledError:
-        traffic._record("disconnect", start, CUT)
+        traffic._record("disconnect", start, Outcome.CUT)
         raise
     except Exception as exc:
-        traffic._record("disconnect", start, CUT if traffic._stopping else describe_client_error(exc))
+        traffic._record("disconnect", start, Outcome.CUT if traffic._stopping else exc)
     finally:
         traffic._inflight -= 1

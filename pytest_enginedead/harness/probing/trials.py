@@ -97,10 +97,9 @@ def run_trial(state: Verdict, guarded: bool, model: str, window_s: float, hang_s
     deadline = SLOW_DEADLINE_S if slow else HUNG_DEADLINE_S
     run = Run(state, guarded, window_s)
     lock = threading.Lock()
-    reaper = Reaper()
-    server = Server(spec, reaper)
-    try:
-        server.start(Instructions(deadline, "enginedead probe-settings", faults), progress)
+    first = Instructions(deadline, "enginedead probe-settings", faults)
+    with Reaper() as reaper, Server(spec, reaper).start(first, progress) as server:
+        server.hurry = True  # the trial ends it: no graceful shutdown to wait for
         run.samples = {kind: [] for kind in PROBES}
         clients = _start_clients(server.port, server.served_name, slow, window_s)
         run.t0 = time.monotonic()
@@ -111,10 +110,6 @@ def run_trial(state: Verdict, guarded: bool, model: str, window_s: float, hang_s
         if died_at is not None:
             run.died_after_s = round(died_at - run.t0, 2)
         time.sleep(min(SAMPLE_TIMEOUT_S, 2.0))
-    finally:
-        server.hurry = True
-        server.stop()
-        reaper.close()
     with lock:
         run.samples = {k: list(v) for k, v in run.samples.items()}
     return run

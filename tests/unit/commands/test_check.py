@@ -30,6 +30,7 @@ from tests.support.doors import (
     with_tokenizer,
 )
 from tests.support.downstream import Downstream, enginedead
+from tests.support.records import deaths_written
 
 # --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
 
@@ -223,7 +224,7 @@ def regression_report(verdicts: dict[tuple[int, str], str | None]) -> dict[str, 
     """A regression run's report: one call row per (batch, run), its verdict (None: it lived)."""
     tests = [{"nodeid": f"test_regression.py::test_decode_batch[bs{n}-{mode}]", "when": "call",
               "outcome": "failed" if verdict else "passed", "batch_size": n, "timeout_s": 2.0, "steps": 3,
-              "step_p50_s": 0.5, "step_max_s": 0.7, "verdict": verdict}
+              "step_p50_s": 0.5, "step_max_s": 0.7, "verdict": verdict, "deaths": deaths_written(verdict)}
              for (n, mode), verdict in verdicts.items()]
     return {"tests": tests, "engines_started": 1, "restarts": 0}
 

@@ -25,6 +25,7 @@ from pytest_enginedead.compat import versions
 from pytest_enginedead.contract.dumps import DeadlineStack
 from pytest_enginedead.contract.steps import StepTime
 from pytest_enginedead.harness.judging.liveness import LivenessSettings
+from pytest_enginedead.logic.reporting.deaths import DeathFacts
 from tests.support import examples, procs
 from tests.support.downstream import Downstream, Outcome
 from tests.support.standins import STACK_DUMP, fake_class
@@ -235,14 +236,9 @@ class RichEngine:
         """Its records and stacks: the stand-in holds both sides."""
         return self
 
-    def death_facts(self) -> dict[str, Any]:
-        return {
-            "batch_size": 64,
-            "deadline_s": 2.0,
-            "deadline_source": "the enginedead_timeout marker",
-            "policy": "reference",
-            "policy_deadline_s": 1240.0,
-        }
+    def death_facts(self) -> DeathFacts:
+        return DeathFacts(batch_size=64, deadline_s=2.0, deadline_source="the enginedead_timeout marker",
+                          policy="reference", policy_deadline_s=1240.0)
 
     def has_record(self, pid: int) -> bool:
         return pid in self.worker_pids

@@ -20,6 +20,7 @@ from pytest_enginedead.pytest_plugin.distributed import (
     item_group,
     worker_index,
 )
+from pytest_enginedead.pytest_plugin.workerplan import EngineUses, WorkerEnded, WorkerPlan
 from tests.support import examples
 from tests.support.doors import (
     ENGINE,
@@ -121,23 +122,29 @@ def test_dist_note_only_when_groups_would_be_split() -> None:
     assert dist_note(config_for_note(worker=True)) is None  # the controller says it, once
 
 
-def test_publish_groups_writes_one_file_per_worker(tmp_path: Path) -> None:
+def test_a_worker_publishes_its_plan_in_a_file_of_its_own(tmp_path: Path) -> None:
     config: Any = SimpleNamespace(workerinput={"workerid": "gw1", distributed.GROUPS_KEY: str(tmp_path)})
-    published = distributed.publish_groups(config, [("t.py::a", "g1"), ("t.py::b", None), ("t.py::c", "g1")],
-                                           engine_tests=2)
+    plan = WorkerPlan({"t.py::a": "g1", "t.py::c": "g1"}, 2, EngineUses(fixtures=True, servers=True))
+    published = distributed.publish_plan(config, plan)
     assert published is False  # the controller did not say it checks: the worker checks for itself
     assert [p.name for p in tmp_path.iterdir()] == ["gw1.json"]
-    assert json.loads((tmp_path / "gw1.json").read_text()) == {
-        "groups": {"t.py::a": "g1", "t.py::c": "g1"}, "engine_tests": 2, "uses": {}, "plugin_tests": False,
-    }
+    assert WorkerPlan.from_json((tmp_path / "gw1.json").read_text()) == plan
+    assert distributed._published(str(tmp_path), "gw1") == plan
+    assert distributed._published(str(tmp_path), "gw9") == WorkerPlan()  # none written: nothing planned
     config.workerinput[distributed.CHECKS_KEY] = True
-    assert distributed.publish_groups(config, [], engine_tests=1) is True
+    assert distributed.publish_plan(config, WorkerPlan(engine_tests=1)) is True
     bare: Any = SimpleNamespace(workerinput={})
-    assert distributed.publish_groups(bare, [("t.py::a", "g1")]) is False
+    assert distributed.publish_plan(bare, plan) is False
     gone: Any = SimpleNamespace(workerinput={
         "workerid": "gw2", distributed.GROUPS_KEY: str(tmp_path / "gone"), distributed.CHECKS_KEY: True,
     })
-    assert distributed.publish_groups(gone, []) is False  # not reachable from here (a remote worker)
+    assert distributed.publish_plan(gone, WorkerPlan()) is False  # not reachable from here (a remote worker)
+
+
+def test_how_a_worker_ended_travels_whole() -> None:
+    for ended in (WorkerEnded(usage=("enginedead: bad",)), WorkerEnded(exit_message="stop", returncode=3)):
+        assert WorkerEnded.from_wire(json.loads(json.dumps(ended.to_wire()))) == ended
+    assert WorkerEnded.from_wire(None) is None
 
 
 def test_header_says_when_dist_is_not_loadgroup(downstream: Downstream) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from pytest_enginedead.contract.control import Injection
+from pytest_enginedead.contract.decisions import Verdict
 from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.harness.engines.pool import EngineRecord
 from pytest_enginedead.harness.judging.liveness import LivenessSettings
@@ -19,7 +20,7 @@ from pytest_enginedead.pytest_plugin.options import Settings
 from pytest_enginedead.pytest_plugin.summary import report_json
 from tests.support import examples
 from tests.support.downstream import Downstream, validated
-from tests.support.records import write_steps
+from tests.support.records import finding, write_steps
 
 # --- the JSON report --------------------------------------------------------------------------
 
@@ -65,7 +66,7 @@ class Terminal:
 def test_terminal_summary(engine: Engine) -> None:
     engine.instruct(Instructions(2.0, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05)))
     engine.start_s = 13.0
-    engine.deaths.append({"verdict": "SLOW"})
+    engine.findings.append(finding(Verdict.SLOW))
     write_steps(engine, (1, 64, 1.0, 0.711), (2, 64, 2.0, 0.715))
     results = Results(lost_workers=["gw1"])
     results.add_engines([EngineRecord(engine.spec, engine)])

@@ -28,7 +28,8 @@ from pytest_enginedead.contract.guardfiles import (
 )
 from pytest_enginedead.contract.names import ENV_DIR
 from pytest_enginedead.logic.inputs.guardconfig import GuardConfig
-from pytest_enginedead.vllm_plugin import guard
+from pytest_enginedead.vllm_plugin import enginecore, guard
+from pytest_enginedead.vllm_plugin.enginecore import EngineCorePlugin
 from tests.support import procs
 from tests.support.guards import NOT_IMPORTABLE, state
 
@@ -101,24 +102,24 @@ def test_stale_states_are_removed_and_a_fronts_own(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text("{}")
     for pid in (os.getpid(), gone.pid):  # collective marks: a killed worker leaves its own
         Path(mark_path(str(tmp_path), pid)).write_bytes(bytes(8))
-    guard.remove_stale_states(str(tmp_path))
+    enginecore.remove_stale_states(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [os.path.basename(mine), "other.json", os.path.basename(mark_path(str(tmp_path), os.getpid()))])
     os.remove(mark_path(str(tmp_path), os.getpid()))
-    guard.remove_stale_states(str(tmp_path), front=2)  # not that front's
+    enginecore.remove_stale_states(str(tmp_path), front=2)  # not that front's
     assert os.path.exists(mine)
-    guard.remove_stale_states(str(tmp_path), front=1)
+    enginecore.remove_stale_states(str(tmp_path), front=1)
     assert not os.path.exists(mine)
 
 
 def test_the_guard_core_writes_its_state_and_keeps_an_ended_wait(tmp_path: Path) -> None:
     cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=3.0)  # type: ignore[arg-type]
     path = str(tmp_path / "state.json")
-    core = guard.Core(None, cfg, path, front=77)
+    core = EngineCorePlugin(None, cfg, path, front=77)
     core.write_state(None)
     first = read_guard_state(path)
     assert first is not None and first.front == 77 and first.hang_s == 3.0 and not first.in_step
-    core.write_state(dict(in_step=False, step=3, ended=GuardAction.END, busy_at=1.0, updated=5.0, worker=8))
+    core.write_state(replace(core.state(5.0), step=3, ended=GuardAction.END, busy_at=1.0, worker=8))
     core.write_state(None)  # the step's end after the guard ended its wait: the ending stays
     last = read_guard_state(path)
     assert last is not None and last.ended is GuardAction.END and last.step == 3
@@ -135,9 +136,9 @@ def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) 
     rank, whose rank the decision names; both idle: HUNG, however little each one's CPU adds up to."""
     cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=60.0)  # type: ignore[arg-type]
     with procs.worker("idle", 30.0) as idle, procs.worker("busy", 30.0) as busy:
-        core = guard.Core(str(tmp_path), cfg)
+        core = EngineCorePlugin(str(tmp_path), cfg)
         core._executor = executor(idle.pid, busy.pid)
-        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
+        watch = guard.StepWatch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
         time.sleep(1.0)  # past their interpreters' start
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look: no rate yet
         time.sleep(0.5)
@@ -146,12 +147,12 @@ def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) 
         watch.observe()
         (event,) = read_guard_events(guard_events_path(str(tmp_path)))
         assert (event.verdict, event.rank, event.ranks, event.pid) == (Verdict.SLOW, 1, 2, busy.pid)
-        assert watch._judged()[2] == "VLLM::Worker rank 1 of 2"
+        assert watch._judged().name == "VLLM::Worker rank 1 of 2"
 
     with procs.worker("idle", 30.0) as first, procs.worker("idle", 30.0) as second:
-        core = guard.Core(None, cfg)
+        core = EngineCorePlugin(None, cfg)
         core._executor = executor(first.pid, second.pid)
-        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+        watch = guard.StepWatch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
         time.sleep(1.0)  # past their interpreters' start
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
         time.sleep(0.5)
@@ -176,9 +177,9 @@ def test_the_guard_waits_for_a_computing_rank_on_another_node_and_names_it(tmp_p
     run_dir.mkdir()
     progress_dir.mkdir()
     with procs.worker("idle", 30.0) as idle:
-        core = guard.Core(str(run_dir), cfg, progress_dir=str(progress_dir))
+        core = EngineCorePlugin(str(run_dir), cfg, progress_dir=str(progress_dir))
         core._executor = executor(idle.pid)
-        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
+        watch = guard.StepWatch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
         remote_record(progress_dir, 1, 1.0)
         time.sleep(1.0)
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
@@ -190,7 +191,7 @@ def test_the_guard_waits_for_a_computing_rank_on_another_node_and_names_it(tmp_p
         (event,) = read_guard_events(guard_events_path(str(run_dir)))
         assert (event.verdict, event.action, event.rank, event.node, event.pid, event.ranks) == (
             Verdict.SLOW, GuardAction.WAIT, 1, 1, 9, 2)
-        assert watch._judged()[2] == "VLLM::Worker rank 1 of 2 on node 1"
+        assert watch._judged().name == "VLLM::Worker rank 1 of 2 on node 1"
 
 
 def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tmp_path: Path) -> None:
@@ -201,10 +202,11 @@ def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tm
     run_dir.mkdir()
     progress_dir.mkdir()
     with procs.worker("idle", 30.0) as idle:
-        core = guard.Core(str(run_dir), cfg, str(tmp_path / "state.json"), progress_dir=str(progress_dir))
+        core = EngineCorePlugin(str(run_dir), cfg, str(tmp_path / "state.json"),
+                                progress_dir=str(progress_dir))
         core.nodes.born_wall -= 60.0  # the record below is this engine's
         core._executor = executor(idle.pid)
-        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+        watch = guard.StepWatch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
         remote_record(progress_dir, 1, 1.0, wall=time.time() - 10.0)  # silent for 10 s
         time.sleep(1.0)
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
@@ -220,7 +222,7 @@ def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tm
 
 
 def test_a_record_older_than_the_engine_core_is_another_engines(tmp_path: Path) -> None:
-    core = guard.Core(None, None, progress_dir=str(tmp_path))
+    core = EngineCorePlugin(None, None, progress_dir=str(tmp_path))
     core._executor = executor()
     remote_record(tmp_path, 1, 1.0, wall=time.time() - 100.0)
     assert core.remote_looks() == []
@@ -236,15 +238,15 @@ def test_a_rank_spinning_in_a_collective_waits_and_its_idle_peer_is_hung(tmp_pat
     with procs.worker("busy", 30.0) as spinning, procs.worker("idle", 30.0) as hung:
         verdicts = {}
         for marked in (False, True):
-            core = guard.Core(str(tmp_path), cfg)
+            core = EngineCorePlugin(str(tmp_path), cfg)
             core._executor = executor(spinning.pid, hung.pid)
             path = mark_path(str(tmp_path), spinning.pid)
             if marked:  # the spinning rank's own mark: inside a collective for a second already
                 with open(path, "wb") as f:
                     f.write(struct.pack("d", time.monotonic() - 1.0))
-            watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+            watch = guard.StepWatch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
             time.sleep(0.6)  # past their interpreters' start
             watch._probe(time.monotonic())  # the first look: no rate yet
             time.sleep(0.5)
-            verdicts[marked] = (watch._probe(time.monotonic()), watch._judged()[1])
+            verdicts[marked] = (watch._probe(time.monotonic()), watch._judged().rank)
         assert verdicts == {False: (Verdict.SLOW, 0), True: (Verdict.HUNG, 1)}

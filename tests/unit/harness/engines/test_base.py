@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.contract.guardfiles import CoreReady
-from pytest_enginedead.harness.engines.base import EngineBase, guard_problem
+from pytest_enginedead.harness.engines.base import EngineBase
+from pytest_enginedead.harness.engines.coreready import guard_problem
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec
 from tests.support.doors import leftovers

@@ -84,7 +84,7 @@ class _Engine:
     broken = False
 
     def __init__(self, start_s: float | None, import_s: float | None = None, deaths: int = 0) -> None:
-        self.start_s, self.import_s, self.deaths = start_s, import_s, [{}] * deaths
+        self.start_s, self.import_s, self.findings = start_s, import_s, [object()] * deaths
 
 
 def test_stops_say_how_an_engine_ended_and_the_summary_counts_starts_only(

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from pytest_enginedead.harness.engines import pool as pool_module
-from pytest_enginedead.harness.engines.base import EngineBase, EngineStartError, GuardRefused
+from pytest_enginedead.harness.engines.base import EngineBase
+from pytest_enginedead.harness.engines.coreready import EngineStartError, GuardRefused
 from pytest_enginedead.harness.engines.pool import EnginePool
 from pytest_enginedead.harness.waiting import Progress
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL

@@ -19,6 +19,7 @@ from pytest_enginedead.harness.judging.verdict import (
     rank_states,
     step_summary,
 )
+from pytest_enginedead.logic.reporting.deaths import DeathFacts
 from pytest_enginedead.process.remote import RemoteLook
 
 
@@ -115,8 +116,8 @@ class NodeEngine:
     def step_times_since_start(self) -> list[StepTime]:
         return []
 
-    def death_facts(self) -> dict[str, object]:
-        return {"deadline_s": 2.0, "batch_size": 64}
+    def death_facts(self) -> DeathFacts:
+        return DeathFacts(batch_size=64, deadline_s=2.0)
 
 
 BURNING = (
