@@ -352,10 +352,10 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
     less the harness's ENGINEDEAD_* variables; (b) the false death through the server, cold."""
     from pytest_enginedead.harness.engines.server import Server, free_port, server_command
     from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+    from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 
     spec = EngineSpec(BUNDLED_MODEL, n, server=True)
-    first = Instructions(300.0, "bench")
+    first = DeadlineAndFaults(300.0, "bench")
     probe = Server(spec)  # the harness's environment and served name, for the bare server
     try:
         env = {**os.environ, **probe.environment(first)}

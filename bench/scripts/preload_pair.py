@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from pytest_enginedead.harness.engines.offline import Engine
-from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 from pytest_enginedead.pytest_plugin.handles import EngineHandle
 
 #: what a process's maps are searched for: the preloads and the OpenMP runtime torch links
@@ -40,7 +40,7 @@ class Preloads(Engine):
         super().__init__(spec)
         self.ld_preload = ld_preload
 
-    def environment(self, first: Instructions) -> dict[str, str]:
+    def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         return {**super().environment(first), "LD_PRELOAD": self.ld_preload}
 
 
@@ -66,7 +66,7 @@ def main(model: str, n: int, tokens: int, rounds: int, modes: list[str], preload
     starts: list[float] = []
     with contextlib.ExitStack() as running:
         for i, mode in enumerate(modes):
-            instructions = Instructions(300.0, f"bench {i}")
+            instructions = DeadlineAndFaults(300.0, f"bench {i}")
             t0 = time.monotonic()
             started = running.enter_context(
                 Preloads(EngineSpec(model, n), preload if mode == "with" else "").start(instructions))

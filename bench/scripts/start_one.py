@@ -20,12 +20,12 @@ from pytest_enginedead.compat import llm_api, llm_config, versions
 from pytest_enginedead.harness.engines.environment import kv_cache
 from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 
 
 def harness(spec: EngineSpec) -> tuple[float, float]:
     t0 = time.monotonic()
-    with Engine(spec).start(Instructions(300.0, "bench")) as engine:
+    with Engine(spec).start(DeadlineAndFaults(300.0, "bench")) as engine:
         started = time.monotonic() - t0
         t1 = time.monotonic()
         engine.stop()

@@ -27,7 +27,7 @@ from pytest_enginedead.contract.guardfiles import core_ready_path
 from pytest_enginedead.contract.names import ENV_DIR
 from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 from pytest_enginedead.pytest_plugin.handles import EngineHandle
 
 
@@ -35,7 +35,7 @@ class Inert(Engine):
     """The same engine with the ``vllm.general_plugins`` entry inert: without
     ``ENGINEDEAD_WORKER_DIR`` neither the worker side nor the engine-core side acts."""
 
-    def environment(self, first: Instructions) -> dict[str, str]:
+    def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         env = super().environment(first)
         del env[ENV_DIR]
         return env
@@ -60,7 +60,7 @@ def main(rounds: int, n: int, tokens: int, modes: list[str]) -> None:
     with contextlib.ExitStack() as running:
         for i, mode in enumerate(modes):
             guard = GuardSpec(60.0, "reference") if mode == "guard" else None
-            instructions = Instructions(300.0, f"bench {i}")
+            instructions = DeadlineAndFaults(300.0, f"bench {i}")
             kind = Inert if mode == "off" else Engine
             spec = EngineSpec(BUNDLED_MODEL, n, guard=guard)
             engine = running.enter_context(kind(spec).start(instructions))

@@ -19,7 +19,8 @@ from typing import Any
 
 from ..compat import versions
 from ..contract.steps import StepTime
-from ..logic.planning.engines import EngineSpec, Instructions
+from ..logic.planning.engines import DeadlineAndFaults as Instructions
+from ..logic.planning.engines import EngineSpec
 from ..logic.sizing import shapes, slices
 from ..logic.sizing.plan import EnginePlan, SizingPlan
 from ..logic.sizing.result import WORST, Measured, duration_text, fit_of, quantile, samples_of, sizing_result

@@ -5,8 +5,8 @@ A test whose markers cannot be read fails alone, in one line, at its setup.
 
 from __future__ import annotations
 
-import contextlib
 import os
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +17,7 @@ from ..harness.engines.startchecks import batch_problem
 from ..logic.inputs.arguments import BadMarker
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.planning import engines, sharding
-from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
+from ..logic.planning.engines import DeadlineAndFaults, EngineRequest, EngineSpec, GuardSpec
 from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from . import distributed, markers, options
 from .options import Settings
@@ -39,8 +39,12 @@ def parametrize_batch_sizes(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("engine_batch_size", sizes, ids=[f"bs{n}" for n in sizes])
 
 
-def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Need | str:
-    """What ``item`` asks of its engine, or why that cannot be read (the test's failure)."""
+def request_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> EngineRequest | str:
+    """What ``item`` asks of its engine, or why that cannot be read (the test's failure).
+
+    The run's policy is asked once for what it allows at the test's batch size (the deadline,
+    unless a marker fixes one), the guard's policy once for its cap: the test's plan keeps both.
+    """
     callspec = getattr(item, "callspec", None)
     batch = callspec.params.get("engine_batch_size", default_batch) if callspec else default_batch
     inject = item.get_closest_marker("enginedead_inject")
@@ -49,19 +53,30 @@ def need_of(item: pytest.Item, run: Run, default_batch: int | None = None) -> Ne
         if isinstance(batch, Exception) or batch is None:
             raise BadMarker(str(batch))
         faults = markers.inject(inject) if inject is not None else Injection()
-        from_policy = timeout is None
+        allowed = policy_allows(run, batch)
         if timeout is not None:
             deadline, source = markers.timeout(timeout), "the enginedead_timeout marker"
         else:
-            deadline = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            deadline = allowed if allowed is not None else policy_deadline(
+                run.settings.policy, run.settings.policy_name, batch)  # raises: the policy's own words
             source = f"policy {run.settings.policy_name}"
         server = "vllm_server" in getattr(item, "fixturenames", ())
         _check_batch(item, run, batch, server)
-        instructions = Instructions(deadline, source, faults, from_policy)
-        return Need(batch, instructions, guard_of(item, run, batch), server, run.settings.tensor_parallel,
-                    getattr(run.settings, "nodes", 1))
+        guard, cap = guard_of(item, run, batch)
+        orders = DeadlineAndFaults(deadline, source, faults, from_policy=timeout is None)
+        return EngineRequest(batch, orders, guard, server, run.settings.tensor_parallel,
+                             getattr(run.settings, "nodes", 1), policy_deadline_s=allowed, guard_cap_s=cap)
     except (BadMarker, PolicyFailure) as exc:
         return str(exc)
+
+
+def policy_allows(run: Run, batch: int) -> float | None:
+    """What the run's policy allows at ``batch`` on CPU; None when it cannot say (the evidence of a
+    death then says nothing of the policy)."""
+    try:
+        return policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+    except PolicyFailure:
+        return None
 
 
 def _check_batch(item: pytest.Item, run: Run, batch: int, server: bool) -> None:
@@ -77,31 +92,33 @@ def _check_batch(item: pytest.Item, run: Run, batch: int, server: bool) -> None:
     raise pytest.UsageError(f"enginedead: {run.settings.batch_sizes_where}: {problem}")
 
 
-def guard_of(item: pytest.Item, run: Run, batch: int) -> GuardSpec | None:
-    """The guard this test's engine runs with: its marker, else the run's option, else none.
+def guard_of(item: pytest.Item, run: Run, batch: int) -> tuple[GuardSpec | None, float | None]:
+    """The guard this test's engine runs with (its marker, else the run's option, else none) and
+    its cap at the test's batch size.
 
-    Its policy is asked for its cap at the test's batch size, as the run's policy is asked
-    for the deadline: a cap that is no number vLLM can wait (NaN, 0, text) fails the test.
+    Its policy is asked for the cap once, here, as the run's policy is asked for the deadline:
+    a cap that is no number vLLM can wait (NaN, 0, text) fails the test.
     """
     marker = item.get_closest_marker("enginedead_guard")
     if marker is None and not run.settings.guard:
-        return None
+        return None, None
     hang_s, policy = markers.guard(marker) if marker is not None else (None, None)
     if policy is not None:
         try:
             search = [str(item.config.rootpath), os.getcwd()]
             loaded = load_policy(policy, search, versions.installed_version())
-            policy_deadline(loaded, policy_name(loaded, policy), batch)
+            cap = policy_deadline(loaded, policy_name(loaded, policy), batch)
         except (PolicyError, PolicyFailure) as exc:
             raise BadMarker(f"@pytest.mark.enginedead_guard: policy={policy!r}: {exc}") from None
     else:
         try:  # the run's policy is the guard's cap
-            policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            cap = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
         except PolicyFailure as exc:
             source = "the enginedead_guard marker" if marker is not None else run.settings.guard_where
             raise BadMarker(f"the guard's cap ({source}): {exc}") from None
-    return GuardSpec(hang_s or DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference",
+    spec = GuardSpec(hang_s or DEFAULT_HANG_S, policy or run.settings.policy_spec or "reference",
                      "the enginedead_guard marker" if marker is not None else run.settings.guard_where)
+    return spec, cap
 
 
 def uses_factory(item: pytest.Item) -> bool:
@@ -147,16 +164,18 @@ def _stray_markers(item: pytest.Item) -> str | None:
 
 
 def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's plan, once: its engine, its deadline, what the policy allows, the guard's cap
+    (``engines.TestPlan``, in the item's stash); the run order; the shard."""
     run = run_of(config)
     with options.shown_whole_if_verbose(config):
         options.check_late_policy_hooks(config, run.settings)
-    if run.settings.shard is not None:
-        _keep_shard(config, run, items)
-    run.plugin_tests = any(uses_plugin(it) for it in items)
     plan = engines.plan(
-        [need_of(item, run) if uses_engine(item) else _stray_markers(item) for item in items],
+        [request_of(item, run) if uses_engine(item) else _stray_markers(item) for item in items],
         run.settings.model, run.cpu_bind,
     )
+    if run.settings.shard is not None:
+        plan = _keep_shard(config, run, items, plan)
+    run.plugin_tests = any(uses_plugin(it) for it in items)
     factories = [it for it in items if uses_factory(it)]
     run.results.configurations = plan.configurations
     budget = config.pluginmanager.hasplugin("timeout")
@@ -164,8 +183,8 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
         if test is None:
             continue
         item.stash[plan_key] = test
-        if budget and item.get_closest_marker("timeout") is None:
-            _add_budget(item, test)
+        if budget and item.get_closest_marker("timeout") is None and test.budget_s is not None:
+            item.add_marker(pytest.mark.timeout(test.budget_s))
     items[:] = [items[i] for i in plan.order]
     engine_tests = len(plan.engine_specs) + len(factories)  # factories start the run's model too
     uses = EngineUses(fixtures=bool(plan.engine_specs),
@@ -180,17 +199,17 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
         check_run_model(config, run.settings, uses)
 
 
-def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> None:
-    """Keep this shard's tests (``--enginedead-shard``); the others are deselected.
+def _keep_shard(
+    config: pytest.Config, run: Run, items: list[pytest.Item], plan: engines.Plan
+) -> engines.Plan:
+    """Keep this shard's tests (``--enginedead-shard``) and their plan; the others are deselected.
 
-    The engine configurations are planned without the worker's core budget, so every
-    xdist worker and every machine deals the same collection the same way.
+    The shard is dealt by each test's engine configuration without the worker's core budget,
+    so every xdist worker and every machine deals the same collection the same way.
     """
     assert run.settings.shard is not None
-    plan = engines.plan(
-        [need_of(item, run) if uses_engine(item) else None for item in items], run.settings.model, None
-    )
-    keys = [t.spec if t is not None and t.spec is not None else None for t in plan.tests]
+    keys = [replace(t.spec, cpu_bind=None) if t is not None and t.spec is not None else None
+            for t in plan.tests]
     nodeids = [it.nodeid for it in items]
     run.split = sharding.split(keys, nodeids, run.settings.shard, run.durations)
     run.results.shard = run.split.to_dict(nodeids)
@@ -199,6 +218,7 @@ def _keep_shard(config: pytest.Config, run: Run, items: list[pytest.Item]) -> No
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = [items[i] for i in run.split.keep]
+    return plan.keeping(run.split.keep)
 
 
 def check_run_model(config: pytest.Config, settings: Settings, uses: EngineUses = EngineUses()) -> None:
@@ -209,19 +229,6 @@ def check_run_model(config: pytest.Config, settings: Settings, uses: EngineUses 
         options.check_plugins()
         options.check_model(settings.model, settings.model_source,
                             llm_config.DEFAULT_MAX_MODEL_LEN if uses.fixtures else None, uses.servers)
-
-
-def _add_budget(item: pytest.Item, test: TestPlan) -> None:
-    """A pytest-timeout budget for an engine test that sets none: start-up plus its longest waits."""
-    if test.instructions is None or test.spec is None:
-        return
-    cap = None
-    if test.spec.guard is not None:  # a busy step may run up to the guard's cap
-        with contextlib.suppress(PolicyError, PolicyFailure):
-            policy = load_policy(test.spec.guard.policy, [str(item.config.rootpath), os.getcwd()],
-                                 versions.installed_version())
-            cap = policy_deadline(policy, test.spec.guard.policy, test.batch_size)
-    item.add_marker(pytest.mark.timeout(engines.budget_s(test.instructions, cap)))
 
 
 def planned_spec(item: pytest.Item) -> EngineSpec | None:

@@ -22,14 +22,13 @@ from ..harness.engines.coreready import EngineStartError
 from ..harness.engines.environment import owned_cores
 from ..harness.engines.startchecks import batch_problem, factory_engine_args, model_problem
 from ..logic.inputs.arguments import BadMarker, factory_arguments, rank_count
-from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.modelconfig import model_label, validate_model
 from ..logic.planning import engines
-from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions, Need, TestPlan
+from ..logic.planning.engines import DeadlineAndFaults, EngineRequest, EngineSpec, TestPlan
 from ..logic.planning.nodes import default_ranks, spread_problem
 from ..logic.planning.ranks import BIND_ENV, cores_problem
 from ..logic.timeouts.policies import PolicyFailure, policy_deadline
-from .collection import guard_of, need_of
+from .collection import guard_of, policy_allows, request_of
 from .handles import EngineHandle, Handle, ServerHandle
 from .run import Run, fail, handle_key, plan_key, run_of
 
@@ -49,15 +48,12 @@ def _started(start: Callable[[], EngineBase]) -> EngineBase:
         fail(str(exc))
 
 
-def _handle(run: Run, engine: EngineBase, batch_size: int, instructions: Instructions) -> Handle:
-    try:
-        allowed: float | None = policy_deadline(
-            run.settings.policy, run.settings.policy_name, batch_size
-        )
-    except PolicyFailure:
-        allowed = None  # the evidence then says nothing of the policy
+def _handle(run: Run, engine: EngineBase, test: TestPlan) -> Handle:
+    """The test's handle on ``engine``: its batch, its deadline and faults, what the policy allows."""
+    assert test.instructions is not None
     kind = ServerHandle if engine.spec.server else EngineHandle
-    return kind(engine, batch_size, instructions, run.settings.policy_name, allowed, run.settings.liveness)
+    return kind(engine, test.batch_size, test.instructions, run.settings.policy_name, test.policy_deadline_s,
+                run.settings.liveness)
 
 
 def _shared(request: pytest.FixtureRequest, batch_size: int) -> Iterator[Handle]:
@@ -66,15 +62,14 @@ def _shared(request: pytest.FixtureRequest, batch_size: int) -> Iterator[Handle]
     run = run_of(request.config)
     test = request.node.stash.get(plan_key, None)
     if test is None or test.spec is None or test.instructions is None:
-        need = need_of(request.node, run, batch_size)  # asked for outside collection's plan
-        if isinstance(need, str):
-            pytest.fail(need, pytrace=False)
-        test = TestPlan(batch_size, engines.spec_for(need, run.settings.model, run.cpu_bind),
-                        need.instructions)
+        asked = request_of(request.node, run, batch_size)  # asked for outside collection's plan
+        if isinstance(asked, str):
+            pytest.fail(asked, pytrace=False)
+        test = TestPlan.of(asked, engines.spec_for(asked, run.settings.model, run.cpu_bind))
     spec, instructions = test.spec, test.instructions
     assert spec is not None and instructions is not None
     engine = _started(lambda: run.pool.acquire(spec, instructions, request.node.nodeid))
-    handle = _handle(run, engine, batch_size, instructions)
+    handle = _handle(run, engine, test)
     request.node.stash[handle_key] = handle
     try:
         yield handle
@@ -96,33 +91,34 @@ def server(request: pytest.FixtureRequest, batch_size: int) -> Iterator[ServerHa
         yield handle
 
 
-def _factory_need(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server: bool,
-                  item: pytest.Item | None = None) -> Need:
+def _factory_request(run: Run, batch_size: Any, timeout_s: Any, inject: Any, server: bool,
+                     item: pytest.Item) -> EngineRequest:
     """What ``vllm_engine_factory(...)`` asks for; bad arguments fail the test in one line.
 
-    The guard is the test's ``enginedead_guard`` marker's, else the run's option's.
+    The guard is the test's ``enginedead_guard`` marker's, else the run's option's; the policy
+    and the guard's policy are asked once, as for a planned test (``collection.request_of``).
     """
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
     try:
         batch, seconds, faults = factory_arguments(batch_size, timeout_s, inject, what)
-        from_policy = seconds is None
+        allowed = policy_allows(run, batch)
         if seconds is None:
-            seconds = policy_deadline(run.settings.policy, run.settings.policy_name, batch)
+            deadline = allowed if allowed is not None else policy_deadline(
+                run.settings.policy, run.settings.policy_name, batch)  # raises: the policy's own words
             source = f"policy {run.settings.policy_name}"
         else:
-            source = f"{what}(timeout_s=...)"
+            deadline, source = seconds, f"{what}(timeout_s=...)"
     except BadMarker as exc:
         fail(str(exc))
     except PolicyFailure as exc:
         fail(f"{what}: {exc}")
     try:
-        guard_spec = guard_of(item, run, batch) if item is not None else (
-            GuardSpec(DEFAULT_HANG_S, run.settings.policy_spec or "reference", run.settings.guard_where)
-            if run.settings.guard else None)
+        guard, cap = guard_of(item, run, batch)
     except BadMarker as exc:
         fail(str(exc))
-    return Need(batch, Instructions(seconds, source, faults, from_policy), guard_spec, server)
+    orders = DeadlineAndFaults(deadline, source, faults, from_policy=seconds is None)
+    return EngineRequest(batch, orders, guard, server, policy_deadline_s=allowed, guard_cap_s=cap)
 
 
 def _factory_model(model: Any, server: bool) -> str:
@@ -161,7 +157,9 @@ def _factory_limits(run: Run, batch: int, model: Any, model_dir: str, engine_arg
         fail(f"{what}: {problem}")
 
 
-def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any], server: bool) -> EngineSpec:
+def _factory_spec(
+    run: Run, asked: EngineRequest, model: Any, engine_args: dict[str, Any], server: bool
+) -> EngineSpec:
     """The factory's engine; its engine (or server) arguments and model checked before it starts."""
     __tracebackhide__ = True
     what = "vllm_server_factory" if server else "vllm_engine_factory"
@@ -170,7 +168,7 @@ def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any],
     except BadMarker as exc:
         fail(str(exc))
     model_dir = run.settings.model if model is None else _factory_model(model, server)
-    _factory_limits(run, need.batch_size, model, model_dir, engine_args, server)
+    _factory_limits(run, asked.batch_size, model, model_dir, engine_args, server)
     args = dict(engine_args)
     try:
         nodes = rank_count(what, "nodes", args.pop("nodes", 1), "nodes: vLLM's --nnodes")
@@ -183,7 +181,7 @@ def _factory_spec(run: Run, need: Need, model: Any, engine_args: dict[str, Any],
         problem = spread_problem(tp * pp, nodes) or multi_node_problem()
         if problem:
             fail(f"{what}: nodes={nodes}, tensor_parallel_size={tp}, pipeline_parallel_size={pp}: {problem}")
-    spec = replace(engines.spec_for(need, model_dir, run.cpu_bind), extra_args=tuple(sorted(args.items())),
+    spec = replace(engines.spec_for(asked, model_dir, run.cpu_bind), extra_args=tuple(sorted(args.items())),
                    tensor_parallel=tp, pipeline_parallel=pp, nodes=nodes)
     if spec.ranks > 1 and BIND_ENV not in os.environ:
         cores = owned_cores(spec)
@@ -208,11 +206,11 @@ def _factory(request: pytest.FixtureRequest, server: bool) -> Iterator[Callable[
         **engine_args: Any,
     ) -> Handle:
         __tracebackhide__ = True
-        need = _factory_need(run, batch_size, timeout_s, inject, server, request.node)
-        spec = _factory_spec(run, need, model, engine_args, server)
-        engine = _started(lambda: run.pool.start_dedicated(spec, need.instructions))
+        asked = _factory_request(run, batch_size, timeout_s, inject, server, request.node)
+        spec = _factory_spec(run, asked, model, engine_args, server)
+        engine = _started(lambda: run.pool.start_dedicated(spec, asked.instructions))
         made.append(engine)
-        handle = _handle(run, engine, spec.max_num_seqs, need.instructions)
+        handle = _handle(run, engine, replace(TestPlan.of(asked, spec), batch_size=spec.max_num_seqs))
         request.node.stash[handle_key] = handle  # the report follows the latest one made
         return handle
 

@@ -34,7 +34,7 @@ from ..harness.load.clients import ClientOutcome, describe_client_error, run_asy
 from ..harness.waiting import wait_until
 from ..logic.inputs.arguments import BadMarker, complete_arguments, generate_arguments
 from ..logic.inputs.modelconfig import model_name
-from ..logic.planning.engines import EngineSpec, Instructions
+from ..logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ..logic.reporting.deaths import DeathFacts
 
 
@@ -51,7 +51,7 @@ class Handle:
         self,
         engine: EngineBase,
         batch_size: int,
-        instructions: Instructions,
+        instructions: DeadlineAndFaults,
         policy_name: str = "",
         policy_deadline_s: float | None = None,
         liveness_settings: LivenessSettings | None = None,

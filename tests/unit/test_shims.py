@@ -51,3 +51,13 @@ def test_a_script_that_imports_an_old_path_is_told_by_default() -> None:
     quiet = subprocess.run([sys.executable, "-c", "import pytest_enginedead.logic.timeouts.policies"],
                            capture_output=True, text=True, timeout=120)
     assert quiet.returncode == 0 and "Deprecat" not in quiet.stderr
+
+
+def test_a_renamed_public_name_warns_and_is_the_new_one() -> None:
+    """``Instructions`` says what it holds now: ``DeadlineAndFaults``."""
+    import pytest_enginedead
+
+    with pytest.warns(DeprecationWarning, match=r"pytest_enginedead.Instructions is deprecated \(removed in "
+                      r"0\.4\.0\): it is pytest_enginedead.DeadlineAndFaults"):
+        old = pytest_enginedead.Instructions
+    assert old is pytest_enginedead.DeadlineAndFaults

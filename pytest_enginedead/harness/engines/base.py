@@ -17,7 +17,7 @@ from typing import TypeVar
 import psutil
 
 from ...contract.control import Control
-from ...logic.planning.engines import EngineSpec, Instructions
+from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ...process.pinned import ProcRef
 from ..judging.evidence import RunEvidence
 from ..judging.liveness import ProcessEvidence, snapshot
@@ -56,16 +56,16 @@ class EngineBase(OnNodes):
         self.stopped = False
         #: the verdicts on its deaths (``assert_no_false_death`` notes them)
         self.findings: list[Finding] = []
-        self.instructions: list[Instructions] = []  # every one it ran under, in order
+        self.instructions: list[DeadlineAndFaults] = []  # every one it ran under, in order
         self._epoch = 0
         self._reaper = reaper
         self.hurry = False  # the run was interrupted: stop without vLLM's graceful shutdown
 
-    def environment(self, first: Instructions) -> dict[str, str]:
+    def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         """The variables the engine's processes start with (``environment.engine_environment``)."""
         return self.head_environment(engine_environment(self.spec, self.run_dir, first))
 
-    def instruct(self, instructions: Instructions) -> None:
+    def instruct(self, instructions: DeadlineAndFaults) -> None:
         """From the next RPC on, the engine runs under this deadline and these faults."""
         self._epoch += 1
         self.write_control(Control(self._epoch, instructions.deadline_whole_s, instructions.injection))
@@ -82,7 +82,7 @@ class EngineBase(OnNodes):
     def alive(self) -> bool:
         return not self.stopped and not self.broken and self.nodes_alive
 
-    def start(self: _Engine, first: Instructions, progress: Progress | None = None) -> _Engine:
+    def start(self: _Engine, first: DeadlineAndFaults, progress: Progress | None = None) -> _Engine:
         """Start vLLM under ``first``: the one start sequence (kinds fill in ``launch``,
         ``adopt_started``, ``start_error``, ``ready_message``); a failed start stops what it made."""
         self.instruct(first)
@@ -114,7 +114,7 @@ class EngineBase(OnNodes):
         """The engine core's own start-up record, checked (``coreready.check_core_ready``)."""
         check_core_ready(self.run_dir, self.spec.guard)
 
-    def launch(self, first: Instructions) -> None:
+    def launch(self, first: DeadlineAndFaults) -> None:
         """Start vLLM's processes and wait until they serve (each kind)."""
         raise NotImplementedError
 

@@ -24,12 +24,12 @@ from ...contract.names import (
     GUARD_POLICY_ENV,
     GUARD_VARIABLES,
 )
-from ...logic.planning.engines import EngineSpec, Instructions
+from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ...logic.planning.ranks import BIND_ENV, binding, parse_cpu_list
 from ...logic.sizing import slices
 
 
-def engine_environment(spec: EngineSpec, run_dir: str, first: Instructions) -> dict[str, str]:
+def engine_environment(spec: EngineSpec, run_dir: str, first: DeadlineAndFaults) -> dict[str, str]:
     """The variables the engine's processes start with (and only they).
 
     The harness sets the guard for every engine: on as its spec says, else

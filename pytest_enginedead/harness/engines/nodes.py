@@ -36,7 +36,7 @@ import psutil
 from ...compat import in_server, llm_config
 from ...contract.control import Control, write_control
 from ...contract.names import ENV_DIR, PROGRESS_DIR_ENV
-from ...logic.planning.engines import EngineSpec, Instructions
+from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ...logic.planning.nodes import node_arguments, node_bindings
 from ...logic.planning.ranks import BIND_ENV
 from ...process import reading
@@ -269,7 +269,7 @@ class OnNodes:
     evidence: RunEvidence
     _reaper: Reaper | None
 
-    def environment(self, first: Instructions) -> dict[str, str]:
+    def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         raise NotImplementedError
 
     @functools.cached_property
@@ -319,7 +319,7 @@ class OnNodes:
         """vLLM's arguments that make this engine the head of several nodes (none on one)."""
         return self.nodes.head_arguments() if self.nodes is not None else {}
 
-    def launch_nodes(self, first: Instructions) -> None:
+    def launch_nodes(self, first: DeadlineAndFaults) -> None:
         """Start the headless nodes (before the head, which waits for them at the master's port)."""
         if self.nodes is not None:
             env = process_environment(self.environment(first), self.spec, os.environ)

@@ -22,7 +22,7 @@ import psutil
 
 from ...compat import llm_api, llm_config
 from ...contract.guardfiles import read_core_ready
-from ...logic.planning.engines import EngineSpec, Instructions
+from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ..waiting import bounded, interruptible, wait_until
 from .base import EngineBase
 from .cleanup import Reaper
@@ -51,7 +51,7 @@ class Engine(EngineBase):
         self._node_failed: str | None = None
         self.import_s: float | None = None  # of the start, importing vLLM in this process (0 once imported)
 
-    def launch(self, first: Instructions) -> None:
+    def launch(self, first: DeadlineAndFaults) -> None:
         env = self.environment(first)
         self._before = {p.pid for p in self._me.children(recursive=True)}
         kwargs = llm_config.llm_kwargs(self.spec.model, self.spec.max_num_seqs,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...logic.planning.engines import EngineSpec, Instructions
+from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ..waiting import Progress
 from . import cleanup
 from .base import EngineBase
@@ -50,7 +50,7 @@ class EnginePool:
         #: engines started by this pool, ever
         self.started = 0
 
-    def acquire(self, spec: EngineSpec, instructions: Instructions, test: str = "") -> EngineBase:
+    def acquire(self, spec: EngineSpec, instructions: DeadlineAndFaults, test: str = "") -> EngineBase:
         """The shared engine for ``spec``, told ``instructions``; started or restarted if need be.
 
         A configuration whose engine core refused its guard fails every later test of
@@ -77,7 +77,7 @@ class EnginePool:
         return engine
 
     def start_dedicated(
-        self, spec: EngineSpec, instructions: Instructions, restart: bool = False
+        self, spec: EngineSpec, instructions: DeadlineAndFaults, restart: bool = False
     ) -> EngineBase:
         """Start and count an engine, first making room; not shared unless ``acquire`` made it."""
         reaper = self._make_room()

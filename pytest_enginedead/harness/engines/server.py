@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 
 from ...compat import in_server, llm_config, versions
-from ...logic.planning.engines import Instructions
+from ...logic.planning.engines import DeadlineAndFaults
 from ..waiting import wait_until
 from .base import EngineBase
 from .coreready import EngineStartError, GuardRefused, guard_refusal
@@ -96,7 +96,7 @@ class Server(EngineBase):
         self.log_path = os.path.join(self.run_dir, "server.log")
         self.stopping = False
 
-    def launch(self, first: Instructions) -> None:
+    def launch(self, first: DeadlineAndFaults) -> None:
         """``python -m vllm.entrypoints.openai.api_server``, in a session of its own; ready on /health."""
         self.port = free_port()
         cmd = server_command(self.spec.model, self.port, self.spec.max_num_seqs, self.served_name,

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...contract.guardfiles import GuardEvent
 from ...contract.steps import END_LINE, StepTime, steps_path, whole_lines_after
-from ...logic.planning.engines import EngineSpec, GuardSpec, Instructions
+from ...logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 from ...logic.soak.judge import Limits, Outcome, Window, judge
 from ...logic.soak.schedule import SLOW_FAULT
 from ..engines.cleanup import Reaper
@@ -48,7 +48,7 @@ class Soak(Faults):
         self.spec = EngineSpec(plan.model, self.sched.max_num_seqs,
                                extra_args=(("max_model_len", self.sched.max_model_len),), guard=guard,
                                server=True, tensor_parallel=self.sched.tensor_parallel_size)
-        self.first = Instructions(float(self.sched.deadline_s), "the soak's schedule", from_policy=False)
+        self.first = DeadlineAndFaults(float(self.sched.deadline_s), "the soak's schedule", from_policy=False)
         self.supervisor = Supervisor(self.spec, self.first, reaper, progress, plan.restarts)
         self.monitor = Monitor(self.supervisor)
         self.traffic = Traffic(os.path.basename(plan.model.rstrip("/")), self.sched.clients,

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...contract.control import Injection
 from ...contract.steps import StepTime, parse_steps, steps_path, whole_lines_after
-from ...logic.planning.engines import Instructions
+from ...logic.planning.engines import DeadlineAndFaults
 from ...logic.soak.judge import Limits, Window, past_deadline
 from ...logic.soak.schedule import SLOW_FAULT, Fault, Schedule
 from ..waiting import Progress
@@ -52,7 +52,7 @@ class Faults:
 
     plan: Plan
     sched: Schedule
-    first: Instructions
+    first: DeadlineAndFaults
     progress: Progress
     supervisor: Supervisor
     monitor: Monitor

@@ -21,7 +21,7 @@ import psutil
 
 from ...compat import versions
 from ...contract.names import EXIT_ENV
-from ...logic.planning.engines import EngineSpec, Instructions
+from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ...logic.soak.judge import Exit
 from ...process import reading
 from ...process.pinned import ProcRef
@@ -36,7 +36,7 @@ class SoakServer(Server):
     server exits non-zero after its engine died (``ENGINEDEAD_EXIT_ON_DEATH=1``, as
     docs/how-to/probes.md deploys it); a stock one as vLLM does (status 0)."""
 
-    def environment(self, first: Instructions) -> dict[str, str]:
+    def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         env = super().environment(first)
         if self.spec.guard is not None:
             env[EXIT_ENV] = "1"
@@ -58,7 +58,7 @@ class Incarnation:
 class Supervisor:
     """Restart-on-exit for the soak's server; ``restarts`` None is no limit."""
 
-    def __init__(self, spec: EngineSpec, first: Instructions, reaper: Reaper | None,
+    def __init__(self, spec: EngineSpec, first: DeadlineAndFaults, reaper: Reaper | None,
                  progress: Progress | None = None, restarts: int | None = None) -> None:
         self.spec = spec
         self.first = first

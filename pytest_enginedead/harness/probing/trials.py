@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...contract.control import Injection
 from ...contract.decisions import Verdict
-from ...logic.planning.engines import EngineSpec, GuardSpec, Instructions
+from ...logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 from ...logic.reporting.probereplay import PROBES, SAMPLE_S, SAMPLE_TIMEOUT_S, STATES, Run, Sample
 from ..engines.cleanup import Reaper
 from ..waiting import wait_until
@@ -97,7 +97,7 @@ def run_trial(state: Verdict, guarded: bool, model: str, window_s: float, hang_s
     deadline = SLOW_DEADLINE_S if slow else HUNG_DEADLINE_S
     run = Run(state, guarded, window_s)
     lock = threading.Lock()
-    first = Instructions(deadline, "enginedead probe-settings", faults)
+    first = DeadlineAndFaults(deadline, "enginedead probe-settings", faults)
     with Reaper() as reaper, Server(spec, reaper).start(first, progress) as server:
         server.hurry = True  # the trial ends it: no graceful shutdown to wait for
         run.samples = {kind: [] for kind in PROBES}

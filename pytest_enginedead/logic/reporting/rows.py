@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from ...contract.decisions import Verdict
 from ...contract.guardfiles import GuardEvent
 from ...contract.steps import StepTime, summarize
-from ..planning.engines import EngineSpec, Instructions
+from ..planning.engines import DeadlineAndFaults, EngineSpec
 from .deaths import DeathRecord, death_counts
 
 
@@ -50,7 +50,7 @@ class Observed(Protocol):
     def batch_size(self) -> int: ...
 
     @property
-    def instructions(self) -> Instructions: ...
+    def instructions(self) -> DeadlineAndFaults: ...
 
     @property
     def findings(self) -> Sequence[Judged]: ...
@@ -94,7 +94,7 @@ class Started(Protocol):
     def spec(self) -> EngineSpec: ...
 
     @property
-    def instructions(self) -> list[Instructions]: ...
+    def instructions(self) -> list[DeadlineAndFaults]: ...
 
     @property
     def findings(self) -> Sequence[Judged]: ...

@@ -20,7 +20,7 @@ def test_engine_arguments() -> None:
 def test_engines_never_phone_home() -> None:
     """Every engine and server the harness starts runs with usage statistics off and no hub."""
     from pytest_enginedead.harness.engines.base import EngineBase
-    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+    from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 
     env = llm_config.engine_environment()
     assert {k: env[k] for k in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_HUB_OFFLINE")} == {
@@ -28,7 +28,7 @@ def test_engines_never_phone_home() -> None:
     }
     engine = EngineBase(EngineSpec("/m", 8, server=True))
     try:
-        started_with = engine.environment(Instructions(2.0, "test"))
+        started_with = engine.environment(DeadlineAndFaults(2.0, "test"))
     finally:
         engine.stop()
     assert started_with["VLLM_NO_USAGE_STATS"] == "1" and started_with["HF_HUB_OFFLINE"] == "1"

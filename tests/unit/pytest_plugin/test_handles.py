@@ -45,12 +45,12 @@ def test_a_handles_bad_argument_is_one_line_and_the_engine_stays(
     tests/engine/test_guard.py).  The engines here were never started: reaching them fails."""
     from pytest_enginedead.harness.engines.offline import Engine
     from pytest_enginedead.harness.engines.server import Server
-    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+    from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
     from pytest_enginedead.pytest_plugin.handles import EngineHandle, ServerHandle
 
     server = method == "complete"
     engine = (Server if server else Engine)(EngineSpec(BUNDLED_MODEL, 8, extra, server=server))
-    handle = (ServerHandle if server else EngineHandle)(engine, 8, Instructions(300.0))
+    handle = (ServerHandle if server else EngineHandle)(engine, 8, DeadlineAndFaults(300.0))
     try:
         with pytest.raises(pytest.fail.Exception) as info:
             getattr(handle, method)(**kwargs)

@@ -12,7 +12,7 @@ from pytest_enginedead.harness.engines.pool import EngineRecord
 from pytest_enginedead.harness.judging.liveness import LivenessSettings
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.machine import Machine, same_machine, this_machine
-from pytest_enginedead.logic.planning.engines import Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults
 from pytest_enginedead.logic.reporting.report import Results
 from pytest_enginedead.logic.timeouts.policies import TimeoutPolicy
 from pytest_enginedead.pytest_plugin import summary
@@ -64,7 +64,7 @@ class Terminal:
 
 
 def test_terminal_summary(engine: Engine) -> None:
-    engine.instruct(Instructions(2.0, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05)))
+    engine.instruct(DeadlineAndFaults(2.0, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05)))
     engine.start_s = 13.0
     engine.findings.append(finding(Verdict.SLOW))
     write_steps(engine, (1, 64, 1.0, 0.711), (2, 64, 2.0, 0.715))

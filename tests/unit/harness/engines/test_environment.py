@@ -9,7 +9,7 @@ from pytest_enginedead.compat import llm_config, versions
 from pytest_enginedead.harness.engines.base import EngineBase
 from pytest_enginedead.harness.engines.environment import cleared_variables, process_environment
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 
 
 def _kv_cache(spec_kwargs: dict[str, object], version: str | None = "0.32.0",
@@ -64,7 +64,7 @@ def test_the_guard_a_shell_exports_never_reaches_an_engine(guarded: bool) -> Non
     spec = EngineSpec(BUNDLED_MODEL, 8, guard=GuardSpec(3.0, "edcap:cap") if guarded else None)
     engine = EngineBase(spec)
     try:
-        env = process_environment(engine.environment(Instructions(2.0)), spec, SHELL)
+        env = process_environment(engine.environment(DeadlineAndFaults(2.0)), spec, SHELL)
     finally:
         engine.stop()
     assert env["PATH"] == "/usr/bin"

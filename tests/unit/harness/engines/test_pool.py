@@ -16,17 +16,18 @@ from pytest_enginedead.harness.engines.coreready import EngineStartError, GuardR
 from pytest_enginedead.harness.engines.pool import EnginePool
 from pytest_enginedead.harness.waiting import Progress
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 from tests.support.guards import GUARD_MARKER
 
 A, B = EngineSpec("/m/a", 8), EngineSpec("/m/b", 8)
-POLICY, MARKER = Instructions(680.0, "policy reference"), Instructions(2.0, "the enginedead_timeout marker")
+POLICY = DeadlineAndFaults(680.0, "policy reference")
+MARKER = DeadlineAndFaults(2.0, "the enginedead_timeout marker")
 
 
 class FakeEngine(EngineBase):
     started: list[FakeEngine] = []  # noqa: RUF012 - every engine started in this test, in order
 
-    def start(self, first: Instructions, progress: Progress | None = None) -> FakeEngine:
+    def start(self, first: DeadlineAndFaults, progress: Progress | None = None) -> FakeEngine:
         self.instruct(first)
         self.start_s = 0.5
         FakeEngine.started.append(self)
@@ -134,7 +135,9 @@ def test_a_refused_guard_is_not_started_again(monkeypatch: pytest.MonkeyPatch) -
     refused again); other configurations start as usual."""
     starts: list[EngineSpec] = []
 
-    def start(self: EnginePool, spec: EngineSpec, instructions: Instructions, restart: bool = False) -> None:
+    def start(
+        self: EnginePool, spec: EngineSpec, instructions: DeadlineAndFaults, restart: bool = False
+    ) -> None:
         starts.append(spec)
         raise GuardRefused("the guard is off: refused") if spec.guard else EngineStartError("other")
 
@@ -143,7 +146,7 @@ def test_a_refused_guard_is_not_started_again(monkeypatch: pytest.MonkeyPatch) -
     guarded, plain = EngineSpec(BUNDLED_MODEL, 8, guard=GUARD_MARKER), EngineSpec(BUNDLED_MODEL, 8)
     for _ in range(2):
         with pytest.raises(GuardRefused, match="the guard is off: refused"):
-            pool.acquire(guarded, Instructions(2.0))
+            pool.acquire(guarded, DeadlineAndFaults(2.0))
         with pytest.raises(EngineStartError, match="other"):
-            pool.acquire(plain, Instructions(2.0))
+            pool.acquire(plain, DeadlineAndFaults(2.0))
     assert starts == [guarded, plain, plain]

@@ -21,7 +21,7 @@ from pytest_enginedead.harness.engines.pool import EngineRecord
 from pytest_enginedead.harness.judging.liveness import LivenessSettings
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.machine import this_machine
-from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 from pytest_enginedead.logic.reporting.deaths import DeathRecord, death_counts
 from pytest_enginedead.logic.reporting.report import (
     Results,
@@ -57,9 +57,9 @@ def test_death_counts() -> None:
 
 
 def test_engine_row(engine: Engine) -> None:
-    engine.instruct(Instructions(680.0, "policy reference"))
-    engine.instruct(Instructions(1.5, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05)))
-    engine.instruct(Instructions(1.5, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05)))
+    engine.instruct(DeadlineAndFaults(680.0, "policy reference"))
+    engine.instruct(DeadlineAndFaults(1.5, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05)))
+    engine.instruct(DeadlineAndFaults(1.5, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05)))
     engine.start_s = 12.345
     engine.findings += [finding(Verdict.SLOW), finding(Verdict.DEAD), finding(Verdict.SLOW)]
     write_steps(engine, (1, 8, 10.0, 0.5), (2, 64, 11.0, 1.0), (3, 64, 12.0, 0.25), (4, 64, 13.0, None))
@@ -93,7 +93,7 @@ def test_engine_row(engine: Engine) -> None:
 
 def test_engine_row_outlives_the_run_directory(engine: Engine) -> None:
     """After stop the run directory is gone; the row still has the steps it recorded."""
-    engine.instruct(Instructions(3.0))
+    engine.instruct(DeadlineAndFaults(3.0))
     write_steps(engine, (1, 8, 1.0, 0.75))
     engine.stop()
     assert not os.path.exists(engine.run_dir)
@@ -104,7 +104,7 @@ def test_engine_row_outlives_the_run_directory(engine: Engine) -> None:
 def test_engine_row_of_a_guarded_engine_without_steps() -> None:
     guarded = Engine(EngineSpec(BUNDLED_MODEL, 8, guard=GuardSpec(30.0)))
     try:
-        guarded.instruct(Instructions(2.0))
+        guarded.instruct(DeadlineAndFaults(2.0))
         row = EngineRow.of(guarded, [])
     finally:
         guarded.stop()
@@ -135,7 +135,7 @@ def phase_report(when: str, outcome: str = "passed") -> pytest.TestReport:
 
 def test_observe_keeps_the_call_and_what_did_not_pass(engine: Engine) -> None:
     write_steps(engine, (1, 64, time.monotonic() - 100, 9.0))  # an earlier test's step
-    ins = Instructions(1.5, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05))
+    ins = DeadlineAndFaults(1.5, "the enginedead_timeout marker", Injection(slow_s_per_seq=0.05))
     engine.instruct(ins)
     handle = Handle(engine, 8, ins, "reference", 680.0, LivenessSettings())
     now = time.monotonic()
@@ -163,7 +163,7 @@ def test_observe_keeps_the_call_and_what_did_not_pass(engine: Engine) -> None:
 
 
 def test_wire_carries_rows_to_the_controller(engine: Engine) -> None:
-    engine.instruct(Instructions(2.0))
+    engine.instruct(DeadlineAndFaults(2.0))
     worker = Results(configurations=2)
     worker.add_engines([EngineRecord(engine.spec, engine, ["t.py::a"]), EngineRecord(engine.spec, engine)])
     test = TestRow("t.py::a", "call", "failed", 8, 2.0, "the enginedead_timeout marker", "bs8", 1, 0.5,
@@ -194,11 +194,11 @@ def settings(path: str | None = None) -> Settings:
 
 def test_built_report_meets_its_schema(engine: Engine, tmp_path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    engine.instruct(Instructions(2.0, "the enginedead_timeout marker"))
+    engine.instruct(DeadlineAndFaults(2.0, "the enginedead_timeout marker"))
     write_steps(engine, (1, 8, 1.0, 0.5))
     results = Results(configurations=1)
     results.add_engines([EngineRecord(engine.spec, engine, ["t.py::a"], restart=True)])
-    ins = Instructions(2.0)
+    ins = DeadlineAndFaults(2.0)
     handle = Handle(engine, 8, ins)
     results.observe("t.py::a", phase_report("call"), handle)
     data = build(results, settings(), this_machine())
