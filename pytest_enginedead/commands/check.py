@@ -26,6 +26,7 @@ from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
 from ..harness.engines.server import has_tokenizer
 from ..harness.outputs import Output
+from ..logic import releases
 from ..logic.inputs.arguments import BadMarker, fits_context
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.modelconfig import model_name
@@ -94,7 +95,7 @@ def add_parser(sub: Any, verbose: bool) -> None:
                        metavar="SECONDS",
                        help="vLLM's deadline to test against, whole seconds; default: "
                        f"{checking.BUNDLED_STOCK_S} s on the bundled model (time-compressed), "
-                       f"else {versions.DEADLINE_ENV} or 300")
+                       f"else {releases.DEADLINE_ENV} or 300")
     add_ranks(check)
     check.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                        help="extra arguments for pytest, after --")

@@ -14,7 +14,6 @@ from dataclasses import replace
 
 import pytest
 
-from ..compat import versions
 from ..harness.judging.liveness import LivenessSettings, Sampler
 from ..harness.judging.verdict import (
     Inspectable,
@@ -24,6 +23,7 @@ from ..harness.judging.verdict import (
     Watchable,
     judge_death,
 )
+from ..logic import releases
 from .run import liveness_defaults
 from .run import run_settings as run_settings  # the run's defaults, set at configure
 
@@ -59,7 +59,7 @@ def assert_no_false_death(
         if isinstance(engine, JudgesErrors):
             died = engine.is_engine_death(exc)
         else:
-            died = versions.is_engine_death(exc)
+            died = releases.is_engine_death(exc)
         if not (died or (extra and isinstance(exc, extra))):
             raise
         finding = judge_death(engine, sampler, started, type(exc).__name__, settings)

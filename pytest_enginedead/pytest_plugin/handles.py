@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from ..compat import in_server, versions
+from ..compat import in_server
 from ..contract.decisions import GuardAction
 from ..contract.guardfiles import GuardEvent
 from ..contract.steps import StepTime
@@ -32,6 +32,7 @@ from ..harness.judging.liveness import LivenessSettings, ProcessEvidence
 from ..harness.judging.verdict import Finding
 from ..harness.load.clients import ClientOutcome, describe_client_error, run_async
 from ..harness.waiting import wait_until
+from ..logic import releases
 from ..logic.inputs.arguments import BadMarker, complete_arguments, generate_arguments
 from ..logic.inputs.modelconfig import model_name
 from ..logic.planning.engines import DeadlineAndFaults, EngineSpec
@@ -88,7 +89,7 @@ class Handle:
     def deadline_source(self) -> str:
         """Where the deadline came from, as a failure message says it."""
         return (
-            f"{versions.DEADLINE_ENV}={self.instructions.deadline_env}, "
+            f"{releases.DEADLINE_ENV}={self.instructions.deadline_env}, "
             f"set from {self.instructions.deadline_source}"
         )
 
@@ -225,7 +226,7 @@ class ServerHandle(Handle):
         """Longer than any wait the engine may make for one step, so clients never give up first."""
         if self.spec.guard is not None:
             return 3600.0
-        return min(2 * self.timeout_s + 120.0, float(versions.MAX_DEADLINE_S))
+        return min(2 * self.timeout_s + 120.0, float(releases.MAX_DEADLINE_S))
 
     def prompt(self, i: int, prompt_len: int) -> str | list[int]:
         rng = random.Random(i * 7919 + prompt_len)
@@ -301,8 +302,8 @@ class ServerHandle(Handle):
 
     def is_engine_death(self, exc: BaseException) -> bool:
         """Whether a client error means the server's engine died (not a plain bad request)."""
-        if versions.is_engine_death(exc) or not in_server.is_openai_failure(exc):
-            return versions.is_engine_death(exc)
+        if releases.is_engine_death(exc) or not in_server.is_openai_failure(exc):
+            return releases.is_engine_death(exc)
         # the server exits within ~5 s of its engine
         if wait_until(lambda: not self._engine_healthy(), 12.0, every_s=0.1):
             self._engine.broken = True

@@ -17,6 +17,7 @@ import pytest
 
 from ..compat import versions
 from ..contract.names import CHECK_PLAN_ENV
+from ..logic import releases
 from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_label
 from ..logic.inputs.optiontable import OPTIONS, Option
 from ..logic.inputs.sampling import LivenessSettings
@@ -250,7 +251,7 @@ def _given(value: Value) -> str:
 
 def check_vllm_environment() -> None:
     """vLLM's deadline variable, checked once at the start, before any policy reads it."""
-    if versions.DEADLINE_ENV not in os.environ:  # vLLM's default: nothing to check
+    if releases.DEADLINE_ENV not in os.environ:  # vLLM's default: nothing to check
         return
     from ..harness.engines.startchecks import vllm_environment_problem
 

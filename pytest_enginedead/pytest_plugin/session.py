@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..compat import versions
 from ..contract.names import GUARD_ENV
+from ..logic import releases
 from ..logic.inputs.modelconfig import BUNDLED_MODEL
 from . import markerdocs, options
 from .options import Settings
@@ -199,9 +199,9 @@ def header(config: pytest.Config) -> str:
         lines.append(f"enginedead: the guard is on for every engine: {s.guard_where}" + (
             f"; {GUARD_ENV} is also the production switch: unset it to test engines without the guard"
             if "(from environment)" in s.guard_where else ""))
-    if os.environ.get(versions.MULTIPROCESSING_ENV, "1").strip() == "0":
+    if os.environ.get(releases.MULTIPROCESSING_ENV, "1").strip() == "0":
         lines.append(
-            f"enginedead: {versions.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
+            f"enginedead: {releases.MULTIPROCESSING_ENV}=0 ignored for harness engines: "
             "vLLM applies the deadline only in multiprocess mode"
         )
     return "\n".join(lines)

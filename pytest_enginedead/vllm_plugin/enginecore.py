@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from ..compat import in_core, in_worker, versions
+from ..compat import in_core, in_worker
 from ..contract.collectives import mark_pid
 from ..contract.control import ControlReader
 from ..contract.decisions import GuardAction
@@ -30,6 +30,7 @@ from ..contract.guardfiles import (
     write_guard_state,
 )
 from ..contract.steps import steps_path
+from ..logic import releases
 from ..logic.inputs.guardconfig import GuardConfig
 from ..logic.timeouts.policies import Backend
 from ..process import reading
@@ -87,7 +88,7 @@ class EngineCorePlugin:
             cap = float(self.guard.policy.timeout_s(Backend.CPU, self.batch, self._tokens))
             if not math.isfinite(cap):
                 raise ValueError(f"returned {cap!r}")
-            return min(cap, float(versions.MAX_DEADLINE_S))  # past it, Python's waits overflow
+            return min(cap, float(releases.MAX_DEADLINE_S))  # past it, Python's waits overflow
         except Exception as exc:  # the user's policy: say so once, fall back to vLLM's deadline
             if not self._warned_policy:
                 self._warned_policy = True

@@ -49,6 +49,7 @@ from ..contract.dumps import (
 )
 from ..contract.names import ENV_DIR, PROGRESS_DIR_ENV
 from ..contract.steps import BEGIN_SHAPE_LINE, END_LINE, SAMPLE_BEGIN_LINE, SAMPLE_END_LINE, steps_path
+from ..logic import releases
 from .progress import Publisher, StepState
 
 
@@ -294,9 +295,9 @@ class StepRecorder:
 def _stock_deadline_s() -> float:
     """The deadline vLLM applies when the harness's control file names none."""
     try:
-        return versions.stock_deadline_s()
+        return releases.stock_deadline_s()
     except ValueError:  # vLLM itself refuses such a value; the harness checked it before
-        return versions.STOCK_DEADLINE_S
+        return releases.STOCK_DEADLINE_S
 
 
 _recorder: StepRecorder | None = None

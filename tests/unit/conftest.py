@@ -16,6 +16,7 @@ import pytest
 from pytest_enginedead.compat import in_server, registry, versions
 from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.harness.engines.pool import EnginePool
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning.engines import EngineSpec
 from tests.support.doors import KNOWN, REGISTRY_STUB, TRIPWIRE, stand_in_server_parser
@@ -38,7 +39,7 @@ def tripwire(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     # asked of a factory's server arguments: not imported here
     monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
     monkeypatch.setattr(in_server, "server_parser", stand_in_server_parser)
-    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    monkeypatch.delenv(releases.DEADLINE_ENV, raising=False)
     yield started
     assert started == [], "an engine start was attempted"
 
@@ -56,7 +57,7 @@ def wired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in list(os.environ):
         if name.startswith("ENGINEDEAD_") and name != "ENGINEDEAD_TEST_TRIPWIRE":
             monkeypatch.delenv(name)
-    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    monkeypatch.delenv(releases.DEADLINE_ENV, raising=False)
     yield record
     assert not record.exists(), f"an engine was about to start: {record.read_text()}"
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from ...compat import versions
 from ...contract.guardfiles import CoreReady, read_core_ready
 from ...contract.names import GUARD_ENV
+from ...logic import releases
 from ...logic.planning.engines import GuardSpec
 
 
@@ -29,7 +29,7 @@ def guard_problem(asked: GuardSpec | None, ready: CoreReady) -> str | None:
     ``ready`` is the engine core's own start-up record: asked for the guard, it must
     be on with the policy and ``hang_s`` asked for; not asked, it must be off.
     """
-    core = f"{versions.ENGINE_CORE_TITLE} (pid {ready.pid})"
+    core = f"{releases.ENGINE_CORE_TITLE} (pid {ready.pid})"
     if asked is None:
         if ready.guard or ready.asked:
             return (

@@ -24,6 +24,7 @@ from ...contract.names import (
     GUARD_POLICY_ENV,
     GUARD_VARIABLES,
 )
+from ...logic import releases
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ...logic.planning.ranks import BIND_ENV, binding, parse_cpu_list
 from ...logic.sizing import slices
@@ -38,7 +39,7 @@ def engine_environment(spec: EngineSpec, run_dir: str, first: DeadlineAndFaults)
     """
     env = {
         **llm_config.engine_environment(),
-        versions.DEADLINE_ENV: first.deadline_env,
+        releases.DEADLINE_ENV: first.deadline_env,
         ENV_DIR: run_dir,
         ENV_HARNESS_PID: str(os.getpid()),
         GUARD_ENV: "0",

@@ -23,7 +23,8 @@ from typing import Any
 
 import psutil
 
-from ...compat import in_server, llm_config, versions
+from ...compat import in_server, llm_config
+from ...logic import releases
 from ...logic.planning.engines import DeadlineAndFaults
 from ..waiting import wait_until
 from .base import EngineBase
@@ -186,7 +187,7 @@ class Server(EngineBase):
         for ref in self.procs:
             proc = ref.process()
             with contextlib.suppress(psutil.Error):
-                if proc is not None and versions.ENGINE_CORE_TITLE in " ".join(proc.cmdline()):
+                if proc is not None and releases.ENGINE_CORE_TITLE in " ".join(proc.cmdline()):
                     return True
         return False
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...compat import in_server, llm_api, llm_config, registry, versions
 from ...contract.names import ENV_DIR, ENV_HARNESS_PID, GUARD_VARIABLES
+from ...logic import releases
 from ...logic.inputs.arguments import FACTORY_ARGS, BadMarker
 from ...logic.inputs.modelconfig import (
     config_architectures,
@@ -174,7 +175,7 @@ def _architecture_problem(archs: list[str], config: Path) -> str | None:
 def vllm_environment_problem() -> str | None:
     """A variable of vLLM's own that vLLM could not use (the deadline), in one line, or None."""
     try:
-        versions.stock_deadline_s(version=versions.installed_version())
+        releases.stock_deadline_s(version=versions.installed_version())
     except ValueError as exc:
         return str(exc)
     return None
@@ -210,7 +211,7 @@ OWNED_SERVER_ARGS = {
 
 #: environment variables the harness sets for every engine it starts: never a factory argument
 OWNED_VARIABLES = {
-    versions.DEADLINE_ENV: "give the deadline as timeout_s= (the harness sets it per test)",
+    releases.DEADLINE_ENV: "give the deadline as timeout_s= (the harness sets it per test)",
     ENV_DIR: "the harness makes each engine's run directory",
     ENV_HARNESS_PID: "the harness sets it for every engine",
     **{name: "the harness sets the guard for every engine it starts: turn it on with --enginedead-guard"

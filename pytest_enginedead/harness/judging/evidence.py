@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 
 import psutil
 
-from ...compat import versions
 from ...contract.collectives import waiting_for_a_peer
 from ...contract.dumps import (
     STACK_SIGNAL,
@@ -26,6 +25,7 @@ from ...contract.dumps import (
 )
 from ...contract.guardfiles import GuardEvent, guard_events_path, read_guard_events
 from ...contract.steps import StepTime, read_steps, steps_path
+from ...logic import releases
 from ...process.pinned import ProcRef
 from ...process.remote import RemoteLook, RemoteRanks
 from ..waiting import wait_until
@@ -107,7 +107,7 @@ class RunEvidence:
         for ref in procs:
             proc = ref.process()
             with contextlib.suppress(psutil.Error):
-                if proc is not None and versions.WORKER_TITLE in " ".join(proc.cmdline()):
+                if proc is not None and releases.WORKER_TITLE in " ".join(proc.cmdline()):
                     titled.append(ref.pid)
         return titled
 

@@ -3,7 +3,7 @@
 A dump lists each thread's frames, innermost first (``File "...", line N in fn``); the
 worker writes ``main-thread 0x…`` before it so that the main thread (the one that runs
 the model step) can be picked out.  ``where`` names the model code a step was in: the
-deepest function of the model's own modules (``versions.MODEL_CODE``) most of the samples
+deepest function of the model's own modules (``releases.MODEL_CODE``) most of the samples
 ran under, with its class and the source lines they were at, and beside it the innermost
 frame of vLLM's (or our) code.
 """
@@ -17,8 +17,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from ...compat import versions
 from ...contract.dumps import MAIN_THREAD_PREFIX
+from ...logic import releases
 from ...logic.reporting.where import ModelFrame, Where, short_path
 
 _FRAME = re.compile(r'^File "(?P<path>.*)", line (?P<line>\d+) in (?P<fn>.*)$')
@@ -94,7 +94,7 @@ def model_frames(frames: Sequence[str]) -> list[ModelFrame]:
     found = []
     for frame in frames[1:]:
         match = _FRAME.match(frame)
-        if match and versions.MODEL_CODE in match["path"]:
+        if match and releases.MODEL_CODE in match["path"]:
             path, line = match["path"], int(match["line"])
             source = linecache.getline(path, line).strip()
             found.append(ModelFrame(path, line, _qualname(path, line) or match["fn"], source))

@@ -14,10 +14,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from ...compat import versions
 from ...contract.decisions import Verdict, overall
 from ...contract.dumps import DeadlineStack
 from ...contract.steps import StepTime
+from ...logic import releases
 from ...logic.planning.nodes import node_label
 from ...logic.planning.ranks import rank_label
 from ...logic.reporting.deaths import DeathFacts, DeathRecord, JudgedProcess, StepRef
@@ -231,8 +231,8 @@ def _what_to_change(f: DeathFacts) -> str:
         )
     allowed = f.policy_deadline_s
     setting = (
-        f"`export {versions.DEADLINE_ENV}={versions.deadline_env_value(allowed)}`"
-        if allowed is not None else f"a larger {versions.DEADLINE_ENV}"
+        f"`export {releases.DEADLINE_ENV}={releases.deadline_env_value(allowed)}`"
+        if allowed is not None else f"a larger {releases.DEADLINE_ENV}"
     )
     return (
         "the deadline is shorter than one step of this batch. Set "

@@ -19,8 +19,8 @@ from typing import Any
 
 import psutil
 
-from ...compat import versions
 from ...contract.names import EXIT_ENV
+from ...logic import releases
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ...logic.soak.judge import Exit
 from ...process import reading
@@ -170,9 +170,9 @@ def rss_of(server: Server) -> tuple[int, int] | None:
         with contextlib.suppress(psutil.Error):
             line = reading.command_line(proc)
             rss = int(proc.memory_info().rss)
-            if line.startswith(versions.ENGINE_CORE_TITLE):
+            if line.startswith(releases.ENGINE_CORE_TITLE):
                 core += rss
-            elif line.startswith(versions.WORKER_TITLE):
+            elif line.startswith(releases.WORKER_TITLE):
                 workers += rss
     return (core, workers) if core and workers else None
 
@@ -239,7 +239,7 @@ def worker_cpu_seconds(server: Server) -> dict[str, float]:
     out = {}
     for ref in list(server.procs):
         proc = ref.process()
-        if proc is not None and reading.command_line(proc).startswith(versions.WORKER_TITLE):
+        if proc is not None and reading.command_line(proc).startswith(releases.WORKER_TITLE):
             out[f"{reading.title(proc).split()[0]} pid {proc.pid}"] = reading.cpu_seconds(proc)
     return out
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import psutil
 
-from ...compat import versions
 from ...contract.decisions import GuardAction, Verdict
 from ...contract.guardfiles import GuardState, guard_state_path, read_guard_state, state_dir
 from ...contract.names import PROGRESS_DIR_ENV
+from ...logic import releases
 from ...process import reading
 from ...process.remote import RemoteLook, RemoteRanks
 
@@ -71,14 +71,14 @@ def engine_cores(front: psutil.Process) -> list[psutil.Process]:
     """The ``VLLM::EngineCore`` processes below a serving process."""
     with contextlib.suppress(psutil.Error):
         return [p for p in front.children(recursive=True)
-                if reading.command_line(p).startswith(versions.ENGINE_CORE_TITLE)]
+                if reading.command_line(p).startswith(releases.ENGINE_CORE_TITLE)]
     return []
 
 
 def workers(core: psutil.Process) -> list[psutil.Process]:
     with contextlib.suppress(psutil.Error):
         return [p for p in core.children(recursive=True)
-                if reading.command_line(p).startswith(versions.WORKER_TITLE)]
+                if reading.command_line(p).startswith(releases.WORKER_TITLE)]
     return []
 
 
@@ -183,7 +183,7 @@ def probe(port: int | None = None, pid: int | None = None) -> Answer:
         return Answer(False, f"dead: the serving process pid {front.pid} has exited")
     cores = engine_cores(front)
     if not cores:
-        return Answer(False, f"dead: no {versions.ENGINE_CORE_TITLE} below pid {front.pid}")
+        return Answer(False, f"dead: no {releases.ENGINE_CORE_TITLE} below pid {front.pid}")
     answers = [_answer_for_core(core) for core in cores]
     dead = [a for a in answers if not a.alive]
     return dead[0] if dead else answers[0]
@@ -193,11 +193,11 @@ def _answer_for_core(core: psutil.Process) -> Answer:
     """One engine core: dead if it or a worker of its has exited, else what its guard state
     says, with the probe's own look at its workers' CPU where the state cannot say."""
     if not reading.alive(core):
-        return Answer(False, f"dead: {versions.ENGINE_CORE_TITLE} pid {core.pid} has exited")
+        return Answer(False, f"dead: {releases.ENGINE_CORE_TITLE} pid {core.pid} has exited")
     procs = workers(core)
     gone = [p.pid for p in procs if not reading.alive(p)]
     if not procs or gone:
-        return Answer(False, f"dead: {versions.WORKER_TITLE} of engine core {core.pid} "
+        return Answer(False, f"dead: {releases.WORKER_TITLE} of engine core {core.pid} "
                              f"{'gone' if not procs else 'exited (pid ' + str(gone[0]) + ')'}")
     remote = remote_ranks(core)  # the other nodes' ranks, from what they publish
     silent = remote_gone(remote)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.compat import registry, versions
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from tests.support import examples
 from tests.support.doors import (
@@ -95,7 +96,7 @@ COMMAND_CASES = [
     # --- deadlines vLLM cannot hold, and what is not a number (20.5) ------------------------------
     Command("policy-beyond-the-bound", ("check", "--policy", "cli_big:p"),
             ("--policy 'cli_big:p': policy cli_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline "
-             f"must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
+             f"must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
             files=returning("cli_big", "1e12")),
     Command("policy-returns-text", ("check", "--policy", "cli_600:p"),
             ("--policy 'cli_600:p': policy cli_600: timeout_s(CPU, 8) returned '600', not a number of "
@@ -103,7 +104,7 @@ COMMAND_CASES = [
             files=returning("cli_600", "'600'")),
     Command("stock-deadline-beyond-the-bound", ("check", "--stock-deadline", "10000000000000"),
             ("argument --deadline/--stock-deadline: '10000000000000' must be at most "
-             f"{versions.MAX_DEADLINE_S} s, the "
+             f"{releases.MAX_DEADLINE_S} s, the "
              "longest wait vLLM can make",)),
     # --- a long model path: its head and tail in the line (20.5) ----------------------------------
     Command("model-long-path", ("check", "--model", LONG_MODEL),

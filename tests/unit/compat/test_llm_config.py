@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from pytest_enginedead.compat import llm_config, versions
+from pytest_enginedead.compat import llm_config
+from pytest_enginedead.logic import releases
 
 
 def test_engine_arguments() -> None:
@@ -14,7 +15,7 @@ def test_engine_arguments() -> None:
     assert kwargs["max_num_seqs"] == 64 and kwargs["max_model_len"] == 256
     assert kwargs["enforce_eager"] is True  # no dynamo trace in the first step
     env = llm_config.engine_environment()
-    assert env[versions.MULTIPROCESSING_ENV] == "1"  # the deadline exists only there
+    assert env[releases.MULTIPROCESSING_ENV] == "1"  # the deadline exists only there
 
 
 def test_engines_never_phone_home() -> None:

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from pytest_enginedead import Verdict, assert_no_false_death
-from pytest_enginedead.compat import versions
 from pytest_enginedead.contract.dumps import DeadlineStack
 from pytest_enginedead.contract.steps import StepTime
 from pytest_enginedead.harness.judging.liveness import LivenessSettings
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.reporting.deaths import DeathFacts
 from tests.support import examples, procs
 from tests.support.downstream import Downstream, Outcome
@@ -295,7 +295,7 @@ def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
         "where:      pytest_enginedead/worker.py in burn (no model code on the stack); "
         "the worker's own stack at the deadline (step 3 execute_model, 2.00 s in)"
     ) in text
-    assert versions.DEADLINE_ENV in text  # what to change
+    assert releases.DEADLINE_ENV in text  # what to change
     assert engine.stacks_for == [busy_pid]
     [death] = engine.deaths
     assert death["verdict"] == "SLOW"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_enginedead.compat import versions
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec
 from pytest_enginedead.pytest_plugin import distributed
 from pytest_enginedead.pytest_plugin.distributed import (
@@ -236,7 +236,7 @@ def test_marker_deadline(vllm_engine):
 def test_factory_deadline(vllm_engine_factory):
     vllm_engine_factory(8, timeout_s=10**12)
 """
-BOUND = (f"must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make "
+BOUND = (f"must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make "
          "(Python's threading.TIMEOUT_MAX)")
 #: a conftest (standing for any plugin) that refuses the collection; "enginedead: " lets usage_line read it
 REFUSING_CONFTEST = ("import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pytest_enginedead.compat import versions
 from pytest_enginedead.contract.decisions import Verdict
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.reporting import checking
 from pytest_enginedead.logic.reporting.checkevents import Note, RunDone, event_line, read_event
@@ -68,7 +68,7 @@ def test_plan_for_the_bundled_model_compresses_the_stock_deadline() -> None:
 def test_plan_for_a_real_model_uses_vllms_own_deadline(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    monkeypatch.delenv(releases.DEADLINE_ENV, raising=False)
     plan = plan_for(str(tmp_path), [8, 64])
     assert (plan.stock_s, plan.slow_s_per_seq) == (300, 0.0)
 
@@ -76,7 +76,7 @@ def test_plan_for_a_real_model_uses_vllms_own_deadline(
 def test_plan_travels_through_the_environment() -> None:
     plan = CheckPlan(stock_s=3, slow_s_per_seq=0.05, max_tokens=2, prompt_len=1, guard=True, server=True)
     env = plan.to_env()
-    assert env[versions.DEADLINE_ENV] == "3"  # vllm-stock then means this deadline
+    assert env[releases.DEADLINE_ENV] == "3"  # vllm-stock then means this deadline
     assert CheckPlan.from_env(env, "/any/model", [1]) == plan
     assert CheckPlan.from_env({}, BUNDLED_MODEL, [4, 16]) == plan_for(BUNDLED_MODEL, [4, 16])
 
@@ -94,7 +94,7 @@ def test_plan_travels_through_the_environment() -> None:
     ('{"stock_s": 2, "slow_s_per_seq": 0.5, "max_tokens": 0}', "'max_tokens': 0 must be at least 1"),
     ('{"stock_s": 2, "slow_s_per_seq": 0.5, "guard": 1}', "'guard': 1 is not true or false"),
     ('{"stock_s": 1e400, "slow_s_per_seq": 0.5}', "'stock_s': inf is not a whole number"),
-    (f'{{"stock_s": {10**13}, "slow_s_per_seq": 0.5}}', f"must be at most {versions.MAX_DEADLINE_S} s"),
+    (f'{{"stock_s": {10**13}, "slow_s_per_seq": 0.5}}', f"must be at most {releases.MAX_DEADLINE_S} s"),
 ])
 def test_a_plan_in_the_environment_is_read_like_a_public_variable(raw: str, said: str) -> None:
     """``ENGINEDEAD_CHECK_PLAN`` (``check`` hands it to its regression run): a JSON object of the
