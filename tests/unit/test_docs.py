@@ -65,7 +65,6 @@ def test_the_recording_rule_finds_what_a_note_lacks() -> None:
 
 #: pages whose recordings another change re-records (page -> why): they get their recording
 #: markers there; the test then passes, and ``strict`` makes that fail until the entry goes
-#: (issue 45's two, the forecast tutorial and the README's excerpt, are recorded now)
 AWAITING: dict[str, str] = {}
 
 

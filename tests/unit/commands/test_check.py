@@ -75,7 +75,7 @@ COMMAND_CASES = [
             ("argument --batch-sizes: no batch sizes given",)),
     Command("max-tokens-zero", ("check", "--max-tokens", "0"),
             ("argument --max-tokens: '0' must be at least 1",)),
-    # --- output paths: proven at the start, by the one writer (issue 22, 20.5) ------------------
+    # --- output paths: proven at the start, by the one writer ------------------
     Command("report-in-proc", ("check", "--report", "/proc/x.json"),
             ("enginedead check: error: --report '/proc/x.json': cannot be created: making a file in '/proc' "
              "failed", "(/proc is the kernel's; it takes no new files)")),
@@ -93,7 +93,7 @@ COMMAND_CASES = [
     Command("report-dangling-dir", ("check", "--report", "gone/sub/r.json"),
             ("--report 'gone/sub/r.json': ", "is a symbolic link to"),
             nodes={"gone": "link:/nonexistent-enginedead-dir"}),
-    # --- deadlines vLLM cannot hold, and what is not a number (20.5) ------------------------------
+    # --- deadlines vLLM cannot hold, and what is not a number ------------------------------
     Command("policy-beyond-the-bound", ("check", "--policy", "cli_big:p"),
             ("--policy 'cli_big:p': policy cli_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline "
              f"must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
@@ -106,7 +106,7 @@ COMMAND_CASES = [
             ("argument --deadline/--stock-deadline: '10000000000000' must be at most "
              f"{releases.MAX_DEADLINE_S} s, the "
              "longest wait vLLM can make",)),
-    # --- a long model path: its head and tail in the line (20.5) ----------------------------------
+    # --- a long model path: its head and tail in the line ----------------------------------
     Command("model-long-path", ("check", "--model", LONG_MODEL),
             ("enginedead check: error: --model ", '"vocab_size": -1 must be at least 1',
              "[long paths shortened; -v shows them whole]"),

@@ -77,9 +77,10 @@ def test_busy_worker_past_the_deadline_is_a_false_death(downstream: Downstream) 
     assert f"(pid {r.pid})" in r.text  # which process was still computing
     assert re.search(rf"procs.py busy \(pid {r.pid}\): running, \d+ % of a core", r.text)
     assert "while its worker was still computing" in r.text
-    assert re.search(r"\(2\.\d s after the call began\)", r.text)
+    judged = re.search(r"\((\d+\.\d) s after the call began\)", r.text)
+    assert judged is not None, r.text
+    assert 2.0 <= float(judged.group(1)) < 5.0  # at its 2 s deadline, while the worker's 5 s still ran
     assert r.same_object is None  # the stand-in error did not reach the test's except
-    assert r.wall_s < 20  # no hang (the verdict's own timing is asserted above)
 
 
 def test_false_death_report_is_not_chained_to_the_engine_error(busy_pid: int) -> None:
@@ -101,7 +102,7 @@ def test_idle_worker_is_hung_and_the_error_propagates(downstream: Downstream) ->
     assert r.same_object == "True"
     assert "StandInError: RPC call to execute_model timed out after 2 s." in r.text
     assert "false engine death" not in r.text
-    assert r.wall_s < 20  # no hang: the harness did not wait for the worker
+    assert r.wall_s < 30.0  # the harness did not wait out the idle worker's 30 s
 
 
 def test_exited_worker_is_dead_and_the_error_propagates(downstream: Downstream) -> None:
@@ -112,7 +113,6 @@ def test_exited_worker_is_dead_and_the_error_propagates(downstream: Downstream) 
     assert r.same_object == "True"
     assert "StandInError: RPC call to execute_model timed out after 2 s." in r.text
     assert "false engine death" not in r.text
-    assert r.wall_s < 20  # no hang
 
 
 def test_busy_threshold_option_reaches_the_assertion(downstream: Downstream) -> None:

@@ -243,13 +243,13 @@ REFUSING_CONFTEST = ("import pytest\n\n\ndef pytest_collection_modifyitems(items
                      "    raise pytest.UsageError('enginedead: a conftest refused this collection')\n")
 
 TWINS = [
-    # --- shards and durations (issue 21.3): refused on the controller as on a plain run ------------
+    # --- shards and durations: refused on the controller as on a plain run ------------
     Twin("shard-out-of-range", ("--enginedead-shard='2/1' (from command line)", "there is no shard 2 of 1"),
          args=("--enginedead-shard=2/1",), suite=ENGINE),
     Twin("durations-other-release", ("was recorded on vLLM '0.1.0', this run has",),
          args=("--enginedead-shard=1/2", "--enginedead-durations=d.json"), suite=ENGINE,
          files={"d.json": '{"enginedead_durations": 1, "vllm": "0.1.0", "tests": {}}'}),
-    # --- the report path (issue 22: never replace a device, never lose a report; 20.5) ----------------
+    # --- the report path (never replace a device, never lose a report) ----------------
     Twin("report-char-device", (), args=("--enginedead-report={repo}/nulldev",), nodes={"nulldev": "chr"},
          kind=OK),
     Twin("report-dev-null", (), args=("--enginedead-report=/dev/null",), kind=OK),
@@ -271,7 +271,7 @@ TWINS = [
     Twin("env-report-in-sys", ("ENGINEDEAD_REPORT='/sys/x.json' (from environment): cannot be created",
                                "(/sys is the kernel's; it takes no new files)"),
          env={"ENGINEDEAD_REPORT": "/sys/x.json"}, suite=ENGINE),
-    # --- the model, checked once in the controller under xdist (issue 22) ------------------------------
+    # --- the model, checked once in the controller under xdist ------------------------------
     Twin("model-negative-vocab",
          ("(from command line): ", '/m/config.json: "vocab_size": -1 must be at least 1'),
          args=("--enginedead-model=m",), files=model(config(vocab_size=-1)), suite=ENGINE),
@@ -288,7 +288,7 @@ TWINS = [
          suite=ENGINE),
     Twin("a-plugin-refuses-the-collection", ("enginedead: a conftest refused this collection",),
          files={"conftest.py": REFUSING_CONFTEST}, suite=ENGINE),
-    # --- deadlines vLLM cannot hold, and a policy's text (20.5) ----------------------------------------
+    # --- deadlines vLLM cannot hold, and a policy's text ----------------------------------------
     Twin("deadlines-beyond-the-bound",
          (f"policy pol_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline {BOUND}",
           f"@pytest.mark.enginedead_timeout: seconds=1000000000000.0 {BOUND}",

@@ -349,7 +349,7 @@ CASES = [
          args=(f"--enginedead-report={LONG}.json",)),
     Case("flag-report-path-too-long", ("cannot be used: File name too long", "(from command line)"),
          args=("--enginedead-report={repo}/" + "/".join([LONG] * 3) + "/r.json",)),
-    # --- shards and durations (issue 21.3) ----------------------------------------------------------
+    # --- shards and durations ----------------------------------------------------------
     Case("flag-shard-malformed", ("--enginedead-shard='1-2' (from command line)",
                                   "'1-2' is not K/N; use e.g. 1/2"),
          args=("--enginedead-shard=1-2",)),
