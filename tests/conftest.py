@@ -1,4 +1,4 @@
-"""Shared fixtures: a downstream repo (``downstream``) and a decoy ``VLLM::Worker``.
+"""Shared fixtures: a downstream repo (``downstream``) and a bystander ``VLLM::Worker``.
 
 The helpers behind them live in ``support/downstream.py``; ``examples/`` holds the downstream
 suites (copied into ``pytester`` directories, never collected here).  Every engine the
@@ -170,17 +170,17 @@ def _die_with_parent() -> None:
 
 
 @pytest.fixture(scope="session")
-def decoy() -> Iterator[psutil.Process]:
+def bystander() -> Iterator[psutil.Process]:
     """A process titled like a vLLM worker that no harness started: it must survive (and it dies
     with the test process, whatever ends that)."""
     proc = subprocess.Popen(["bash", "-c", "exec -a VLLM::Worker sleep 3600"], preexec_fn=_die_with_parent)
     try:
-        decoy = psutil.Process(proc.pid)
+        bystander = psutil.Process(proc.pid)
         deadline = time.monotonic() + 10
-        while decoy.cmdline()[:1] != ["VLLM::Worker"]:  # until bash has exec'd
-            assert time.monotonic() < deadline, decoy.cmdline()
+        while bystander.cmdline()[:1] != ["VLLM::Worker"]:  # until bash has exec'd
+            assert time.monotonic() < deadline, bystander.cmdline()
             time.sleep(0.01)
-        yield decoy
+        yield bystander
     finally:
         proc.kill()
         proc.wait()

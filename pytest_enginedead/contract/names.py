@@ -60,12 +60,15 @@ CHECK_PLAN_ENV = "ENGINEDEAD_CHECK_PLAN"
 CHECK_PROGRESS_ENV = "ENGINEDEAD_CHECK_PROGRESS"
 
 
-#: What the conformance suite (``pytest --pyargs pytest_enginedead.conformance``) holds your
-#: probe to: its settings (``NAME=PERIOD/TIMEOUT/THRESHOLD,...``), the kind of probe (``probe``,
-#: ``health``, ``models``, ``completion``), how long each state is probed, the guard's hang_s.
+#: The conformance suite (``pytest --pyargs pytest_enginedead.conformance``): your probe's
+#: settings, ``NAME=PERIOD/TIMEOUT/THRESHOLD,...``
 PROBE_SETTINGS_ENV = "ENGINEDEAD_PROBE_SETTINGS"
+#: The conformance suite: the kind of probe held to them (``probe``, ``health``, ``models``,
+#: ``completion``)
 PROBE_KIND_ENV = "ENGINEDEAD_PROBE_KIND"
+#: The conformance suite: how long each state is probed, in seconds
 PROBE_WINDOW_ENV = "ENGINEDEAD_PROBE_WINDOW"
+#: The conformance suite: the guard's hang_s in the guarded runs, in seconds
 PROBE_HANG_ENV = "ENGINEDEAD_PROBE_HANG_S"
 
 

@@ -4,7 +4,7 @@ Each test runs a downstream suite from ``examples/`` in a subprocess as a downst
 repo would (``pytest -p enginedead``) and reads its JSON report.  Engines are the
 expensive part (~15-45 s each), so every inner run shares them: one per distinct
 config.  After every run the engine processes it started (from the report, pinned by
-pid and creation time) must be gone, with their ``/dev/shm`` segments, while a decoy
+pid and creation time) must be gone, with their ``/dev/shm`` segments, while a bystander
 process titled ``VLLM::Worker`` that the harness did not start lives on.
 """
 
@@ -54,7 +54,7 @@ class StockRun:
     data: dict[str, Any]
     #: per test name, its junitxml properties
     junit: dict[str, dict[str, str]]
-    #: what ``assert_nothing_left`` said right after the run, with the decoy alive (None: nothing)
+    #: what ``assert_nothing_left`` said right after the run, with the bystander alive (None: nothing)
     left: str | None
     #: the call rows by test name
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -63,7 +63,7 @@ class StockRun:
 _RUN: list[StockRun] = []
 
 
-def stock_run(downstream: Downstream, decoy: psutil.Process) -> StockRun:
+def stock_run(downstream: Downstream, bystander: psutil.Process) -> StockRun:
     """The one run of the stock-deadline suites (its first reader makes it; one engine start)."""
     if not _RUN:
         junit = downstream.path / "junit.xml"
@@ -76,7 +76,7 @@ def stock_run(downstream: Downstream, decoy: psutil.Process) -> StockRun:
             for case in ElementTree.parse(junit).getroot().iter("testcase")
         }
         try:
-            assert_nothing_left(*engine_processes(data), decoy)
+            assert_nothing_left(*engine_processes(data), bystander)
             left = None
         except AssertionError as exc:
             left = str(exc)
@@ -92,11 +92,11 @@ ONE_RUN = "stock_vs_policy"
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
 def test_the_stock_deadline_kills_the_large_batch_falsely_and_the_policy_lets_it_live(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
     """Stock 2 s deadline, busy 0.05 s/seq: batch 2 lives, batch 64 is a false death; the
     reference policy lives through batch 64; shared_engine's two tests live under theirs."""
-    run = stock_run(downstream, decoy)
+    run = stock_run(downstream, bystander)
     run.result.assert_outcomes(passed=4, failed=1)
     run.result.stdout.fnmatch_lines_random(
         [
@@ -119,11 +119,11 @@ def test_the_stock_deadline_kills_the_large_batch_falsely_and_the_policy_lets_it
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
 def test_the_false_death_says_what_a_person_needs_at_3_am(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
     """The worker, its CPU, its step and how long it had run, the deadline and where it came
     from, what the policy allows, the worker's stack, and what to change: no exception chain."""
-    out = stock_run(downstream, decoy).result.stdout.str()
+    out = stock_run(downstream, bystander).result.stdout.str()
     for needle in (
         "false engine death: vLLM raised EngineDeadError while its worker was still computing",
         "VLLM::Worker (pid ",
@@ -141,10 +141,12 @@ def test_the_false_death_says_what_a_person_needs_at_3_am(
 
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
-def test_the_engine_died_at_its_own_deadline_mid_step(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_the_engine_died_at_its_own_deadline_mid_step(
+    downstream: Downstream, bystander: psutil.Process
+) -> None:
     """Its step (64 x 0.05 s = 3.2 s) had run past its own 2 s deadline and not as far as the
     next test's deadline (shared_engine's 5 s): the deadline switched per test, on one engine."""
-    run = stock_run(downstream, decoy)
+    run = stock_run(downstream, bystander)
     step = re.search(r"step:       step \d+, batch \d+, had run (\d+\.\d) s and was still running",
                      run.result.stdout.str())
     assert step is not None, run.result.stdout.str()[-3000:]
@@ -156,12 +158,12 @@ def test_the_engine_died_at_its_own_deadline_mid_step(downstream: Downstream, de
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
 def test_one_engine_served_five_tests_under_their_own_deadlines_and_faults(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
     """One start, no restart: the deadlines it ran under are the tests', in run order (by
     batch, the longest deadline first, the death last), and each test's steps are its own faults'
     (0.01 s/seq under 5 s, 0.2 s/seq under the policy's 680 s, at batch 8)."""
-    run = stock_run(downstream, decoy)
+    run = stock_run(downstream, bystander)
     data = run.data
     assert data["engines_started"] == 1 and data["restarts"] == 0 and data["configurations"] == 1
     (engine,) = data["engines"]
@@ -177,10 +179,10 @@ def test_one_engine_served_five_tests_under_their_own_deadlines_and_faults(
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
 def test_the_verdict_comes_within_a_fraction_of_the_deadline(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
     """Judging takes no step's time: the verdict comes within a quarter of the deadline it judges."""
-    died = stock_run(downstream, decoy).rows["test_stock_deadline[bs64]"]
+    died = stock_run(downstream, bystander).rows["test_stock_deadline[bs64]"]
     (death,) = died["deaths"]
     assert death["verdict_s"] < died["deadline_s"] / 4, death["verdict_s"]
     assert death["deadline_source"] == ("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=2, set from the "
@@ -190,9 +192,9 @@ def test_the_verdict_comes_within_a_fraction_of_the_deadline(
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
 def test_the_report_junitxml_and_the_summary_tell_one_story(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
-    run = stock_run(downstream, decoy)
+    run = stock_run(downstream, bystander)
     (engine,) = run.data["engines"]
     for name, test in run.rows.items():
         mine = run.junit[name]
@@ -210,9 +212,9 @@ def test_the_report_junitxml_and_the_summary_tell_one_story(
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
 def test_the_time_breakdown_counts_the_one_start_and_every_step(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
-    run = stock_run(downstream, decoy)
+    run = stock_run(downstream, bystander)
     (engine,) = run.data["engines"]
     t = run.data["time"]
     assert t["engine_starts"] == 1 and t["engine_start_s"] == engine["start_s"] > 0
@@ -226,12 +228,12 @@ def test_the_time_breakdown_counts_the_one_start_and_every_step(
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
 def test_after_pytests_last_line_only_the_suites_own_atexit_output(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
     """vLLM's teardown noise is silenced where it starts (no nanobind leak report, no warning of
     the engine core the harness stopped), and the suite's own stdout and stderr stay open: what
     its atexit handler prints after pytest's summary line is printed."""
-    result = stock_run(downstream, decoy).result
+    result = stock_run(downstream, bystander).result
     lines = [ln for ln in result.stdout.lines if ln.strip()]
     assert re.fullmatch(r"=+ 1 failed, 4 passed in [\d.]+s( \([\d:]+\))? =+", lines[-2]), lines[-2]
     assert lines[-1] == "prints_at_exit: stdout still open", lines[-3:]
@@ -243,14 +245,14 @@ def test_after_pytests_last_line_only_the_suites_own_atexit_output(
 
 @pytest.mark.xdist_group(ONE_RUN)
 @pytest.mark.smoke
-def test_the_run_left_nothing_behind_but_the_decoy(downstream: Downstream, decoy: psutil.Process) -> None:
-    """Every engine process it recorded gone, with its /dev/shm entries; the decoy VLLM::Worker
+def test_the_run_left_nothing_behind_but_the_decoy(downstream: Downstream, bystander: psutil.Process) -> None:
+    """Every engine process it recorded gone, with its /dev/shm entries; the bystander VLLM::Worker
     (no harness started it) alive."""
-    assert stock_run(downstream, decoy).left is None
+    assert stock_run(downstream, bystander).left is None
 
 
 @pytest.mark.smoke
-def test_genuine_deaths_propagate(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_genuine_deaths_propagate(downstream: Downstream, bystander: psutil.Process) -> None:
     """A hung worker (HUNG) is no false death: the original EngineDeadError reaches the test
     unchanged.  (A crashed one, DEAD: test_factory_engine_with_explicit_arguments, whose engine it
     ends; here it came first and cost the hang a restart.)"""
@@ -261,11 +263,11 @@ def test_genuine_deaths_propagate(downstream: Downstream, decoy: psutil.Process)
     assert sum(e["false_deaths"] for e in data["engines"]) == 0
     verdicts = [t["verdict"] for t in data["tests"] if t["when"] == "call"]
     assert verdicts == ["HUNG"], verdicts
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)
 
 
 def test_real_compute_outlives_short_deadline(
-    downstream: Downstream, decoy: psutil.Process, step_cost: Measures,
+    downstream: Downstream, bystander: psutil.Process, step_cost: Measures,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No injection: a 12-layer dummy Llama, sized from its decode steps on this machine:
@@ -292,11 +294,11 @@ def test_real_compute_outlives_short_deadline(
     assert data["engines_started"] == 1
     assert data["engines"][0]["false_deaths"] == 1
     assert data["engines"][0]["injection"] == "none"
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)
 
 
 @pytest.mark.smoke
-def test_factory_engine_with_explicit_arguments(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_factory_engine_with_explicit_arguments(downstream: Downstream, bystander: psutil.Process) -> None:
     """vllm_engine_factory: explicit deadline, faults and engine args; stopped afterwards.  Its
     faults end it: a worker that exits at step 2 is a genuine death (DEAD), the original
     EngineDeadError reaching the test unchanged (genuine_deaths' crash, on an engine started
@@ -308,7 +310,7 @@ def test_factory_engine_with_explicit_arguments(downstream: Downstream, decoy: p
     assert engine["deadline_source"] == "vllm_engine_factory(timeout_s=...)"
     assert "max_model_len=256" in engine["label"]
     assert (engine["genuine_deaths"], engine["false_deaths"]) == (1, 0)
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)
 
 
 def test_malformed_and_unknown_model_are_usage_errors(downstream: Downstream) -> None:

@@ -31,7 +31,7 @@ PEER_PART_S = 10.0
 @pytest.mark.smoke
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two ranks need two cores")
 def test_two_ranks_each_judged_on_their_own(
-    downstream: Downstream, decoy: psutil.Process, monkeypatch: pytest.MonkeyPatch
+    downstream: Downstream, bystander: psutil.Process, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Stock 2 s deadline, rank 1 busy 3.2 s per step: a false death that names rank 1 computing
     and rank 0 waiting for it; under the guard, rank 1 slow: the step lives and the guard's
@@ -72,4 +72,4 @@ def test_two_ranks_each_judged_on_their_own(
     assert heads and all(head in (["tp2", "bs64"], ["server", "tp2"]) for head in heads), labels
     assert data["engines_started"] == 3 and data["restarts"] == 0, data["engines"]
     assert "KILLED verdict=DEAD" in out
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)

@@ -26,6 +26,7 @@ def test_the_pages_have_examples_of_both_kinds() -> None:
     assert docs.ROOT / "README.md" in {page for page, _ in EXAMPLES}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("page", "example"), EXAMPLES, ids=[docs.example_id(p, e) for p, e in EXAMPLES])
 def test_a_docs_example_runs(downstream: Downstream, page: Path, example: Any) -> None:
     if example.needs_engine:
@@ -92,6 +93,7 @@ def test_no_page_carries_a_stale_recording_note() -> None:
     assert [docs.rel(p) for p in docs.PAGES if "predates" in p.read_text()] == []
 
 
+@pytest.mark.processes
 def test_the_recorder_runs_the_commands_as_shown(tmp_path: Path) -> None:
     """The script runs a fence's own commands in one shell (a continued line, a background job
     the next command sees), writes each as shown with what it printed, keeps an excerpt where

@@ -31,6 +31,7 @@ def loaded_by(code: str) -> list[str]:
     return list(eval(done.stdout.strip().splitlines()[-1]))
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("command", [["merge", "--help"], ["probe", "--help"], ["--help"], ["--version"],
                                      ["doctor", "--help"]],
                          ids=["merge", "probe", "top", "version", "doctor"])
@@ -44,6 +45,7 @@ def test_the_light_commands_load_no_pytest_vllm_or_torch(command: list[str]) -> 
     assert loaded_by(code) == []
 
 
+@pytest.mark.processes
 def test_the_contract_and_the_code_inside_vllm_load_no_pytest() -> None:
     """What every vLLM process imports (the plugin entry, the contract) loads neither pytest nor
     vLLM of its own accord."""

@@ -40,6 +40,7 @@ def test_an_old_path_warns_with_the_new_one_and_still_resolves(
     assert module.__all__ and all(hasattr(module, name) for name in module.__all__)
 
 
+@pytest.mark.processes
 def test_a_script_that_imports_an_old_path_is_told_by_default() -> None:
     """Python shows a ``DeprecationWarning`` only where ``__main__`` caused it: the warning names
     the importing line (not importlib's frames), so a script's own import is told without ``-W``."""

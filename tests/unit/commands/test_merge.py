@@ -151,6 +151,7 @@ def test_junitxml_holds_one_case_per_engine_test(tmp_path: Path, capsys: Capture
     assert failed == ["t.py::test_p[bs8]"]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("content", "why"), [
     ("{not json", "is not an enginedead report: not JSON, or cut short"),
     ('{"schema_version": 1, "tests": [', "is not an enginedead report: not JSON, or cut short"),

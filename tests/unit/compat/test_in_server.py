@@ -1,5 +1,5 @@
 """vLLM's API server between releases: an engine argument becomes its flag, as the server's own
-parser reads it (its stand-in here: ``doors.SERVER_PARSER``; vLLM's own in
+parser reads it (its stand-in here: ``badinput.SERVER_PARSER``; vLLM's own in
 ``tests/engine/test_compat_vllm.py``)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_enginedead.compat import in_server
-from tests.support.doors import stand_in_server_parser
+from tests.support.badinput import stand_in_server_parser
 
 
 def test_server_arguments_become_flags(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -67,6 +67,7 @@ def repro(downstream: Downstream, mode: str, seconds: float, *args: str) -> Repr
 # --- the bug's control flow, as a downstream repo would see it --------------------------
 
 
+@pytest.mark.processes
 def test_busy_worker_past_the_deadline_is_a_false_death(downstream: Downstream) -> None:
     """A worker computing for 5 s when the 2 s deadline fires: the test fails, naming it."""
     r = repro(downstream, "busy", 5.0)
@@ -83,6 +84,7 @@ def test_busy_worker_past_the_deadline_is_a_false_death(downstream: Downstream) 
     assert r.same_object is None  # the stand-in error did not reach the test's except
 
 
+@pytest.mark.processes
 def test_false_death_report_is_not_chained_to_the_engine_error(busy_pid: int) -> None:
     """The failure shows the evidence, not 'During handling of the above exception'."""
     with pytest.raises(pytest.fail.Exception) as info:
@@ -94,6 +96,7 @@ def test_false_death_report_is_not_chained_to_the_engine_error(busy_pid: int) ->
     assert "During handling" not in str(info.getrepr(style="value", chain=True))
 
 
+@pytest.mark.processes
 def test_idle_worker_is_hung_and_the_error_propagates(downstream: Downstream) -> None:
     """A sleeping worker is HUNG: a genuine death, the very same error object goes through."""
     r = repro(downstream, "idle", 30.0)
@@ -105,6 +108,7 @@ def test_idle_worker_is_hung_and_the_error_propagates(downstream: Downstream) ->
     assert r.wall_s < 30.0  # the harness did not wait out the idle worker's 30 s
 
 
+@pytest.mark.processes
 def test_exited_worker_is_dead_and_the_error_propagates(downstream: Downstream) -> None:
     """A worker that exited at once is DEAD: the error goes through unchanged."""
     r = repro(downstream, "exit", 0.0)
@@ -115,6 +119,7 @@ def test_exited_worker_is_dead_and_the_error_propagates(downstream: Downstream) 
     assert "false engine death" not in r.text
 
 
+@pytest.mark.processes
 def test_busy_threshold_option_reaches_the_assertion(downstream: Downstream) -> None:
     """--enginedead-busy-threshold above what one process can use: busy no longer counts."""
     r = repro(downstream, "busy", 5.0, "--enginedead-busy-threshold=6400%")
@@ -136,6 +141,7 @@ def busy_pid() -> Iterator[int]:
         yield proc.pid
 
 
+@pytest.mark.processes
 def test_other_exceptions_pass_through_untouched(busy_pid: int) -> None:
     """A non-death exception, even while the worker computes, is neither judged nor wrapped."""
     engine = procs.FakeEngine([busy_pid])
@@ -153,6 +159,7 @@ def test_other_exceptions_pass_through_untouched(busy_pid: int) -> None:
     assert engine.deaths == []  # never judged
 
 
+@pytest.mark.processes
 def test_vllm_engine_dead_error_recognised_without_vllm(
     busy_pid: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,6 +175,7 @@ def test_vllm_engine_dead_error_recognised_without_vllm(
     assert sys.modules["vllm"] is None
 
 
+@pytest.mark.processes
 def test_same_name_elsewhere_is_not_an_engine_death(busy_pid: int) -> None:
     """Only vLLM's modules count: a look-alike class name from another module passes through."""
     lookalike = fake_class("myapp.errors", "EngineDeadError")
@@ -179,6 +187,7 @@ def test_same_name_elsewhere_is_not_an_engine_death(busy_pid: int) -> None:
     assert info.value is err
 
 
+@pytest.mark.processes
 def test_threshold_argument_decides_busy(busy_pid: int) -> None:
     """``threshold=`` above one core: the computing worker no longer counts as SLOW."""
     err = procs.StandInError("timed out")
@@ -189,6 +198,7 @@ def test_threshold_argument_decides_busy(busy_pid: int) -> None:
     assert info.value is err
 
 
+@pytest.mark.processes
 def test_no_exception_no_failure_and_sampler_stops(busy_pid: int) -> None:
     """A block that returns normally passes, and the background sampler is stopped."""
     with assert_no_false_death(procs.FakeEngine([busy_pid]), errors=(procs.StandInError,)):
@@ -271,6 +281,7 @@ class RichEngine:
         self.deaths.append(finding)
 
 
+@pytest.mark.processes
 def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
     """Step record, deadline, policy, step times and the worker's main-thread stack."""
     with procs.worker("idle", 30.0) as core:
@@ -311,6 +322,7 @@ def test_false_death_message_carries_the_evidence(busy_pid: int) -> None:
     }
 
 
+@pytest.mark.processes
 def test_without_a_deadline_stack_the_evidence_says_it_came_after(busy_pid: int) -> None:
     """No dump from the worker at the deadline: a stack taken now, and the line says so."""
     with procs.worker("idle", 30.0) as core:
@@ -327,6 +339,7 @@ def test_without_a_deadline_stack_the_evidence_says_it_came_after(busy_pid: int)
     assert engine.stacks_for == [busy_pid, busy_pid]  # asked for the deadline's, then took one
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("after", ["gone", "step-ended", "idle-in-step"])
 @pytest.mark.parametrize("dumped", [True, False], ids=["dump-at-deadline", "no-dump"])
 def test_a_death_heard_of_late_is_judged_as_of_the_deadline(dumped: bool, after: str) -> None:
@@ -371,6 +384,7 @@ def test_a_death_heard_of_late_is_judged_as_of_the_deadline(dumped: bool, after:
         "idle-in-step": "it sat idle in its step"}[after] in text
 
 
+@pytest.mark.processes
 def test_busy_outside_a_model_step_is_not_a_false_death(busy_pid: int) -> None:
     """Computing with a step record but no step running: HUNG, the error propagates."""
     engine = RichEngine([busy_pid], [busy_pid], step=None)

@@ -130,6 +130,7 @@ def test_durations_recorded_by_one_run_balance_the_next(suite: Downstream) -> No
     assert "balanced by recorded durations" in out
 
 
+@pytest.mark.processes
 def test_durations_are_stored_under_xdist_for_the_shard_that_ran(downstream: Downstream) -> None:
     """Under ``-n 2`` each shard keeps the same tests, and the controller writes every test's time."""
     downstream.pytester.makepyfile(test_plain="""

@@ -22,14 +22,14 @@ from pytest_enginedead.pytest_plugin.distributed import (
 )
 from pytest_enginedead.pytest_plugin.workerplan import EngineUses, WorkerEnded, WorkerPlan
 from tests.support import examples
-from tests.support.doors import (
+from tests.support.badinput import (
     ENGINE,
     FIXTURES,
     LONG_MODEL,
     OK,
     SERVER,
     TEST,
-    Twin,
+    Alike,
     assert_alike_with_and_without_xdist,
     config,
     leftovers,
@@ -147,6 +147,7 @@ def test_how_a_worker_ended_travels_whole() -> None:
     assert WorkerEnded.from_wire(None) is None
 
 
+@pytest.mark.processes
 def test_header_says_when_dist_is_not_loadgroup(downstream: Downstream) -> None:
     result = downstream.copy(examples.USES_PLUGIN).run("-n", "2", plugins=["xdist"], in_subprocess=True,
                                                        timeout=120)
@@ -174,6 +175,7 @@ def test_lives():
 """
 
 
+@pytest.mark.processes
 def test_a_worker_that_dies_is_its_tests_failure_with_its_last_words(downstream: Downstream) -> None:
     """A worker process that dies mid-test is that test's failure (xdist's), and the failure says
     how the process ended and what faulthandler wrote, the crashing test's frame first; never an
@@ -195,6 +197,7 @@ def test_a_worker_that_dies_is_its_tests_failure_with_its_last_words(downstream:
     assert "it left no last words" in killed
 
 
+@pytest.mark.processes
 def test_a_worker_ended_by_pytest_exit_ends_the_run_as_without_xdist(downstream: Downstream) -> None:
     """``pytest.exit(..., returncode=3)`` in a test on a worker: without the plugin, xdist meets the
     tests still assigned to that worker with ``assert not crashitem`` (INTERNALERROR); with it the
@@ -242,70 +245,71 @@ BOUND = (f"must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM ca
 REFUSING_CONFTEST = ("import pytest\n\n\ndef pytest_collection_modifyitems(items):\n"
                      "    raise pytest.UsageError('enginedead: a conftest refused this collection')\n")
 
-TWINS = [
+ALIKE = [
     # --- shards and durations: refused on the controller as on a plain run ------------
-    Twin("shard-out-of-range", ("--enginedead-shard='2/1' (from command line)", "there is no shard 2 of 1"),
-         args=("--enginedead-shard=2/1",), suite=ENGINE),
-    Twin("durations-other-release", ("was recorded on vLLM '0.1.0', this run has",),
-         args=("--enginedead-shard=1/2", "--enginedead-durations=d.json"), suite=ENGINE,
-         files={"d.json": '{"enginedead_durations": 1, "vllm": "0.1.0", "tests": {}}'}),
+    Alike("shard-out-of-range", ("--enginedead-shard='2/1' (from command line)", "there is no shard 2 of 1"),
+          args=("--enginedead-shard=2/1",), suite=ENGINE),
+    Alike("durations-other-release", ("was recorded on vLLM '0.1.0', this run has",),
+          args=("--enginedead-shard=1/2", "--enginedead-durations=d.json"), suite=ENGINE,
+          files={"d.json": '{"enginedead_durations": 1, "vllm": "0.1.0", "tests": {}}'}),
     # --- the report path (never replace a device, never lose a report) ----------------
-    Twin("report-char-device", (), args=("--enginedead-report={repo}/nulldev",), nodes={"nulldev": "chr"},
-         kind=OK),
-    Twin("report-dev-null", (), args=("--enginedead-report=/dev/null",), kind=OK),
-    Twin("report-fifo", ("--enginedead-report='", "/fifo' (from command line): '",
-                         "/fifo' is a FIFO that nothing reads; writing to it would wait forever"),
-         args=("--enginedead-report={repo}/fifo",), nodes={"fifo": "fifo"}),
-    Twin("report-dangling-dir", ("--enginedead-report='", "(from command line): '",
-                                 "/gone' is a symbolic link to '/nonexistent-enginedead-dir', "
-                                 "which does not exist; make that directory or give another path"),
-         args=("--enginedead-report={repo}/gone/r.json",),
-         nodes={"gone": "link:/nonexistent-enginedead-dir"}),
-    Twin("env-report-dangling-dir", ("ENGINEDEAD_REPORT='gone/sub/r.json' (from environment):",
-                                     "gone' is a symbolic link to"),
-         env={"ENGINEDEAD_REPORT": "gone/sub/r.json"}, nodes={"gone": "link:/nonexistent-enginedead-dir"}),
-    Twin("report-in-proc", ("--enginedead-report='/proc/x.json' (from command line): cannot be created: "
-                            "making a file in '/proc' failed",
-                            "(/proc is the kernel's; it takes no new files)"),
-         args=("--enginedead-report=/proc/x.json",), suite=ENGINE),
-    Twin("env-report-in-sys", ("ENGINEDEAD_REPORT='/sys/x.json' (from environment): cannot be created",
-                               "(/sys is the kernel's; it takes no new files)"),
-         env={"ENGINEDEAD_REPORT": "/sys/x.json"}, suite=ENGINE),
+    Alike("report-char-device", (), args=("--enginedead-report={repo}/nulldev",), nodes={"nulldev": "chr"},
+          kind=OK),
+    Alike("report-dev-null", (), args=("--enginedead-report=/dev/null",), kind=OK),
+    Alike("report-fifo", ("--enginedead-report='", "/fifo' (from command line): '",
+                          "/fifo' is a FIFO that nothing reads; writing to it would wait forever"),
+          args=("--enginedead-report={repo}/fifo",), nodes={"fifo": "fifo"}),
+    Alike("report-dangling-dir", ("--enginedead-report='", "(from command line): '",
+                                  "/gone' is a symbolic link to '/nonexistent-enginedead-dir', "
+                                  "which does not exist; make that directory or give another path"),
+          args=("--enginedead-report={repo}/gone/r.json",),
+          nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    Alike("env-report-dangling-dir", ("ENGINEDEAD_REPORT='gone/sub/r.json' (from environment):",
+                                      "gone' is a symbolic link to"),
+          env={"ENGINEDEAD_REPORT": "gone/sub/r.json"}, nodes={"gone": "link:/nonexistent-enginedead-dir"}),
+    Alike("report-in-proc", ("--enginedead-report='/proc/x.json' (from command line): cannot be created: "
+                             "making a file in '/proc' failed",
+                             "(/proc is the kernel's; it takes no new files)"),
+          args=("--enginedead-report=/proc/x.json",), suite=ENGINE),
+    Alike("env-report-in-sys", ("ENGINEDEAD_REPORT='/sys/x.json' (from environment): cannot be created",
+                                "(/sys is the kernel's; it takes no new files)"),
+          env={"ENGINEDEAD_REPORT": "/sys/x.json"}, suite=ENGINE),
     # --- the model, checked once in the controller under xdist ------------------------------
-    Twin("model-negative-vocab",
-         ("(from command line): ", '/m/config.json: "vocab_size": -1 must be at least 1'),
-         args=("--enginedead-model=m",), files=model(config(vocab_size=-1)), suite=ENGINE),
-    Twin("model-unknown-architecture", (f"{FIXTURES}/unknown-arch/config.json names architecture "
-                                        "NoSuchModelForCausalLM, which vLLM",
-                                        "--enginedead-model=", "(from command line): "),
-         args=(f"--enginedead-model={FIXTURES / 'unknown-arch'}",), suite=SERVER),
-    Twin("model-long-path", ('"vocab_size": -1 must be at least 1',
-                             "[long paths shortened; -v shows them whole]"),
-         args=(f"--enginedead-model={LONG_MODEL}",), files=model(config(vocab_size=-1), LONG_MODEL),
-         suite=ENGINE),
-    Twin("model-long-path-verbose", (f'{{repo}}/{LONG_MODEL}/config.json: "vocab_size": -1',),
-         args=(f"--enginedead-model={LONG_MODEL}", "-v"), files=model(config(vocab_size=-1), LONG_MODEL),
-         suite=ENGINE),
-    Twin("a-plugin-refuses-the-collection", ("enginedead: a conftest refused this collection",),
-         files={"conftest.py": REFUSING_CONFTEST}, suite=ENGINE),
+    Alike("model-negative-vocab",
+          ("(from command line): ", '/m/config.json: "vocab_size": -1 must be at least 1'),
+          args=("--enginedead-model=m",), files=model(config(vocab_size=-1)), suite=ENGINE),
+    Alike("model-unknown-architecture", (f"{FIXTURES}/unknown-arch/config.json names architecture "
+                                         "NoSuchModelForCausalLM, which vLLM",
+                                         "--enginedead-model=", "(from command line): "),
+          args=(f"--enginedead-model={FIXTURES / 'unknown-arch'}",), suite=SERVER),
+    Alike("model-long-path", ('"vocab_size": -1 must be at least 1',
+                              "[long paths shortened; -v shows them whole]"),
+          args=(f"--enginedead-model={LONG_MODEL}",), files=model(config(vocab_size=-1), LONG_MODEL),
+          suite=ENGINE),
+    Alike("model-long-path-verbose", (f'{{repo}}/{LONG_MODEL}/config.json: "vocab_size": -1',),
+          args=(f"--enginedead-model={LONG_MODEL}", "-v"), files=model(config(vocab_size=-1), LONG_MODEL),
+          suite=ENGINE),
+    Alike("a-plugin-refuses-the-collection", ("enginedead: a conftest refused this collection",),
+          files={"conftest.py": REFUSING_CONFTEST}, suite=ENGINE),
     # --- deadlines vLLM cannot hold, and a policy's text ----------------------------------------
-    Twin("deadlines-beyond-the-bound",
-         (f"policy pol_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline {BOUND}",
-          f"@pytest.mark.enginedead_timeout: seconds=1000000000000.0 {BOUND}",
-          f"vllm_engine_factory: timeout_s=1000000000000 {BOUND}"),
-         args=("--enginedead-policy=pol_big:p", "--enginedead-batch-sizes=8"),
-         files=returning("pol_big", "1e12"), suite=DEADLINES, kind=TEST),
-    Twin("policy-returns-text", ("policy pol_600: timeout_s(CPU, 8) returned '600', not a number of seconds "
-                                 "(str; give an int or a float)",),
-         args=("--enginedead-policy=pol_600:p", "--enginedead-batch-sizes=8"),
-         files=returning("pol_600", "'600'"), suite=ENGINE, kind=TEST),
+    Alike("deadlines-beyond-the-bound",
+          (f"policy pol_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline {BOUND}",
+           f"@pytest.mark.enginedead_timeout: seconds=1000000000000.0 {BOUND}",
+           f"vllm_engine_factory: timeout_s=1000000000000 {BOUND}"),
+          args=("--enginedead-policy=pol_big:p", "--enginedead-batch-sizes=8"),
+          files=returning("pol_big", "1e12"), suite=DEADLINES, kind=TEST),
+    Alike("policy-returns-text", ("policy pol_600: timeout_s(CPU, 8) returned '600', not a number of seconds "
+                                  "(str; give an int or a float)",),
+          args=("--enginedead-policy=pol_600:p", "--enginedead-batch-sizes=8"),
+          files=returning("pol_600", "'600'"), suite=ENGINE, kind=TEST),
 ]
 
 
-@pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
+@pytest.mark.processes
+@pytest.mark.parametrize("case", ALIKE, ids=[c.id for c in ALIKE])
 def test_alike_with_and_without_xdist(
-    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
-    monkeypatch: pytest.MonkeyPatch, case: Twin,
+    downstream: Downstream, no_engine: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Alike,
 ) -> None:
     """Without ``-n`` and with ``-n 2`` (where the controller collects nothing), alike."""
     assert_alike_with_and_without_xdist(downstream, stub_registry, private_tmp, monkeypatch, case)
@@ -313,6 +317,7 @@ def test_alike_with_and_without_xdist(
         assert stub_registry.read_text().split() == ["controller"]
 
 
+@pytest.mark.processes
 def test_xdist_leaves_no_groups_directory(downstream: Downstream, private_tmp: Path) -> None:
     """The scheduler's groups directory is removed at the end of an xdist run."""
     result = downstream.copy(examples.PLAIN).run("-n", "2", "--dist", "loadgroup", plugins=["xdist"],

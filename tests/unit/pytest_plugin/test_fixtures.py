@@ -1,5 +1,5 @@
 """The fixtures: engine tests without vLLM, and the factories' bad arguments (the table
-``CASES``; conventions: ``tests/support/doors.py``)."""
+``CASES``; conventions: ``tests/support/badinput.py``)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from pytest_enginedead.compat import versions
 from pytest_enginedead.harness.engines.offline import Engine
 from tests.support import examples
-from tests.support.doors import (
+from tests.support.badinput import (
     BAD_TOKENIZER,
     TEST,
+    Alike,
     Case,
-    Twin,
     assert_alike_with_and_without_xdist,
     assert_bad_input_is_one_line,
     config,
@@ -47,7 +47,7 @@ def test_engine_tests_skip_without_vllm(downstream: Downstream, monkeypatch: pyt
     assert "must not run" not in result.stdout.str()
 
 
-# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
+# --- bad input here: one line each (conventions: tests/support/badinput.py) ---------------------------------
 
 CASES = [
     # --- fixture arguments ----------------------------------------------------------------------
@@ -119,77 +119,78 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line(
-    downstream: Downstream, tripwire: list[str], monkeypatch: pytest.MonkeyPatch, case: Case
+    downstream: Downstream, no_engine: list[str], monkeypatch: pytest.MonkeyPatch, case: Case
 ) -> None:
     """Each of the factories' bad inputs: one line naming the value and its source, before any engine."""
     assert_bad_input_is_one_line(downstream, monkeypatch, case)
 
 
-# --- issues 36 and 37: each without -n and with -n 2, alike (conventions: tests/support/doors.py) -----
+# --- issues 36 and 37: each without -n and with -n 2, alike (conventions: tests/support/badinput.py) -----
 
 TWINS = [
-    # 36.1: a factory's engines run the test's guard marker: its policy's cap is asked at the factory's batch
-    Twin("factory-guard-policy-nan",
+    # a factory's engines run the test's guard marker: its policy's cap is asked at the factory's batch
+    Alike("factory-guard-policy-nan",
          ("@pytest.mark.enginedead_guard: policy='gpf_nan:p': policy gpf_nan: timeout_s(CPU, 4) returned "
           "nan",),
          files=returning("gpf_nan", "float('nan')"),
          suite=marked("enginedead_guard(policy='gpf_nan:p')", "vllm_engine_factory",
                       "vllm_engine_factory(4)"),
          kind=TEST),
-    # 36.4: server arguments as vLLM's own parser reads them; what it refuses, refused at the factory
-    Twin("server-factory-origins-not-json",
+    # server arguments as vLLM's own parser reads them; what it refuses, refused at the factory
+    Alike("server-factory-origins-not-json",
          ("vllm_server_factory: allowed_origins='http://a' becomes --allowed-origins http://a, which vLLM's "
           "server refuses: argument --allowed-origins: invalid loads value: 'http://a'",),
          suite=factory_call("vllm_server_factory(2, allowed_origins='http://a')"), kind=TEST),
-    Twin("server-factory-true-for-a-value",
+    Alike("server-factory-true-for-a-value",
          ("vllm_server_factory: max_model_len=True becomes --max-model-len, "
           "which vLLM's server refuses: argument --max-model-len: expected one "
           "argument",),
          suite=factory_call("vllm_server_factory(2, max_model_len=True)"), kind=TEST),
-    # 37.1: the factory's batch size within what vLLM builds, with the engine arguments it is given
-    Twin("factory-batch-over-vllms",
+    # the factory's batch size within what vLLM builds, with the engine arguments it is given
+    Alike("factory-batch-over-vllms",
          ("vllm_engine_factory: batch_size=5000 is over 4096, the largest an offline "
           "engine takes: vLLM refuses max_num_seqs above max_num_batched_tokens",),
          suite=factory_call("vllm_engine_factory(5000)"), kind=TEST),
-    Twin("server-factory-batch-over-its-tokens",
+    Alike("server-factory-batch-over-its-tokens",
          ("vllm_server_factory: batch_size=128 is over 64, the largest a "
           "server with max_num_batched_tokens=64 takes: vLLM refuses "
           "max_num_seqs above max_num_batched_tokens",),
          suite=factory_call("vllm_server_factory(128, max_num_batched_tokens=64)"), kind=TEST),
-    # 37.2: the factory's model at the context its engine starts with
-    Twin("factory-model-context-shorter",
+    # the factory's model at the context its engine starts with
+    Alike("factory-model-context-shorter",
          ("vllm_engine_factory: model='m': ", "/m/config.json: the model's context "
           "is 16 tokens", "shorter than the harness's max_model_len 512"),
          files=model(config(max_position_embeddings=16)),
          suite=factory_call("vllm_engine_factory(2, model='m')"), kind=TEST),
-    Twin("server-factory-context-over-the-runs-model", ("vllm_server_factory: the bundled model '",
+    Alike("server-factory-context-over-the-runs-model", ("vllm_server_factory: the bundled model '",
                                                         "the model's context is 512 tokens",
                                                         "shorter than max_model_len=1024"),
          suite=factory_call("vllm_server_factory(2, max_model_len=1024)"), kind=TEST),
-    Twin("factory-model-type-unknown", ("vllm_engine_factory: model='m': ",
+    Alike("factory-model-type-unknown", ("vllm_engine_factory: model='m': ",
                                         "\"model_type\": 'nosuchtype' is known to neither vLLM"),
          files=model(config(model_type="nosuchtype")),
          suite=factory_call("vllm_engine_factory(2, model='m')"), kind=TEST),
-    # 37.3: the tokenizer a server loads
-    Twin("server-factory-tokenizer-cut-short", ("vllm_server_factory: model='m': ",
+    # the tokenizer a server loads
+    Alike("server-factory-tokenizer-cut-short", ("vllm_server_factory: model='m': ",
                                                 "/m/tokenizer.json is not valid JSON",
                                                 "vLLM's API server loads it at start"),
          files=with_tokenizer(BAD_TOKENIZER), suite=factory_call("vllm_server_factory(2, model='m')"),
          kind=TEST),
-    Twin("server-factory-tokenizer-not-a-tokenizer",
+    Alike("server-factory-tokenizer-not-a-tokenizer",
          ("vllm_server_factory: model='m': ", "/m/tokenizer.json: the tokenizers library cannot load it ("),
          files=with_tokenizer("{}"), suite=factory_call("vllm_server_factory(2, model='m')"), kind=TEST),
-    # 37.4: a suite of factories plans engines too: the plugin list is refused before the first
-    Twin("factory-suite-vllm-plugins", ("VLLM_PLUGINS='lora' (from environment) leaves out enginedead",
+    # a suite of factories plans engines too: the plugin list is refused before the first
+    Alike("factory-suite-vllm-plugins", ("VLLM_PLUGINS='lora' (from environment) leaves out enginedead",
                                         "; fix: export VLLM_PLUGINS=lora,enginedead (or unset it)"),
          env={"VLLM_PLUGINS": "lora"}, suite=factory_call("vllm_server_factory(2)")),
 ]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
 def test_alike_with_and_without_xdist(
-    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
-    monkeypatch: pytest.MonkeyPatch, case: Twin,
+    downstream: Downstream, no_engine: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Alike,
 ) -> None:
     """Each of the factories' new refusals: the test fails in one line naming the argument, before
     anything starts, the same with -n 2; nothing left."""

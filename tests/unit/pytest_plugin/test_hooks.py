@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tests.support import examples
-from tests.support.doors import (
+from tests.support.badinput import (
     PLAIN,
     USES_PLUGIN,
+    Alike,
     Case,
-    Twin,
     assert_alike_with_and_without_xdist,
     assert_bad_input_is_one_line,
     header,
@@ -47,7 +47,7 @@ def test_policy_hook_returning_a_non_policy_is_a_usage_error(downstream: Downstr
     result.stderr.fnmatch_lines(["*pytest_enginedead_policy returned int, which has no callable timeout_s*"])
 
 
-# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
+# --- bad input here: one line each (conventions: tests/support/badinput.py) ---------------------------------
 
 CASES = [
     # --- the pytest_enginedead_policy hook -------------------------------------------------------
@@ -80,7 +80,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line(
-    downstream: Downstream, tripwire: list[str], monkeypatch: pytest.MonkeyPatch, case: Case
+    downstream: Downstream, no_engine: list[str], monkeypatch: pytest.MonkeyPatch, case: Case
 ) -> None:
     """Each of the policy hook's bad inputs: one line naming the value and its source, before any engine."""
     assert_bad_input_is_one_line(downstream, monkeypatch, case)
@@ -102,20 +102,21 @@ IN_A_SUB_DIRECTORY = {
     "sub/test_sub.py": USES_PLUGIN,
 }
 
-TWINS = [
-    Twin("hook-in-a-sub-directory",
-         ("enginedead: the pytest_enginedead_policy hook in sub/conftest.py came too "
-          "late: pytest loaded it while collecting, after the run's policy was chosen "
-          "(policy reference, default); a policy hook must live in the rootdir's "
-          "conftest.py",),
-         files=IN_A_SUB_DIRECTORY),
+ALIKE = [
+    Alike("hook-in-a-sub-directory",
+          ("enginedead: the pytest_enginedead_policy hook in sub/conftest.py came too "
+           "late: pytest loaded it while collecting, after the run's policy was chosen "
+           "(policy reference, default); a policy hook must live in the rootdir's "
+           "conftest.py",),
+          files=IN_A_SUB_DIRECTORY),
 ]
 
 
-@pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
+@pytest.mark.processes
+@pytest.mark.parametrize("case", ALIKE, ids=[c.id for c in ALIKE])
 def test_alike_with_and_without_xdist(
-    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
-    monkeypatch: pytest.MonkeyPatch, case: Twin,
+    downstream: Downstream, no_engine: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Alike,
 ) -> None:
     """A policy hook pytest loads after the policy was chosen (a sub-directory's conftest.py, found
     while collecting) would be ignored: one line saying where hooks must live, exit 4, the same with
@@ -124,7 +125,7 @@ def test_alike_with_and_without_xdist(
 
 
 def test_a_sub_directorys_hook_given_on_the_command_line_is_honoured(
-    downstream: Downstream, tripwire: list[str]
+    downstream: Downstream, no_engine: list[str]
 ) -> None:
     """``pytest sub`` loads sub/conftest.py before the run is configured: its hook gives the policy;
     so does a --enginedead-policy, which no late hook is refused for (none is asked)."""

@@ -17,11 +17,11 @@ from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.logic.inputs.arguments import BadMarker
 from pytest_enginedead.pytest_plugin import markers
 from tests.support import examples
-from tests.support.doors import (
+from tests.support.badinput import (
     KNOWN,
     TEST,
+    Alike,
     Case,
-    Twin,
     assert_alike_with_and_without_xdist,
     assert_bad_input_is_one_line,
     assert_clean,
@@ -241,7 +241,7 @@ def test_marker_docs_cover_every_marker() -> None:
     assert set(MARKERS) == {d.split("(")[0] for d in markers.DOCS}
 
 
-# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
+# --- bad input here: one line each (conventions: tests/support/badinput.py) ---------------------------------
 
 CASES = [
     # --- markers that cannot mean anything ---------------------------------------------------
@@ -283,14 +283,14 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line(
-    downstream: Downstream, tripwire: list[str], monkeypatch: pytest.MonkeyPatch, case: Case
+    downstream: Downstream, no_engine: list[str], monkeypatch: pytest.MonkeyPatch, case: Case
 ) -> None:
     """Each of the markers' bad inputs: one line naming the value and its source, before any engine."""
     assert_bad_input_is_one_line(downstream, monkeypatch, case)
 
 
 def test_group_markers_apply_to_the_engine_tests_only(
-    downstream: Downstream, tripwire: list[str], monkeypatch: pytest.MonkeyPatch
+    downstream: Downstream, no_engine: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A module's ``pytestmark`` or a class's marker covers its engine tests; the plain tests
     beside them run as usual.  Only a marker on the plain test itself is an error."""
@@ -319,37 +319,38 @@ def test_group_markers_apply_to_the_engine_tests_only(
     assert_clean(result.text)
 
 
-# --- issues 36 and 37: each without -n and with -n 2, alike (conventions: tests/support/doors.py) -----
+# --- issues 36 and 37: each without -n and with -n 2, alike (conventions: tests/support/badinput.py) -----
 
-TWINS = [
-    # 36.1: the marker's guard policy is asked for its cap at the test's batch size, as the run's is
-    Twin("marker-guard-policy-nan", ("@pytest.mark.enginedead_guard: policy='gp_nan:p': policy gp_nan: "
-                                     "timeout_s(CPU, 2) returned nan; a deadline must be a finite number of "
-                                     "seconds >= 1 (vLLM's smallest)",),
-         args=("--enginedead-batch-sizes=2",), files=returning("gp_nan", "float('nan')"),
-         suite=marked("enginedead_guard(policy='gp_nan:p')", "vllm_engine"), kind=TEST),
-    Twin("marker-guard-policy-zero-at-a-large-batch",
-         ("@pytest.mark.enginedead_guard: policy='gp_big:p': policy "
-          "gp_big: timeout_s(CPU, 64) returned 0",),
-         args=("--enginedead-batch-sizes=64",), files=returning("gp_big", "900 if max_num_seqs < 64 else 0"),
-         suite=marked("enginedead_guard(policy='gp_big:p')", "vllm_engine"), kind=TEST),
-    # 37.1: the marker's batch size within what vLLM builds
-    Twin("marker-batch-sizes-over-vllms",
-         ("@pytest.mark.enginedead_batch_sizes(5000,): batch size 5000 is over "
-          "4096, the largest an offline engine takes: vLLM refuses max_num_seqs "
-          "above max_num_batched_tokens",),
-         suite=marked("enginedead_batch_sizes(5000)", "vllm_engine"), kind=TEST),
-    Twin("marker-batch-sizes-over-a-servers",
-         ("@pytest.mark.enginedead_batch_sizes(3000,): batch size 3000 is "
-          "over 2048, the largest a server takes",),
-         suite=marked("enginedead_batch_sizes(3000)", "vllm_server"), kind=TEST),
+ALIKE = [
+    # the marker's guard policy is asked for its cap at the test's batch size, as the run's is
+    Alike("marker-guard-policy-nan", ("@pytest.mark.enginedead_guard: policy='gp_nan:p': policy gp_nan: "
+                                      "timeout_s(CPU, 2) returned nan; a deadline must be a finite number of "
+                                      "seconds >= 1 (vLLM's smallest)",),
+          args=("--enginedead-batch-sizes=2",), files=returning("gp_nan", "float('nan')"),
+          suite=marked("enginedead_guard(policy='gp_nan:p')", "vllm_engine"), kind=TEST),
+    Alike("marker-guard-policy-zero-at-a-large-batch",
+          ("@pytest.mark.enginedead_guard: policy='gp_big:p': policy "
+           "gp_big: timeout_s(CPU, 64) returned 0",),
+          args=("--enginedead-batch-sizes=64",), files=returning("gp_big", "900 if max_num_seqs < 64 else 0"),
+          suite=marked("enginedead_guard(policy='gp_big:p')", "vllm_engine"), kind=TEST),
+    # the marker's batch size within what vLLM builds
+    Alike("marker-batch-sizes-over-vllms",
+          ("@pytest.mark.enginedead_batch_sizes(5000,): batch size 5000 is over "
+           "4096, the largest an offline engine takes: vLLM refuses max_num_seqs "
+           "above max_num_batched_tokens",),
+          suite=marked("enginedead_batch_sizes(5000)", "vllm_engine"), kind=TEST),
+    Alike("marker-batch-sizes-over-a-servers",
+          ("@pytest.mark.enginedead_batch_sizes(3000,): batch size 3000 is "
+           "over 2048, the largest a server takes",),
+          suite=marked("enginedead_batch_sizes(3000)", "vllm_server"), kind=TEST),
 ]
 
 
-@pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
+@pytest.mark.processes
+@pytest.mark.parametrize("case", ALIKE, ids=[c.id for c in ALIKE])
 def test_alike_with_and_without_xdist(
-    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
-    monkeypatch: pytest.MonkeyPatch, case: Twin,
+    downstream: Downstream, no_engine: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Alike,
 ) -> None:
     """Each of the markers' new refusals: its test fails in one line naming the marker and the value,
     the same with -n 2, before any engine, nothing left."""

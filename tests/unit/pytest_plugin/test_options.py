@@ -2,7 +2,7 @@
 
 The flags, ini keys and variables (ours and vLLM's), with the policy and the model directory
 they name: their bad inputs are the table ``CASES`` (conventions:
-``tests/support/doors.py``).
+``tests/support/badinput.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from pytest_enginedead.logic.inputs.optiontable import OPTIONS
 from tests.support import examples
-from tests.support.doors import (
+from tests.support.badinput import (
     BAD_TOKENIZER,
     ENGINE,
     HUGE_INT,
@@ -25,8 +25,8 @@ from tests.support.doors import (
     NOBODY,
     SERVER,
     TEST,
+    Alike,
     Case,
-    Twin,
     assert_alike_with_and_without_xdist,
     assert_bad_input_is_one_line,
     assert_clean,
@@ -183,6 +183,7 @@ def test_header_names_policy_and_vllm(downstream: Downstream) -> None:
                                  "enginedead: policy=reference*, batch_sizes=8,64, vllm=*"])
 
 
+@pytest.mark.processes
 def test_a_run_without_a_test_of_the_plugins_hears_nothing_of_it(
     downstream: Downstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -325,7 +326,7 @@ def test_good_liveness_settings_run(plain: Downstream) -> None:
     result.assert_outcomes(passed=1)
 
 
-# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
+# --- bad input here: one line each (conventions: tests/support/badinput.py) ---------------------------------
 
 CASES = [
     # --- flags --------------------------------------------------------------------------
@@ -565,7 +566,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line(
-    downstream: Downstream, tripwire: list[str], monkeypatch: pytest.MonkeyPatch, case: Case
+    downstream: Downstream, no_engine: list[str], monkeypatch: pytest.MonkeyPatch, case: Case
 ) -> None:
     """Each bad flag, ini key or variable (and policy or model it names): one line naming the
     value and its source, before any engine."""
@@ -640,78 +641,79 @@ def test_a_toml_list_of_batch_sizes_is_understood(downstream: Downstream) -> Non
     assert "Warning" not in result.text
 
 
-# --- issues 36 and 37: each without -n and with -n 2, alike (conventions: tests/support/doors.py) -----
+# --- issues 36 and 37: each without -n and with -n 2, alike (conventions: tests/support/badinput.py) -----
 
 PLAN_7B = '{"stock_s":"two","slow_s_per_seq":[1],"max_tokens":"many"}'
 PLAN_7C = '{"stock_s":2,"slow_s_per_seq":0.5,"bogus":1}'
 PLAN_7D = '{"stock_s":2,"slow_s_per_seq":0.5,"max_tokens":"2"}'
 
-TWINS = [
-    # 36.1: the guard's cap is asked of the run's policy at the test's batch size, whoever asked for it
-    Twin("flag-guard-cap-nan",
-         ("the guard's cap (--enginedead-guard='1' (from command line)): policy gcap_nan: "
-          "timeout_s(CPU, 2) returned nan; a deadline must be a finite number of seconds",),
-         args=("--enginedead-guard", "--enginedead-policy=gcap_nan:p", "--enginedead-batch-sizes=2"),
-         files=returning("gcap_nan", "float('nan')"), suite=marked("enginedead_timeout(5)", "vllm_engine"),
-         kind=TEST),
-    # 36.5: a floor of 1 ms under the sample interval
-    Twin("flag-interval-a-nanosecond",
-         ("--enginedead-sample-interval='1e-9' (from command line): ", INTERVAL),
-         args=("--enginedead-sample-interval=1e-9",)),
-    # 36.7: the variable check hands its regression run, read like a public one
-    Twin("env-check-plan-not-json", ("ENGINEDEAD_CHECK_PLAN='not json' (from environment) is not JSON: "
-                                     "Expecting value",),
-         env={"ENGINEDEAD_CHECK_PLAN": "not json"}),
-    Twin("env-check-plan-wrong-types",
-         (f"ENGINEDEAD_CHECK_PLAN={PLAN_7B!r} (from environment) 'stock_s': 'two' "
-          "is not a whole number",),
-         env={"ENGINEDEAD_CHECK_PLAN": PLAN_7B}),
-    Twin("env-check-plan-unknown-key",
-         (f"ENGINEDEAD_CHECK_PLAN={PLAN_7C!r} (from environment) has unknown key(s) "
-          "'bogus'; it takes stock_s, slow_s_per_seq,",),
-         env={"ENGINEDEAD_CHECK_PLAN": PLAN_7C}, suite=ENGINE),
-    Twin("env-check-plan-text-tokens", ("(from environment) 'max_tokens': '2' is not a whole number",),
-         env={"ENGINEDEAD_CHECK_PLAN": PLAN_7D}, suite=ENGINE),
-    # 37.1: batch sizes within what vLLM builds (max_num_batched_tokens >= max_num_seqs)
-    Twin("flag-batch-sizes-over-vllms",
-         ("--enginedead-batch-sizes='99999999999' (from command line): batch size "
-          "99999999999 is over 4096, the largest an offline engine takes: vLLM "
-          "refuses max_num_seqs above max_num_batched_tokens",),
-         args=("--enginedead-batch-sizes=99999999999",), suite=ENGINE),
-    Twin("env-batch-sizes-over-a-servers",
-         ("ENGINEDEAD_BATCH_SIZES='8,3000' (from environment): batch size 3000 "
-          "is over 2048, the largest a server takes",),
-         env={"ENGINEDEAD_BATCH_SIZES": "8,3000"}, suite=SERVER),
-    Twin("ini-batch-sizes-over-vllms",
-         ("enginedead_batch_sizes = '5000' (from tox.ini): batch size 5000 is over "
-          "4096",),
-         files={"tox.ini": "[pytest]\nenginedead_batch_sizes = 5000\n"}, suite=ENGINE),
-    # 37.2: the model against the harness's context, and vLLM's model types
-    Twin("model-context-shorter-than-the-harness", ("--enginedead-model='", "/m' (from command line): ",
-                                                    "/m/config.json: the model's context is 16 tokens",
-                                                    "shorter than the harness's max_model_len 512"),
-         args=("--enginedead-model=m",), files=model(config(max_position_embeddings=16)), suite=ENGINE),
-    Twin("model-type-unknown", ("--enginedead-model='", "/m' (from command line): ",
-                                "/m/config.json: \"model_type\": 'nosuchtype' is known to neither vLLM"),
-         args=("--enginedead-model=m",), files=model(config(model_type="nosuchtype")), suite=ENGINE),
-    # 37.3: the tokenizer a server loads
-    Twin("model-tokenizer-cut-short", ("--enginedead-model='", "/m' (from command line): ",
-                                       "/m/tokenizer.json is not valid JSON",
-                                       "vLLM's API server loads it at start"),
-         args=("--enginedead-model=m",), files=with_tokenizer(BAD_TOKENIZER), suite=SERVER),
-    # 37.4: a plugin list that leaves ours out, with the line that fixes it
-    Twin("vllm-plugins-leave-ours-out",
-         ("VLLM_PLUGINS='lora' (from environment) leaves out enginedead: vLLM loads "
-          "only the plugins it names",
-          "; fix: export VLLM_PLUGINS=lora,enginedead (or unset it)"),
-         env={"VLLM_PLUGINS": "lora"}, suite=ENGINE),
+ALIKE = [
+    # the guard's cap is asked of the run's policy at the test's batch size, whoever asked for it
+    Alike("flag-guard-cap-nan",
+          ("the guard's cap (--enginedead-guard='1' (from command line)): policy gcap_nan: "
+           "timeout_s(CPU, 2) returned nan; a deadline must be a finite number of seconds",),
+          args=("--enginedead-guard", "--enginedead-policy=gcap_nan:p", "--enginedead-batch-sizes=2"),
+          files=returning("gcap_nan", "float('nan')"), suite=marked("enginedead_timeout(5)", "vllm_engine"),
+          kind=TEST),
+    # a floor of 1 ms under the sample interval
+    Alike("flag-interval-a-nanosecond",
+          ("--enginedead-sample-interval='1e-9' (from command line): ", INTERVAL),
+          args=("--enginedead-sample-interval=1e-9",)),
+    # the variable check hands its regression run, read like a public one
+    Alike("env-check-plan-not-json", ("ENGINEDEAD_CHECK_PLAN='not json' (from environment) is not JSON: "
+                                      "Expecting value",),
+          env={"ENGINEDEAD_CHECK_PLAN": "not json"}),
+    Alike("env-check-plan-wrong-types",
+          (f"ENGINEDEAD_CHECK_PLAN={PLAN_7B!r} (from environment) 'stock_s': 'two' "
+           "is not a whole number",),
+          env={"ENGINEDEAD_CHECK_PLAN": PLAN_7B}),
+    Alike("env-check-plan-unknown-key",
+          (f"ENGINEDEAD_CHECK_PLAN={PLAN_7C!r} (from environment) has unknown key(s) "
+           "'bogus'; it takes stock_s, slow_s_per_seq,",),
+          env={"ENGINEDEAD_CHECK_PLAN": PLAN_7C}, suite=ENGINE),
+    Alike("env-check-plan-text-tokens", ("(from environment) 'max_tokens': '2' is not a whole number",),
+          env={"ENGINEDEAD_CHECK_PLAN": PLAN_7D}, suite=ENGINE),
+    # batch sizes within what vLLM builds (max_num_batched_tokens >= max_num_seqs)
+    Alike("flag-batch-sizes-over-vllms",
+          ("--enginedead-batch-sizes='99999999999' (from command line): batch size "
+           "99999999999 is over 4096, the largest an offline engine takes: vLLM "
+           "refuses max_num_seqs above max_num_batched_tokens",),
+          args=("--enginedead-batch-sizes=99999999999",), suite=ENGINE),
+    Alike("env-batch-sizes-over-a-servers",
+          ("ENGINEDEAD_BATCH_SIZES='8,3000' (from environment): batch size 3000 "
+           "is over 2048, the largest a server takes",),
+          env={"ENGINEDEAD_BATCH_SIZES": "8,3000"}, suite=SERVER),
+    Alike("ini-batch-sizes-over-vllms",
+          ("enginedead_batch_sizes = '5000' (from tox.ini): batch size 5000 is over "
+           "4096",),
+          files={"tox.ini": "[pytest]\nenginedead_batch_sizes = 5000\n"}, suite=ENGINE),
+    # the model against the harness's context, and vLLM's model types
+    Alike("model-context-shorter-than-the-harness", ("--enginedead-model='", "/m' (from command line): ",
+                                                     "/m/config.json: the model's context is 16 tokens",
+                                                     "shorter than the harness's max_model_len 512"),
+          args=("--enginedead-model=m",), files=model(config(max_position_embeddings=16)), suite=ENGINE),
+    Alike("model-type-unknown", ("--enginedead-model='", "/m' (from command line): ",
+                                 "/m/config.json: \"model_type\": 'nosuchtype' is known to neither vLLM"),
+          args=("--enginedead-model=m",), files=model(config(model_type="nosuchtype")), suite=ENGINE),
+    # the tokenizer a server loads
+    Alike("model-tokenizer-cut-short", ("--enginedead-model='", "/m' (from command line): ",
+                                        "/m/tokenizer.json is not valid JSON",
+                                        "vLLM's API server loads it at start"),
+          args=("--enginedead-model=m",), files=with_tokenizer(BAD_TOKENIZER), suite=SERVER),
+    # a plugin list that leaves ours out, with the line that fixes it
+    Alike("vllm-plugins-leave-ours-out",
+          ("VLLM_PLUGINS='lora' (from environment) leaves out enginedead: vLLM loads "
+           "only the plugins it names",
+           "; fix: export VLLM_PLUGINS=lora,enginedead (or unset it)"),
+          env={"VLLM_PLUGINS": "lora"}, suite=ENGINE),
 ]
 
 
-@pytest.mark.parametrize("case", TWINS, ids=[c.id for c in TWINS])
+@pytest.mark.processes
+@pytest.mark.parametrize("case", ALIKE, ids=[c.id for c in ALIKE])
 def test_alike_with_and_without_xdist(
-    downstream: Downstream, tripwire: list[str], stub_registry: Path, private_tmp: Path,
-    monkeypatch: pytest.MonkeyPatch, case: Twin,
+    downstream: Downstream, no_engine: list[str], stub_registry: Path, private_tmp: Path,
+    monkeypatch: pytest.MonkeyPatch, case: Alike,
 ) -> None:
     """Each of the options' (and the variables') new refusals: one line naming the value and where it
     came from, exit 4 (a test's failure where the value is the test's), the same with -n 2, before any
@@ -727,7 +729,7 @@ def test_alike_with_and_without_xdist(
     ({}, "def test_plain(engine_batch_size):\n    pass\n"),
 ], ids=["offline-tokenizer", "factory-own-context", "no-engine"])
 def test_what_no_engine_of_the_run_needs_is_not_refused(
-    downstream: Downstream, tripwire: list[str], files: dict[str, str], suite: str
+    downstream: Downstream, no_engine: list[str], files: dict[str, str], suite: str
 ) -> None:
     """The checks hold what the run's engines will use, no more: a tokenizer only servers load, the
     harness's context only the fixtures' engines start with (a factory gives its own), a batch size

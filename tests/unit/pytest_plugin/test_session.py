@@ -11,7 +11,7 @@ import pytest
 
 from pytest_enginedead.compat import versions
 from tests.support import examples
-from tests.support.doors import (
+from tests.support.badinput import (
     ENGINE,
     assert_clean,
     assert_untouched,
@@ -24,11 +24,12 @@ from tests.support.doors import (
 )
 from tests.support.downstream import Downstream
 
-# --- before the first engine: a run with vLLM present, watched by the tripwire -------------------
+# --- before the first engine: a run with vLLM present, watched by the no_engine -------------------
 
 needs_vllm = pytest.mark.skipif(versions.installed_version() is None, reason="needs vLLM installed")
 
 
+@pytest.mark.processes
 @needs_vllm
 @pytest.mark.parametrize(
     ("args", "files", "code", "needle"),
@@ -42,10 +43,11 @@ needs_vllm = pytest.mark.skipif(versions.installed_version() is None, reason="ne
     ids=["report-path", "model-config", "policy-value", "marker"],
 )
 def test_checked_before_the_first_engine_starts(
-    downstream: Downstream, wired: Path, args: tuple[str, ...], files: dict[str, str], code: int, needle: str
+    downstream: Downstream, no_child_engine: Path, args: tuple[str, ...], files: dict[str, str], code: int,
+    needle: str,
 ) -> None:
     """With vLLM installed and engine tests planned, each bad input ends the run (or its tests)
-    before any engine starts: the import tripwire stays untouched (it does trip on a good one)."""
+    before any engine starts: the import no_engine stays untouched (it does trip on a good one)."""
     (downstream.path / "test_engine.py").write_text(ENGINE)
     for name, content in files.items():
         (downstream.path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +56,7 @@ def test_checked_before_the_first_engine_starts(
     assert result.ret == code, result.text[-3000:]
     assert needle in result.text
     assert_clean(result.text)
-    assert "engine failed to start" not in result.text and "tripwire" not in result.text
+    assert "engine failed to start" not in result.text and "no_engine" not in result.text
 
 
 # --- the report, written at the end -------------------------------------------------------------
@@ -118,8 +120,9 @@ def test_a_report_through_a_symlink_replaces_the_file_not_the_link(downstream: D
 # --- ranks: each gets a core of those the run's engines may use ----------------------------------
 
 
+@pytest.mark.processes
 def test_more_ranks_than_cores_is_refused_in_one_line(
-    downstream: Downstream, wired: Path, monkeypatch: pytest.MonkeyPatch
+    downstream: Downstream, no_child_engine: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``--enginedead-tensor-parallel-size`` one above this machine's cores: exit 4 before any engine,
     naming the option, the cores and what would do; under xdist the bound is a worker's share."""
@@ -132,7 +135,7 @@ def test_more_ranks_than_cores_is_refused_in_one_line(
     line = f"--enginedead-tensor-parallel-size='{cores + 1}' (from command line): {cores + 1} ranks need"
     assert line in too_many.text and f"this run owns {cores}" in too_many.text
     assert_clean(too_many.text)
-    assert "tripwire" not in too_many.text
+    assert "no_engine" not in too_many.text
     if cores >= 2:  # each of two xdist workers owns half the cores: as many ranks as cores do not fit
         shared = downstream.run(f"--enginedead-tensor-parallel-size={cores}", "-n", "2", "-p", "xdist",
                                 in_subprocess=True, timeout=120)
@@ -172,6 +175,7 @@ def test_third(enginedead_policy):
 '''
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("verbose", [False, True], ids=["dots", "verbose"])
 def test_engine_start_progress_keeps_pytests_row_whole(tmp_path: Path, verbose: bool) -> None:
     """Progress lines come on lines of their own, and pytest starts its row again after them (the

@@ -49,6 +49,7 @@ def _load(mode: str) -> dict[str, object]:
     return result
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(versions.vllm_missing_reason() is not None, reason="needs vLLM installed")
 def test_the_dummy_loader_sets_layer_scalars_to_one_and_nothing_else() -> None:
     stock, wrapped = _load("stock"), _load("wrapped")

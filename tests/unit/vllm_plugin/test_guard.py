@@ -92,6 +92,7 @@ def test_a_production_guard_whose_policy_gives_no_cap_logs_one_error_and_stays_o
     assert core is not None and installed == [core]
 
 
+@pytest.mark.processes
 def test_stale_states_are_removed_and_a_fronts_own(tmp_path: Path) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -131,6 +132,7 @@ def executor(*pids: int) -> SimpleNamespace:
                                     for i, pid in enumerate(pids)])
 
 
+@pytest.mark.processes
 def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) -> None:
     """Two ranks, one busy, one idle (waiting for it in a collective): SLOW, judged on the busy
     rank, whose rank the decision names; both idle: HUNG, however little each one's CPU adds up to."""
@@ -169,6 +171,7 @@ def remote_record(tmp_path: Path, seq: int, cores: float, wall: float | None = N
         window_s=1.0, step=5, batch=64, running=True, ran_s=1.0, steps=4))
 
 
+@pytest.mark.processes
 def test_the_guard_waits_for_a_computing_rank_on_another_node_and_names_it(tmp_path: Path) -> None:
     """The head's own rank idles (waiting in a collective); node 1's rank publishes that it computes:
     SLOW, and the decision names node 1's rank by its pid there."""
@@ -194,6 +197,7 @@ def test_the_guard_waits_for_a_computing_rank_on_another_node_and_names_it(tmp_p
         assert watch._judged().name == "VLLM::Worker rank 1 of 2 on node 1"
 
 
+@pytest.mark.processes
 def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tmp_path: Path) -> None:
     """Node 1's rank stopped publishing (its last record is old) and the head's rank idles: no rank
     shows progress, so after hang_s the wait ends, as DEAD: vLLM's monitor cannot see that node."""
@@ -230,6 +234,7 @@ def test_a_record_older_than_the_engine_core_is_another_engines(tmp_path: Path) 
     assert [lk.label for lk in core.remote_looks()] == ["node 1 TP1"] and core.rank_count() == 1
 
 
+@pytest.mark.processes
 def test_a_rank_spinning_in_a_collective_waits_and_its_idle_peer_is_hung(tmp_path: Path) -> None:
     """vLLM's CPU all-reduce spins while it waits for a late peer: rank 0 busy, marked inside a
     collective, rank 1 idle (hung in its step).  HUNG, judged on rank 1; without the mark the

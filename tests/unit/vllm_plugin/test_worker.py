@@ -299,6 +299,7 @@ def stepper(run_dir: str, before: int, after: int = 0, faults: str = "{}") -> su
     )
 
 
+@pytest.mark.processes
 def test_crash_fault_counts_steps_from_the_test_that_set_it(run_dir: str) -> None:
     """crash_at_step=2 after three earlier steps: the fifth step begins and the worker exits."""
     proc = stepper(run_dir, before=3, after=5, faults="{'crash_at_step': 2}")
@@ -309,6 +310,7 @@ def test_crash_fault_counts_steps_from_the_test_that_set_it(run_dir: str) -> Non
     assert [s.running for s in recorded] == [False, False, False, False, True]
 
 
+@pytest.mark.processes
 def test_hang_fault_blocks_idle_in_its_step(run_dir: str) -> None:
     """hang_at_step=1: the step begins and the worker sits alive, idle, forever."""
     proc = stepper(run_dir, before=0, after=3, faults="{'hang_at_step': 1}")

@@ -13,7 +13,7 @@ from pytest_enginedead.harness.engines.base import EngineBase
 from pytest_enginedead.harness.engines.coreready import guard_problem
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec
-from tests.support.doors import leftovers
+from tests.support.badinput import leftovers
 from tests.support.guards import GUARD_MARKER, NOT_IMPORTABLE
 
 

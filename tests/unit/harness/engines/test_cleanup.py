@@ -30,7 +30,7 @@ from pytest_enginedead.harness.engines.cleanup import (
     terminate,
     unlink_shm,
 )
-from tests.support.doors import leftovers
+from tests.support.badinput import leftovers
 from tests.support.downstream import assert_nothing_left
 
 pytestmark = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason=f"no {SHM_DIR} on this system")
@@ -112,6 +112,7 @@ def segments() -> Iterator[list[str]]:
 # --- ProcRef ------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_procref_pins_a_process_by_creation_time(spawned: list[subprocess.Popen[str]]) -> None:
     proc = start(spawned, "sleep", "600")
     ref = ProcRef.of(psutil.Process(proc.pid))
@@ -122,6 +123,7 @@ def test_procref_pins_a_process_by_creation_time(spawned: list[subprocess.Popen[
     assert ProcRef(proc.pid, ref.create_time - 1.0).process(zombie=True) is None
 
 
+@pytest.mark.processes
 def test_procref_of_a_zombie_and_of_a_reaped_process(spawned: list[subprocess.Popen[str]]) -> None:
     proc = start(spawned, "true")
     ref = ProcRef.of(psutil.Process(proc.pid))
@@ -139,6 +141,7 @@ def test_procref_of_a_zombie_and_of_a_reaped_process(spawned: list[subprocess.Po
 # --- terminate -------------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_terminate_ends_a_process_with_sigterm(spawned: list[subprocess.Popen[str]]) -> None:
     proc = start(spawned, "sleep", "600")
     ref = ProcRef.of(psutil.Process(proc.pid))
@@ -149,6 +152,7 @@ def test_terminate_ends_a_process_with_sigterm(spawned: list[subprocess.Popen[st
     assert proc.wait(timeout=1) == -15
 
 
+@pytest.mark.processes
 def test_terminate_kills_what_ignores_sigterm(spawned: list[subprocess.Popen[str]]) -> None:
     proc = start(spawned, sys.executable, "-c", STUBBORN)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
@@ -169,6 +173,7 @@ while True:  # an engine core starting workers, one after another
 """
 
 
+@pytest.mark.processes
 def test_terminate_at_once_takes_the_whole_tree_even_while_it_spawns(
     spawned: list[subprocess.Popen[str]],
 ) -> None:
@@ -198,6 +203,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("at_once", [True, False], ids=["interrupted", "ignores-sigterm"])
 def test_terminate_finds_a_semaphore_made_since_the_caller_looked(
     spawned: list[subprocess.Popen[str]], at_once: bool
@@ -233,6 +239,7 @@ def _sleep_forever() -> None:
     time.sleep(600)
 
 
+@pytest.mark.processes
 def test_terminate_leaves_reaping_to_the_owner() -> None:
     """A multiprocessing child (as vLLM's client starts its engine core) ended by pid must
     still read as ended to multiprocessing: reaped behind its back, ``is_alive()`` says
@@ -250,12 +257,12 @@ def test_terminate_leaves_reaping_to_the_owner() -> None:
     assert time.monotonic() - t0 < 1.0
 
 
-def test_terminate_never_touches_a_process_that_is_not_ours(decoy: psutil.Process) -> None:
+def test_terminate_never_touches_a_process_that_is_not_ours(bystander: psutil.Process) -> None:
     """A pid whose creation time differs (a reused pid) is left alone, whatever its title."""
-    stranger = ProcRef(decoy.pid, decoy.create_time() + 5.0)
+    stranger = ProcRef(bystander.pid, bystander.create_time() + 5.0)
     assert terminate([stranger], grace_s=0.2) == []
-    assert decoy.is_running() and decoy.status() != psutil.STATUS_ZOMBIE
-    assert "VLLM::Worker" in " ".join(decoy.cmdline())
+    assert bystander.is_running() and bystander.status() != psutil.STATUS_ZOMBIE
+    assert "VLLM::Worker" in " ".join(bystander.cmdline())
 
 
 def test_terminate_of_nothing_and_of_the_gone() -> None:
@@ -266,6 +273,7 @@ def test_terminate_of_nothing_and_of_the_gone() -> None:
 # --- shared memory ---------------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_mapped_shm_finds_what_our_processes_map(
     spawned: list[subprocess.Popen[str]], segments: list[str]
 ) -> None:
@@ -289,6 +297,7 @@ def test_mapped_shm_finds_what_our_processes_map(
 IOMP = Path(sys.prefix, "lib", "libiomp5.so")
 
 
+@pytest.mark.processes
 @pytest.mark.skipif(not IOMP.exists() or importlib.util.find_spec("torch") is None,
                     reason="needs torch and intel-openmp's libiomp5.so in this venv")
 def test_an_iomp_registration_of_a_killed_process_is_found_and_removed(
@@ -356,8 +365,9 @@ PARENT = textwrap.dedent(
 )
 
 
+@pytest.mark.processes
 def test_reaper_ends_the_engines_of_a_harness_that_died(
-    spawned: list[subprocess.Popen[str]], segments: list[str], decoy: psutil.Process
+    spawned: list[subprocess.Popen[str]], segments: list[str], bystander: psutil.Process
 ) -> None:
     """SIGKILL the harness: its reaper ends the registered processes and removes the shm
     entries, both the listed one and the one the process had mapped, and the engine's run
@@ -380,13 +390,14 @@ def test_reaper_ends_the_engines_of_a_harness_that_died(
     parent.kill()
     parent.wait()
     assert_nothing_left(
-        [child], {f"{SHM_DIR}/{mapped}", f"{SHM_DIR}/{listed}"}, decoy, within_s=10, require_shm=True
+        [child], {f"{SHM_DIR}/{mapped}", f"{SHM_DIR}/{listed}"}, bystander, within_s=10, require_shm=True
     )
     reaper.wait(timeout=10)  # its work done, the reaper exits
     assert not os.path.exists(made["registry"])
     assert not os.path.exists(run_dir)
 
 
+@pytest.mark.processes
 def test_reaper_closed_normally_stops_nothing(spawned: list[subprocess.Popen[str]]) -> None:
     """The harness ends cleanly: the reaper goes, the processes it tracked are left alone."""
     proc = start(spawned, "sleep", "600")
@@ -413,6 +424,7 @@ def test_reaper_closed_normally_stops_nothing(spawned: list[subprocess.Popen[str
     os.kill(proc.pid, signal.SIGKILL)
 
 
+@pytest.mark.processes
 def test_the_reaper_starts_cleanly_and_leaves_nothing(private_tmp: Path) -> None:
     """The reaper starts without runpy's RuntimeWarning; its registry goes with it."""
     script = ("import time\nfrom pytest_enginedead.harness.engines.cleanup import Reaper\n"

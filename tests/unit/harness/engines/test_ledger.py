@@ -27,6 +27,7 @@ def _start_in_a_child(path: str, i: int) -> None:
     ledger.record("server" if i % 3 == 0 else "engine", f"bs{i}", 10.0 + i, restart=i % 4 == 0)
 
 
+@pytest.mark.processes
 def test_starts_from_many_processes_are_totalled(tmp_path: Path) -> None:
     """Sixteen processes append at once: every line whole, the totals and origins right."""
     path = str(tmp_path / "ledger.jsonl")

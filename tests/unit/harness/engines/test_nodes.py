@@ -57,6 +57,7 @@ def test_a_process_in_no_namespace_of_its_own_has_its_own_pid_inside() -> None:
     assert nodes.namespace_pid(2**22 + 12345) is None
 
 
+@pytest.mark.processes
 @namespaces
 def test_a_node_sees_only_its_own_processes_and_is_stopped_by_pid_with_nothing_left(tmp_path: Path) -> None:
     spec = EngineSpec(str(tmp_path), 8, tensor_parallel=2, nodes=2)
@@ -85,6 +86,7 @@ def test_a_node_sees_only_its_own_processes_and_is_stopped_by_pid_with_nothing_l
     assert not node_set.alive()
 
 
+@pytest.mark.processes
 @namespaces
 def test_a_node_that_exited_is_a_failure_with_what_it_printed(tmp_path: Path) -> None:
     node_set = NodeSet(EngineSpec(str(tmp_path), 8, tensor_parallel=2, nodes=2), str(tmp_path))

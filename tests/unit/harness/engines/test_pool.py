@@ -49,6 +49,7 @@ def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[EnginePool]:
     made.close()
 
 
+@pytest.mark.processes
 def test_one_engine_per_spec_told_each_tests_instructions(pool: EnginePool) -> None:
     first = pool.acquire(A, POLICY, "t.py::a")
     again = pool.acquire(A, MARKER, "t.py::b")
@@ -59,6 +60,7 @@ def test_one_engine_per_spec_told_each_tests_instructions(pool: EnginePool) -> N
     assert first.stopped
 
 
+@pytest.mark.processes
 def test_at_most_max_alive_engines(pool: EnginePool) -> None:
     a = pool.acquire(A, POLICY)
     b = pool.acquire(B, POLICY)
@@ -68,6 +70,7 @@ def test_at_most_max_alive_engines(pool: EnginePool) -> None:
     assert [r.engine for r in pool.close()] == [a, b, a2]
 
 
+@pytest.mark.processes
 def test_a_broken_engine_found_at_acquire_is_replaced_as_a_restart(pool: EnginePool) -> None:
     engine = pool.acquire(A, POLICY, "t.py::a")
     engine.broken = True  # a call on it failed
@@ -77,6 +80,7 @@ def test_a_broken_engine_found_at_acquire_is_replaced_as_a_restart(pool: EngineP
     assert [(r.tests, r.restart) for r in records] == [(["t.py::a"], False), (["t.py::b"], True)]
 
 
+@pytest.mark.processes
 def test_a_broken_engine_released_after_its_test_is_replaced_as_a_restart(pool: EnginePool) -> None:
     """The plugin's flow: the test's call failed, release() after it, the next test acquires."""
     engine = pool.acquire(A, POLICY, "t.py::a")
@@ -89,12 +93,14 @@ def test_a_broken_engine_released_after_its_test_is_replaced_as_a_restart(pool: 
     assert [(r.tests, r.restart) for r in records] == [(["t.py::a"], False), (["t.py::b"], True)]
 
 
+@pytest.mark.processes
 def test_release_keeps_a_healthy_engine(pool: EnginePool) -> None:
     engine = pool.acquire(A, POLICY)
     pool.release(engine)
     assert not engine.stopped and pool.acquire(A, MARKER) is engine
 
 
+@pytest.mark.processes
 def test_dedicated_engines_are_not_shared_but_stopped_at_close(pool: EnginePool) -> None:
     pool.max_alive = 2
     own = pool.start_dedicated(A, MARKER)
@@ -105,6 +111,7 @@ def test_dedicated_engines_are_not_shared_but_stopped_at_close(pool: EnginePool)
     assert pool.close() == []  # each close returns what was started since the last one
 
 
+@pytest.mark.processes
 def test_a_failed_stop_is_recorded_and_the_rest_still_stop(
     pool: EnginePool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -118,6 +125,7 @@ def test_a_failed_stop_is_recorded_and_the_rest_still_stop(
     assert records[1].stop_error is None and fine.stopped and stubborn.stopped
 
 
+@pytest.mark.processes
 def test_the_reaper_lives_while_engines_may(pool: EnginePool) -> None:
     pool.acquire(A, POLICY)
     reaper = pool._reaper

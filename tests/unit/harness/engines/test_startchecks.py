@@ -19,7 +19,7 @@ from pytest_enginedead.harness.engines.startchecks import (
 from pytest_enginedead.logic.inputs.arguments import BadMarker
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.machine import meminfo
-from tests.support.doors import KNOWN, config, stand_in_server_parser
+from tests.support.badinput import KNOWN, config, stand_in_server_parser
 from tests.support.sizing import GEMMA_26B
 
 

@@ -9,6 +9,7 @@ import textwrap
 import time
 
 import psutil
+import pytest
 
 from pytest_enginedead.contract.dumps import MAIN_THREAD_PREFIX
 from pytest_enginedead.harness.engines.offline import Engine
@@ -18,6 +19,7 @@ from pytest_enginedead.logic.planning.engines import EngineSpec
 from pytest_enginedead.process.pinned import ProcRef
 
 
+@pytest.mark.processes
 def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
     """A never-started ``Engine`` whose worker is a real process running a busy step: the
     harness finds the worker by its record, sees the running step, and gets its stack

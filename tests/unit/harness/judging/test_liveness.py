@@ -48,6 +48,7 @@ def ev(alive: bool = True, cores: float = 0.0, status: str = "running") -> Proce
 # --- real processes ---------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_busy_process_is_slow(busy: int) -> None:
     """A Python busy loop uses most of a core and is classified SLOW."""
     e = evidence_over([busy])[busy]
@@ -57,6 +58,7 @@ def test_busy_process_is_slow(busy: int) -> None:
     assert classify(e) is Verdict.SLOW
 
 
+@pytest.mark.processes
 def test_sleeping_process_is_hung(sleeper: int) -> None:
     """An alive process at ~0 CPU is below the 0.05 threshold: HUNG, not SLOW."""
     e = evidence_over([sleeper])[sleeper]
@@ -65,6 +67,7 @@ def test_sleeping_process_is_hung(sleeper: int) -> None:
     assert classify(e) is Verdict.HUNG
 
 
+@pytest.mark.processes
 def test_exited_and_reaped_process_is_dead() -> None:
     """A process that exited and was reaped is gone: DEAD."""
     with procs.worker("exit") as proc:
@@ -76,6 +79,7 @@ def test_exited_and_reaped_process_is_dead() -> None:
     assert classify(e) is Verdict.DEAD
 
 
+@pytest.mark.processes
 def test_zombie_process_is_dead() -> None:
     """A process that exited but was not yet reaped (a zombie) is DEAD, not HUNG."""
     with procs.worker("exit") as proc:
@@ -90,6 +94,7 @@ def test_zombie_process_is_dead() -> None:
         assert classify(e) is Verdict.DEAD
 
 
+@pytest.mark.processes
 def test_a_gone_process_keeps_what_it_did_before_it_went() -> None:
     """Once gone, its history stops, and the evidence as of a moment before it went still
     shows it computing, however long the sampler runs on (vLLM stops its workers after a
@@ -116,6 +121,7 @@ def test_a_gone_process_keeps_what_it_did_before_it_went() -> None:
     assert Sampler([proc.pid]).evidence_at(proc.pid + 10**7, busy_at) is None  # not watched
 
 
+@pytest.mark.processes
 def test_pid_that_never_existed_is_dead() -> None:
     """A pid with no process is DEAD from the first sample, and named by its pid."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -125,6 +131,7 @@ def test_pid_that_never_existed_is_dead() -> None:
     assert classify(e) is Verdict.DEAD
 
 
+@pytest.mark.processes
 def test_process_is_pinned_by_creation_time(sleeper: int) -> None:
     """A pid now owned by another process (other creation time) reads as gone."""
     watched = Watched(sleeper, history=8)
@@ -140,6 +147,7 @@ def test_process_is_pinned_by_creation_time(sleeper: int) -> None:
     assert classify(watched.evidence(1.0)) is Verdict.DEAD
 
 
+@pytest.mark.processes
 def test_sampler_reports_each_process(busy: int, sleeper: int) -> None:
     """One sampler, two processes: each gets its own evidence and verdict."""
     found = evidence_over([busy, sleeper, busy])  # duplicates are watched once
@@ -149,6 +157,7 @@ def test_sampler_reports_each_process(busy: int, sleeper: int) -> None:
     assert overall(classify(e) for e in found.values()) is Verdict.SLOW
 
 
+@pytest.mark.processes
 def test_snapshot_without_a_thread(busy: int, sleeper: int) -> None:
     """``snapshot`` takes a short window without starting a sampler thread."""
     found = snapshot([busy, sleeper], window_s=0.3)
@@ -156,6 +165,7 @@ def test_snapshot_without_a_thread(busy: int, sleeper: int) -> None:
     assert classify(found[sleeper]) is Verdict.HUNG
 
 
+@pytest.mark.processes
 def test_sampler_thread_stops(sleeper: int) -> None:
     """Leaving the sampler's ``with`` stops its daemon thread."""
     with Sampler([sleeper], interval_s=0.05) as sampler:
@@ -164,6 +174,7 @@ def test_sampler_thread_stops(sleeper: int) -> None:
     assert not thread.is_alive()
 
 
+@pytest.mark.processes
 def test_evidence_describes_the_process(busy: int) -> None:
     """The description names title, pid, state and CPU share, for failure messages."""
     e = evidence_over([busy], 0.3)[busy]

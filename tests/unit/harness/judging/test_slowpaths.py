@@ -8,6 +8,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from pytest_enginedead.harness.judging import slowpaths
 
@@ -42,6 +43,7 @@ def test_bf16_without_native_support_is_named() -> None:
     assert len(found) == 1 and "AVX512-BF16" in found[0]
 
 
+@pytest.mark.processes
 def test_more_openmp_threads_than_cores_is_named() -> None:
     """A worker with OMP_NUM_THREADS above its affinity mask; one within it is not named."""
     code = "import os, time; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); time.sleep(30)"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from pytest_enginedead.contract.decisions import Verdict, overall
 from pytest_enginedead.contract.steps import StepTime
 from pytest_enginedead.harness.judging.liveness import LivenessSettings, ProcessEvidence, Sampler, classify
@@ -128,6 +130,7 @@ BURNING = (
 )
 
 
+@pytest.mark.processes
 def test_a_false_death_whose_computing_rank_is_on_another_node_names_that_node_and_rank() -> None:
     """The head's rank idles in its step (waiting for its peer); node 1's rank publishes that it
     computes: SLOW, the head's rank waiting, and ``where:`` from the stack node 1 sent when asked."""
@@ -153,6 +156,7 @@ def test_a_false_death_whose_computing_rank_is_on_another_node_names_that_node_a
     assert (entry["node"], entry["rank"], entry["verdict"], entry["state"]) == (1, 1, "SLOW", COMPUTING)
 
 
+@pytest.mark.processes
 def test_a_rank_on_another_node_that_fell_silent_is_a_genuine_death() -> None:
     from tests.support import procs
     from tests.unit.contract.test_progress import record

@@ -123,6 +123,7 @@ def fake_server(tmp_path: Path, worker: str) -> Iterator[tuple[psutil.Process, i
         proc.stdout.close()
 
 
+@pytest.mark.processes
 def test_probe_finds_its_server_by_port_and_reads_its_guard(
     server_tree: tuple[psutil.Process, int, Path]
 ) -> None:
@@ -142,6 +143,7 @@ def test_probe_finds_its_server_by_port_and_reads_its_guard(
     assert not hung.alive and hung.why.startswith("hung: the guard ended step 5")
 
 
+@pytest.mark.processes
 def test_probe_says_dead_when_the_worker_or_the_server_is_gone(
     server_tree: tuple[psutil.Process, int, Path]
 ) -> None:
@@ -159,6 +161,7 @@ def test_probe_says_dead_when_the_worker_or_the_server_is_gone(
     assert execprobe.probe(port=nobody) == execprobe.Answer(False, f"dead: nothing listens on port {nobody}")
 
 
+@pytest.mark.processes
 def test_without_the_guard_a_worker_whose_child_computes_is_computing(tmp_path: Path) -> None:
     """The worker sits idle while its child process computes (vLLM compiles in helpers): its
     CPU counts the child's, as the harness's verdict and the guard count it."""
@@ -172,6 +175,7 @@ def test_without_the_guard_a_worker_whose_child_computes_is_computing(tmp_path: 
         assert answer.alive and "the worker is computing; the guard is off" in answer.why, answer.why
 
 
+@pytest.mark.processes
 def test_without_the_guard_an_idle_worker_is_idle(tmp_path: Path) -> None:
     for front, port, _ in fake_server(tmp_path, "idle"):
         (worker,) = execprobe.workers(execprobe.engine_cores(front)[0])
@@ -194,6 +198,7 @@ def test_the_answer_names_the_node_of_the_worker_the_guard_judged() -> None:
                         "for 6.0 s")
 
 
+@pytest.mark.processes
 def test_a_remote_rank_that_fell_silent_makes_the_engine_dead_and_one_that_computes_busy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ from pytest_enginedead.logic.inputs.guardconfig import (
     config_from_env,
     misplaced_policy,
 )
-from tests.support.doors import returning
+from tests.support.badinput import returning
 from tests.support.guards import NOT_IMPORTABLE
 
 

@@ -1,7 +1,7 @@
 """Every input has its bad values: the tables beside each input's tests, together.
 
 Each input's table lives with that input's tests (the conventions they are held to:
-``tests/support/doors.py``); this counts them as one.
+``tests/support/badinput.py``); this counts them as one.
 """
 
 from __future__ import annotations

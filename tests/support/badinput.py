@@ -12,11 +12,11 @@ command line.  Each is run as a downstream repo would run it (``pytester``; the 
   belongs to one test, that test failing with its one line;
 * a message naming the value and its source;
 * no ``Traceback``, no ``INTERNALERROR``, no chained-exception banner;
-* and no engine: starting one is a tripwire in every run here (the ``tripwire`` and ``wired``
-  fixtures, ``tests/unit/conftest.py``).
+* and no engine: starting one is refused in every run here (the ``no_engine`` and
+  ``no_child_engine`` fixtures, ``tests/unit/conftest.py``).
 
 Then: every output path and checkable input is refused before the first engine starts
-(a run with vLLM present, watched by an import tripwire), and nothing named
+(a run with vLLM present, an engine's first import refused), and nothing named
 ``enginedead*`` is left in the temporary directory (``leftovers``).
 """
 
@@ -52,6 +52,11 @@ GOOD_CONFIG = json.loads((Path(BUNDLED_MODEL) / "config.json").read_text())
 
 #: what the tests here take vLLM's model registry to know (the real one is asked in tests/engine)
 KNOWN = frozenset({"LlamaForCausalLM"})
+#: what the tests here take ``vllm.LLM`` / ``EngineArgs`` to take (importing vLLM for the real list
+#: costs ~10 s a process; tests/engine/test_compat_vllm.py holds the real one)
+ENGINE_ARGUMENTS = frozenset({"dtype", "enforce_eager", "gpu_memory_utilization", "max_model_len",
+                              "max_num_batched_tokens", "pipeline_parallel_size", "seed",
+                              "tensor_parallel_size"})
 USAGE, TEST = "usage", "test"
 NOISE = ("Traceback", "INTERNALERROR", "During handling of the above exception", "RuntimeWarning")
 
@@ -218,25 +223,25 @@ def assert_bad_input_is_one_line(downstream: Downstream, monkeypatch: pytest.Mon
 
 # --- the enginedead command ----------------------------------------------------------------
 
-#: an import tripwire for subprocesses: vLLM's engine entry points, imported before any engine
+#: an engine's import refused in subprocesses: vLLM's engine entry points, imported before any engine
 #: starts (``from vllm import LLM``, the API server, the engine core), are recorded and refused
-TRIPWIRE = """
+ENGINE_IMPORT_REFUSAL = """
 import importlib.abc, os, sys
 
 ENTRY = ("vllm.entrypoints.llm", "vllm.entrypoints.openai.api_server", "vllm.v1.engine.core",
          "vllm.v1.engine.llm_engine", "vllm.v1.engine.core_client")
 
 
-class Tripwire(importlib.abc.MetaPathFinder):
+class EngineImportRefusal(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name in ENTRY:
-            with open(os.environ["ENGINEDEAD_TEST_TRIPWIRE"], "a") as f:
+            with open(os.environ["ENGINEDEAD_TEST_ENGINE_IMPORTS"], "a") as f:
                 f.write(f"{os.getpid()} {name}\\n")
-            raise ImportError(f"tripwire: {name}: an engine was about to start")
+            raise ImportError(f"refused: {name}: an engine was about to start")
         return None
 
 
-sys.meta_path.insert(0, Tripwire())
+sys.meta_path.insert(0, EngineImportRefusal())
 """
 
 
@@ -297,7 +302,7 @@ OK = "ok"
 
 
 @dataclass(frozen=True)
-class Twin(Case):
+class Alike(Case):
     """A case run twice, as ``pytest -p enginedead`` and as ``pytest -p enginedead -p xdist -n 2``:
     the same outcome both ways (for a usage error: exactly the same one line, exit 4).
     ``{repo}`` in a needle is the repo's path (whole only under ``-v``: a long line is shortened)."""
@@ -365,12 +370,12 @@ _in_server.server_parser = _stand_in_server_parser
 
 def assert_alike_with_and_without_xdist(
     downstream: Downstream, stub_registry: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
-    case: Twin,
+    case: Alike,
 ) -> None:
     """Without ``-n`` and with ``-n 2`` (where the controller collects nothing), the same input
     gives the same outcome: a usage error is exactly the same one line and exit 4, never xdist's
     INTERNALERROR; a test's failure is the same line both ways; a device or FIFO given as the report
-    is untouched (same type, same inode); no engine starts (the ``tripwire`` fixture, and the
+    is untouched (same type, same inode); no engine starts (the ``no_engine`` fixture, and the
     ``stub_registry`` one in the processes the run starts), and nothing is left in the temporary
     directory (``private_tmp``)."""
     __tracebackhide__ = True
