@@ -176,8 +176,14 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
     if run.settings.shard is not None:
         plan = _keep_shard(config, run, items, plan)
     run.plugin_tests = any(uses_plugin(it) for it in items)
-    factories = [it for it in items if uses_factory(it)]
     run.results.configurations = plan.configurations
+    _stash_plans(config, items, plan)
+    items[:] = [items[i] for i in plan.order]
+    _check_or_publish(config, run, items, plan)
+
+
+def _stash_plans(config: pytest.Config, items: list[pytest.Item], plan: engines.Plan) -> None:
+    """Each engine test's plan in its stash, and its pytest-timeout budget unless it set one."""
     budget = config.pluginmanager.hasplugin("timeout")
     for item, test in zip(items, plan.tests, strict=True):
         if test is None:
@@ -185,11 +191,16 @@ def plan_collection(config: pytest.Config, items: list[pytest.Item]) -> None:
         item.stash[plan_key] = test
         if budget and item.get_closest_marker("timeout") is None and test.budget_s is not None:
             item.add_marker(pytest.mark.timeout(test.budget_s))
-    items[:] = [items[i] for i in plan.order]
+
+
+def _check_or_publish(config: pytest.Config, run: Run, items: list[pytest.Item], plan: engines.Plan) -> None:
+    """The model the planned engines need, checked here; or, on an xdist worker, the plan published
+    for the controller (which checks it once, for every worker)."""
+    factories = [it for it in items if uses_factory(it)]
     engine_tests = len(plan.engine_specs) + len(factories)  # factories start the run's model too
+    server_factory = any("vllm_server_factory" in getattr(it, "fixturenames", ()) for it in factories)
     uses = EngineUses(fixtures=bool(plan.engine_specs),
-                      servers=any(s.server for s in plan.engine_specs)
-                      or any("vllm_server_factory" in getattr(it, "fixturenames", ()) for it in factories))
+                      servers=server_factory or any(s.server for s in plan.engine_specs))
     groups = ((it.nodeid, distributed.item_group(it, planned_spec(it))) for it in items)
     controller_checks = distributed.is_worker(config) and distributed.publish_plan(
         config, WorkerPlan({nodeid: group for nodeid, group in groups if group}, engine_tests, uses,

@@ -304,6 +304,26 @@ class Judgement:
     stray_ends: int  # END/CAP outside every window
 
 
+def deaths_of(exits: Sequence[Exit], windows: Sequence[Window], failed: Sequence[Request], t0: float,
+              now: float) -> list[Death]:
+    """The server's deaths the soak did not cause, each with the failed requests it cost: those that
+    ended from its window's start (or ``DEATH_GRACE_S`` before it) until the server was back, each
+    counted once."""
+    deaths: list[Death] = []
+    claimed: set[int] = set()
+    for x in exits:
+        if x.by_us:
+            continue
+        cause, w = death_cause(x, windows)
+        since = w.start if w is not None else x.t - DEATH_GRACE_S
+        until = x.back_at if x.back_at is not None else now
+        lost = [i for i, r in enumerate(failed) if i not in claimed and since <= r.end <= until]
+        claimed.update(lost)
+        deaths.append(Death(round(x.t - t0, 1), x.code, cause, w.label if w else None, len(lost),
+                            round(until - x.t, 1) if x.back_at is not None else None))
+    return deaths
+
+
 def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequence[StepTime],
           exits: Sequence[Exit], requests: Sequence[Request], limits: Limits, t0: float,
           now: float) -> Judgement:
@@ -317,26 +337,12 @@ def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequen
     stray = [e for e in events if e.action.ends and not any(w.start <= e.t <= w.end for w in windows)]
     false_ends = sum(1 for r in results if _false_end(r, limits)) + (len(stray) if limits.guarded else 0)
     missed = sum(1 for r in results if r.window.kind == HANG_FAULT and not r.ok) if limits.guarded else None
-    deaths: list[Death] = []
-    lost_false = lost_genuine = 0
     failed = [r for r in requests if r.failed]
-    claimed: set[int] = set()
-    for x in exits:
-        if x.by_us:
-            continue
-        cause, w = death_cause(x, windows)
-        since = w.start if w is not None else x.t - DEATH_GRACE_S
-        until = x.back_at if x.back_at is not None else now
-        lost = [i for i, r in enumerate(failed) if i not in claimed and since <= r.end <= until]
-        claimed.update(lost)
-        if cause is Cause.FALSE:
-            lost_false += len(lost)
-        else:
-            lost_genuine += len(lost)
-        deaths.append(Death(round(x.t - t0, 1), x.code, cause, w.label if w else None, len(lost),
-                            round(until - x.t, 1) if x.back_at is not None else None))
+    deaths = deaths_of(exits, windows, failed, t0, now)
     return Judgement(
-        windows=results, false_ends=false_ends, missed_hangs=missed, lost_to_false_death=lost_false,
-        lost_to_genuine_death=lost_genuine, failures=Counter(r.failure or "" for r in failed), deaths=deaths,
-        decisions=_tally(events), stray_ends=len(stray),
+        windows=results, false_ends=false_ends, missed_hangs=missed,
+        lost_to_false_death=sum(d.requests_lost for d in deaths if d.cause is Cause.FALSE),
+        lost_to_genuine_death=sum(d.requests_lost for d in deaths if d.cause is Cause.GENUINE),
+        failures=Counter(r.failure or "" for r in failed), deaths=deaths, decisions=_tally(events),
+        stray_ends=len(stray),
     )
