@@ -160,25 +160,18 @@ def unconfigure_run(config: pytest.Config) -> None:
             if out is not None:
                 out.close()
         if run.has_pool and run.pool.started:
-            # an engine filled this process's heap with vLLM's and torch's objects (a
-            # million and more): pytest collects garbage five times as it exits, and
-            # walking them all took 1-2 s a time; they live until the exit anyway
-            gc.freeze()
-            atexit.register(_quiet_teardown)
+            _frozen_until_exit()
 
 
-def _quiet_teardown() -> None:
-    """After pytest's last line: what libraries print while the interpreter tears down is not
-    the run's.  With the heap frozen, nanobind reports triton's objects still alive as leaked
-    (27 lines), and vLLM's client finalizer warns of the engine core the harness stopped;
-    unfrozen, the same exit took 2.4-3.4 s instead of 0.5-0.8 s (measured 2026-12-04)."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    with contextlib.suppress(OSError):
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
+def _frozen_until_exit() -> None:
+    """An engine filled this process's heap with vLLM's and torch's objects (a million and more):
+    pytest collects garbage five times as it exits, each a walk over all of them.  Frozen, they
+    are skipped; at the interpreter's exit they are unfrozen (the first exit handler to run, the
+    last one registered), so that its own last collection frees them.  Triton's among them: left
+    alive past it, nanobind reports each as leaked on stderr.  The process's stdout and stderr
+    stay open: what the user's own exit handlers print is printed."""
+    gc.freeze()
+    atexit.register(gc.unfreeze)
 
 
 def header(config: pytest.Config) -> str:
