@@ -231,7 +231,7 @@ class Monitor:
                 with contextlib.suppress(Exception):
                     answer = probe(pid=server.proc.pid)
                     if server.exit_code is None and not server.stopped:
-                        self.probes.add(now, answer.alive, answer.why)
+                        self.probes.add(now, answer.alive, answer.reason)
 
 
 def worker_cpu_seconds(server: Server) -> dict[str, float]:

@@ -44,10 +44,10 @@ LOOK_S = 0.2
 
 @dataclass(frozen=True)
 class Answer:
-    """The probe's answer: alive or not, and one line why."""
+    """The probe's answer: alive or not, and the one line that says why (``reason``)."""
 
     alive: bool
-    why: str
+    reason: str
 
     @property
     def exit_code(self) -> int:

@@ -34,32 +34,32 @@ from tests.support.standins import free_port
 def test_a_slow_step_past_its_deadline_is_alive() -> None:
     answer = execprobe.answer_for(in_step(), now=100.3, busy=None)
     assert answer.alive and answer.exit_code == 0
-    assert "alive, computing: step 5 (batch 64) has run 10.3 s (deadline 2 s)" in answer.why
-    assert "98 % CPU" in answer.why and "waits up to 1240 s" in answer.why
+    assert "alive, computing: step 5 (batch 64) has run 10.3 s (deadline 2 s)" in answer.reason
+    assert "98 % CPU" in answer.reason and "waits up to 1240 s" in answer.reason
 
 
 def test_idle_inside_a_step_is_alive_until_hang_s_then_hung() -> None:
     idle = in_step(verdict=Verdict.HUNG, busy_at=100.0, updated=104.0)
     early = execprobe.answer_for(idle, now=104.2, busy=None)
-    assert early.alive and "idle 4.2 s, hung at 5 s" in early.why
+    assert early.alive and "idle 4.2 s, hung at 5 s" in early.reason
     hung = in_step(verdict=Verdict.HUNG, busy_at=100.0, updated=105.0)
     late = execprobe.answer_for(hung, now=105.2, busy=None)
     assert not late.alive and late.exit_code == 1
-    assert "hung: step 5 (batch 64)" in late.why and "idle 5.2 s (hang_s 5 s)" in late.why
+    assert "hung: step 5 (batch 64)" in late.reason and "idle 5.2 s (hang_s 5 s)" in late.reason
 
 
 def test_a_wait_the_guard_ended_is_not_alive() -> None:
     ended = in_step(in_step=False, ended=GuardAction.END, verdict=Verdict.HUNG, busy_at=95.0)
     hung = execprobe.answer_for(ended, 101.0, None)
-    assert not hung.alive and "the guard ended step 5 after VLLM::Worker pid 11 sat idle 5.0 s" in hung.why
+    assert not hung.alive and "the guard ended step 5 after VLLM::Worker pid 11 sat idle 5.0 s" in hung.reason
     capped = execprobe.answer_for(in_step(in_step=False, ended=GuardAction.CAP), 101.0, None)
-    assert not capped.alive and "outlived the guard's 1240 s cap" in capped.why
+    assert not capped.alive and "outlived the guard's 1240 s cap" in capped.reason
 
 
 def test_no_long_step_and_guard_off_are_alive() -> None:
-    assert execprobe.answer_for(state(), 200.0, None).why == "alive: no step is running long"
+    assert execprobe.answer_for(state(), 200.0, None).reason == "alive: no step is running long"
     off = execprobe.answer_for(None, 200.0, busy=True)
-    assert off.alive and "computing" in off.why and "ENGINEDEAD_GUARD=1" in off.why
+    assert off.alive and "computing" in off.reason and "ENGINEDEAD_GUARD=1" in off.reason
 
 
 def test_a_stale_state_is_judged_by_the_probes_own_look() -> None:
@@ -67,7 +67,7 @@ def test_a_stale_state_is_judged_by_the_probes_own_look() -> None:
     stale = in_step(verdict=Verdict.SLOW, busy_at=100.0, updated=100.0)
     assert execprobe.answer_for(stale, now=110.0, busy=True).alive
     gone_quiet = execprobe.answer_for(stale, now=110.0, busy=False)
-    assert not gone_quiet.alive and "idle 10.0 s" in gone_quiet.why
+    assert not gone_quiet.alive and "idle 10.0 s" in gone_quiet.reason
 
 
 # --- probe on real process trees -------------------------------------------------------
@@ -130,17 +130,17 @@ def test_probe_finds_its_server_by_port_and_reads_its_guard(
     front, port, directory = server_tree
     assert execprobe.listening_pid(port) == front.pid
     off = execprobe.probe(port=port)
-    assert off.alive and "the worker is computing; the guard is off" in off.why
+    assert off.alive and "the worker is computing; the guard is off" in off.reason
     (core,) = execprobe.engine_cores(front)
     path = guard_state_path(str(directory), core.pid)
     now = time.monotonic()
     write_guard_state(path, in_step(pid=core.pid, front=front.pid, sent=now - 9, busy_at=now,
                                            updated=now))
-    assert execprobe.probe(pid=front.pid).why.startswith("alive, computing: step 5")
+    assert execprobe.probe(pid=front.pid).reason.startswith("alive, computing: step 5")
     write_guard_state(path, in_step(pid=core.pid, front=front.pid, in_step=False, ended=GuardAction.END,
                                            busy_at=now - 5, updated=now))
     hung = execprobe.probe(port=port)
-    assert not hung.alive and hung.why.startswith("hung: the guard ended step 5")
+    assert not hung.alive and hung.reason.startswith("hung: the guard ended step 5")
 
 
 @pytest.mark.processes
@@ -156,7 +156,7 @@ def test_probe_says_dead_when_the_worker_or_the_server_is_gone(
         assert time.monotonic() < deadline
         time.sleep(0.05)
     answer = execprobe.probe(port=port)
-    assert not answer.alive and "VLLM::Worker of engine core" in answer.why
+    assert not answer.alive and "VLLM::Worker of engine core" in answer.reason
     nobody = free_port()
     assert execprobe.probe(port=nobody) == execprobe.Answer(False, f"dead: nothing listens on port {nobody}")
 
@@ -172,7 +172,7 @@ def test_without_the_guard_a_worker_whose_child_computes_is_computing(tmp_path: 
             assert time.monotonic() < deadline, "the worker's child did not start"
             time.sleep(0.05)
         answer = execprobe.probe(port=port)
-        assert answer.alive and "the worker is computing; the guard is off" in answer.why, answer.why
+        assert answer.alive and "the worker is computing; the guard is off" in answer.reason, answer.reason
 
 
 @pytest.mark.processes
@@ -181,7 +181,7 @@ def test_without_the_guard_an_idle_worker_is_idle(tmp_path: Path) -> None:
         (worker,) = execprobe.workers(execprobe.engine_cores(front)[0])
         wait_until_idle(worker.pid)  # past its interpreter's start
         answer = execprobe.probe(port=port)
-        assert answer.alive and "the worker is idle; the guard is off" in answer.why, answer.why
+        assert answer.alive and "the worker is idle; the guard is off" in answer.reason, answer.reason
 
 
 # --- several nodes: the other nodes' ranks from the progress they publish ---------------------
@@ -189,12 +189,12 @@ def test_without_the_guard_an_idle_worker_is_idle(tmp_path: Path) -> None:
 
 def test_the_answer_names_the_node_of_the_worker_the_guard_judged() -> None:
     answer = execprobe.answer_for(in_step(node=1, worker=9), now=100.3, busy=None)
-    assert answer.alive and "VLLM::Worker pid 9 on node 1 at 98 % CPU" in answer.why
+    assert answer.alive and "VLLM::Worker pid 9 on node 1 at 98 % CPU" in answer.reason
     ended = state(ended=GuardAction.END, verdict=Verdict.DEAD, silent="node 1 TP1", step=5, busy_at=90.0,
                   updated=96.0)
     dead = execprobe.answer_for(ended, now=100.0, busy=None)
     assert not dead.alive
-    assert dead.why == ("dead: the guard ended step 5: node 1 TP1 sent no progress and no rank computed "
+    assert dead.reason == ("dead: the guard ended step 5: node 1 TP1 sent no progress and no rank computed "
                         "for 6.0 s")
 
 
@@ -216,8 +216,8 @@ def test_a_remote_rank_that_fell_silent_makes_the_engine_dead_and_one_that_compu
         wait_until_idle(execprobe.workers(core)[0].pid)
         write_progress(str(progress_dir), record(wall=time.time(), cores=1.0))
         busy = execprobe.probe(port=port)
-        assert busy.alive and "the worker is computing; the guard is off" in busy.why, busy.why
+        assert busy.alive and "the worker is computing; the guard is off" in busy.reason, busy.reason
         time.sleep(0.5)  # node 1's rank says nothing more
         gone = execprobe.probe(port=port)
         assert not gone.alive and gone.exit_code == 1
-        assert gone.why.startswith("dead: node 1 TP1 (VLLM::Worker_TP1, pid 9 on host h) sent no progress")
+        assert gone.reason.startswith("dead: node 1 TP1 (VLLM::Worker_TP1, pid 9 on host h) sent no progress")
