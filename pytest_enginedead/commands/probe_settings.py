@@ -12,7 +12,7 @@ from typing import Any
 from ..compat import llm_config, versions
 from ..harness.engines.server import has_tokenizer
 from ..harness.engines.startchecks import model_problem, vllm_environment_problem
-from ..harness.probing import trials as probetrials
+from ..harness.probing import trials
 from ..logic.inputs.guardconfig import HANG_FLOOR_S
 from ..logic.inputs.modelconfig import BUNDLED_MODEL, model_name, validate_model
 from ..logic.reporting import probereplay
@@ -82,7 +82,7 @@ def run_probe_settings(args: argparse.Namespace) -> int:
         print(f"enginedead probe-settings: {message}", file=sys.stderr, flush=True)
 
     settings = (*probereplay.SETTINGS, *args.setting)
-    runs = probetrials.run_trials(args.model, args.window, args.hang_s, progress)
+    runs = trials.run_trials(args.model, args.window, args.hang_s, progress)
     if args.json:
         print(json.dumps(probereplay.to_json(runs, settings), indent=2))
     else:

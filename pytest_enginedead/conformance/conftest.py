@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_enginedead.harness.probing import trials as probetrials
+from pytest_enginedead.harness.probing import trials
 
 from ..contract.decisions import Verdict
 from ..contract.names import PROBE_HANG_ENV, PROBE_KIND_ENV, PROBE_SETTINGS_ENV, PROBE_WINDOW_ENV
@@ -54,8 +54,8 @@ class Plan:
 
     settings: ClassVar[list[probereplay.Setting]] = []
     kind = "enginedead probe"
-    window_s = probetrials.DEFAULT_WINDOW_S
-    hang_s = probetrials.DEFAULT_HANG_S
+    window_s = trials.DEFAULT_WINDOW_S
+    hang_s = trials.DEFAULT_HANG_S
     problem: ClassVar[pytest.UsageError | None] = None
 
 
@@ -64,8 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         Plan.settings = _settings()
         Plan.kind = _kind()
-        Plan.window_s = _number(PROBE_WINDOW_ENV, probetrials.DEFAULT_WINDOW_S)
-        Plan.hang_s = _number(PROBE_HANG_ENV, probetrials.DEFAULT_HANG_S)
+        Plan.window_s = _number(PROBE_WINDOW_ENV, trials.DEFAULT_WINDOW_S)
+        Plan.hang_s = _number(PROBE_HANG_ENV, trials.DEFAULT_HANG_S)
     except pytest.UsageError as exc:
         Plan.problem = exc
 
@@ -84,7 +84,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @functools.cache
 def _measured(state: Verdict) -> probereplay.Run:
-    return probetrials.run_trial(state, True, BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
+    return trials.run_trial(state, True, BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
 
 
 @pytest.fixture(scope="session")

@@ -30,7 +30,7 @@ from ...logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 from ...logic.reporting.probereplay import PROBES, SAMPLE_S, SAMPLE_TIMEOUT_S, STATES, Run, Sample
 from ..engines.cleanup import Reaper
 from ..waiting import wait_until
-from . import probe as execprobe
+from . import probe
 
 if TYPE_CHECKING:
     from ..engines.server import Server
@@ -69,7 +69,7 @@ def _probe_fn(kind: str, port: int, model: str) -> Callable[[], bool]:
     if kind == "1-token completion":
         return lambda: _http(port, "POST", "/v1/completions",
                              {"model": model, "prompt": "the", "max_tokens": 1})
-    return lambda: execprobe.probe(port=port).alive
+    return lambda: probe.probe(port=port).alive
 
 
 def _sample(fn: Callable[[], bool], out: list[Sample], lock: threading.Lock) -> None:

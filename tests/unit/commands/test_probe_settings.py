@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead import command
-from pytest_enginedead.harness.probing import trials as probetrials
+from pytest_enginedead.harness.probing import trials
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
 
@@ -24,7 +24,7 @@ def test_probe_settings_bad_input_is_one_line_and_exit_2(
     argv: list[str], says: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Refused before any server starts: a start would need vLLM, which this must not reach."""
-    monkeypatch.setattr(probetrials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
+    monkeypatch.setattr(trials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
     with pytest.raises(SystemExit) as info:
         command.main(["probe-settings", *argv])
     assert info.value.code == 2
@@ -41,7 +41,7 @@ def test_probe_settings_refuses_a_model_without_a_tokenizer(
     model = tmp_path / "model"
     model.mkdir()
     shutil.copy(Path(BUNDLED_MODEL) / "config.json", model / "config.json")
-    monkeypatch.setattr(probetrials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
+    monkeypatch.setattr(trials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
     assert command.main(["probe-settings", "--model", str(model)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no tokenizer.json: the probes send text" in err[0], err
@@ -65,7 +65,7 @@ def test_probe_settings_refuses_what_its_servers_could_not_load(
         (model / name).write_text(text)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(probetrials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
+    monkeypatch.setattr(trials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
     assert command.main(["probe-settings", "--model", str(model)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("enginedead probe-settings: error: ") and says in err[0], err
@@ -75,7 +75,7 @@ def test_the_old_name_runs_the_command_and_says_its_new_name(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``enginedead probes`` was one letter from ``enginedead probe``: it still runs, and says so."""
-    monkeypatch.setattr(probetrials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
+    monkeypatch.setattr(trials, "run_trials", lambda *a, **k: pytest.fail("a server was started"))
     with pytest.raises(SystemExit) as info:
         command.main(["probes", "--window", "0"])
     assert info.value.code == 2

@@ -22,7 +22,7 @@ import pytest
 from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.contract.guardfiles import guard_state_path, write_guard_state
 from pytest_enginedead.contract.names import ENV_DIR, STATE_DIR_ENV
-from pytest_enginedead.harness.probing import probe as execprobe
+from pytest_enginedead.harness.probing import probe
 from pytest_enginedead.process import reading
 from tests.support.guards import in_step, state
 from tests.support.procs import wait_until_idle
@@ -32,7 +32,7 @@ from tests.support.standins import free_port
 
 
 def test_a_slow_step_past_its_deadline_is_alive() -> None:
-    answer = execprobe.answer_for(in_step(), now=100.3, busy=None)
+    answer = probe.answer_for(in_step(), now=100.3, busy=None)
     assert answer.alive and answer.exit_code == 0
     assert "alive, computing: step 5 (batch 64) has run 10.3 s (deadline 2 s)" in answer.reason
     assert "98 % CPU" in answer.reason and "waits up to 1240 s" in answer.reason
@@ -40,33 +40,33 @@ def test_a_slow_step_past_its_deadline_is_alive() -> None:
 
 def test_idle_inside_a_step_is_alive_until_hang_s_then_hung() -> None:
     idle = in_step(verdict=Verdict.HUNG, busy_at=100.0, updated=104.0)
-    early = execprobe.answer_for(idle, now=104.2, busy=None)
+    early = probe.answer_for(idle, now=104.2, busy=None)
     assert early.alive and "idle 4.2 s, hung at 5 s" in early.reason
     hung = in_step(verdict=Verdict.HUNG, busy_at=100.0, updated=105.0)
-    late = execprobe.answer_for(hung, now=105.2, busy=None)
+    late = probe.answer_for(hung, now=105.2, busy=None)
     assert not late.alive and late.exit_code == 1
     assert "hung: step 5 (batch 64)" in late.reason and "idle 5.2 s (hang_s 5 s)" in late.reason
 
 
 def test_a_wait_the_guard_ended_is_not_alive() -> None:
     ended = in_step(in_step=False, ended=GuardAction.END, verdict=Verdict.HUNG, busy_at=95.0)
-    hung = execprobe.answer_for(ended, 101.0, None)
+    hung = probe.answer_for(ended, 101.0, None)
     assert not hung.alive and "the guard ended step 5 after VLLM::Worker pid 11 sat idle 5.0 s" in hung.reason
-    capped = execprobe.answer_for(in_step(in_step=False, ended=GuardAction.CAP), 101.0, None)
+    capped = probe.answer_for(in_step(in_step=False, ended=GuardAction.CAP), 101.0, None)
     assert not capped.alive and "outlived the guard's 1240 s cap" in capped.reason
 
 
 def test_no_long_step_and_guard_off_are_alive() -> None:
-    assert execprobe.answer_for(state(), 200.0, None).reason == "alive: no step is running long"
-    off = execprobe.answer_for(None, 200.0, busy=True)
+    assert probe.answer_for(state(), 200.0, None).reason == "alive: no step is running long"
+    off = probe.answer_for(None, 200.0, busy=True)
     assert off.alive and "computing" in off.reason and "ENGINEDEAD_GUARD=1" in off.reason
 
 
 def test_a_stale_state_is_judged_by_the_probes_own_look() -> None:
     """The engine core stopped rewriting its state: the worker's CPU decides."""
     stale = in_step(verdict=Verdict.SLOW, busy_at=100.0, updated=100.0)
-    assert execprobe.answer_for(stale, now=110.0, busy=True).alive
-    gone_quiet = execprobe.answer_for(stale, now=110.0, busy=False)
+    assert probe.answer_for(stale, now=110.0, busy=True).alive
+    gone_quiet = probe.answer_for(stale, now=110.0, busy=False)
     assert not gone_quiet.alive and "idle 10.0 s" in gone_quiet.reason
 
 
@@ -112,7 +112,7 @@ def fake_server(tmp_path: Path, worker: str) -> Iterator[tuple[psutil.Process, i
     front = psutil.Process(proc.pid)
     try:
         deadline = time.monotonic() + 20
-        while not (execprobe.engine_cores(front) and execprobe.workers(execprobe.engine_cores(front)[0])):
+        while not (probe.engine_cores(front) and probe.workers(probe.engine_cores(front)[0])):
             assert time.monotonic() < deadline, "the fake server tree did not come up"
             time.sleep(0.05)
         yield front, port, tmp_path
@@ -128,18 +128,18 @@ def test_probe_finds_its_server_by_port_and_reads_its_guard(
     server_tree: tuple[psutil.Process, int, Path]
 ) -> None:
     front, port, directory = server_tree
-    assert execprobe.listening_pid(port) == front.pid
-    off = execprobe.probe(port=port)
+    assert probe.listening_pid(port) == front.pid
+    off = probe.probe(port=port)
     assert off.alive and "the worker is computing; the guard is off" in off.reason
-    (core,) = execprobe.engine_cores(front)
+    (core,) = probe.engine_cores(front)
     path = guard_state_path(str(directory), core.pid)
     now = time.monotonic()
     write_guard_state(path, in_step(pid=core.pid, front=front.pid, sent=now - 9, busy_at=now,
                                            updated=now))
-    assert execprobe.probe(pid=front.pid).reason.startswith("alive, computing: step 5")
+    assert probe.probe(pid=front.pid).reason.startswith("alive, computing: step 5")
     write_guard_state(path, in_step(pid=core.pid, front=front.pid, in_step=False, ended=GuardAction.END,
                                            busy_at=now - 5, updated=now))
-    hung = execprobe.probe(port=port)
+    hung = probe.probe(port=port)
     assert not hung.alive and hung.reason.startswith("hung: the guard ended step 5")
 
 
@@ -148,17 +148,17 @@ def test_probe_says_dead_when_the_worker_or_the_server_is_gone(
     server_tree: tuple[psutil.Process, int, Path]
 ) -> None:
     front, port, _ = server_tree
-    (core,) = execprobe.engine_cores(front)
-    (worker,) = execprobe.workers(core)
+    (core,) = probe.engine_cores(front)
+    (worker,) = probe.workers(core)
     worker.kill()  # its parent does not reap it: a zombie, as a worker killed under vLLM
     deadline = time.monotonic() + 5
     while reading.alive(worker):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    answer = execprobe.probe(port=port)
+    answer = probe.probe(port=port)
     assert not answer.alive and "VLLM::Worker of engine core" in answer.reason
     nobody = free_port()
-    assert execprobe.probe(port=nobody) == execprobe.Answer(False, f"dead: nothing listens on port {nobody}")
+    assert probe.probe(port=nobody) == probe.Answer(False, f"dead: nothing listens on port {nobody}")
 
 
 @pytest.mark.processes
@@ -166,21 +166,21 @@ def test_without_the_guard_a_worker_whose_child_computes_is_computing(tmp_path: 
     """The worker sits idle while its child process computes (vLLM compiles in helpers): its
     CPU counts the child's, as the harness's verdict and the guard count it."""
     for front, port, _ in fake_server(tmp_path, "child"):
-        (worker,) = execprobe.workers(execprobe.engine_cores(front)[0])
+        (worker,) = probe.workers(probe.engine_cores(front)[0])
         deadline = time.monotonic() + 10
         while not worker.children():
             assert time.monotonic() < deadline, "the worker's child did not start"
             time.sleep(0.05)
-        answer = execprobe.probe(port=port)
+        answer = probe.probe(port=port)
         assert answer.alive and "the worker is computing; the guard is off" in answer.reason, answer.reason
 
 
 @pytest.mark.processes
 def test_without_the_guard_an_idle_worker_is_idle(tmp_path: Path) -> None:
     for front, port, _ in fake_server(tmp_path, "idle"):
-        (worker,) = execprobe.workers(execprobe.engine_cores(front)[0])
+        (worker,) = probe.workers(probe.engine_cores(front)[0])
         wait_until_idle(worker.pid)  # past its interpreter's start
-        answer = execprobe.probe(port=port)
+        answer = probe.probe(port=port)
         assert answer.alive and "the worker is idle; the guard is off" in answer.reason, answer.reason
 
 
@@ -188,11 +188,11 @@ def test_without_the_guard_an_idle_worker_is_idle(tmp_path: Path) -> None:
 
 
 def test_the_answer_names_the_node_of_the_worker_the_guard_judged() -> None:
-    answer = execprobe.answer_for(in_step(node=1, worker=9), now=100.3, busy=None)
+    answer = probe.answer_for(in_step(node=1, worker=9), now=100.3, busy=None)
     assert answer.alive and "VLLM::Worker pid 9 on node 1 at 98 % CPU" in answer.reason
     ended = state(ended=GuardAction.END, verdict=Verdict.DEAD, silent="node 1 TP1", step=5, busy_at=90.0,
                   updated=96.0)
-    dead = execprobe.answer_for(ended, now=100.0, busy=None)
+    dead = probe.answer_for(ended, now=100.0, busy=None)
     assert not dead.alive
     assert dead.reason == ("dead: the guard ended step 5: node 1 TP1 sent no progress and no rank computed "
                         "for 6.0 s")
@@ -212,12 +212,12 @@ def test_a_remote_rank_that_fell_silent_makes_the_engine_dead_and_one_that_compu
     monkeypatch.setenv(PROGRESS_DIR_ENV, str(progress_dir))  # the tree inherits it, as vLLM's do
     monkeypatch.setattr(remote, "SILENT_AFTER_S", 0.3)
     for front, port, _ in fake_server(tmp_path, "idle"):
-        (core,) = execprobe.engine_cores(front)
-        wait_until_idle(execprobe.workers(core)[0].pid)
+        (core,) = probe.engine_cores(front)
+        wait_until_idle(probe.workers(core)[0].pid)
         write_progress(str(progress_dir), record(wall=time.time(), cores=1.0))
-        busy = execprobe.probe(port=port)
+        busy = probe.probe(port=port)
         assert busy.alive and "the worker is computing; the guard is off" in busy.reason, busy.reason
         time.sleep(0.5)  # node 1's rank says nothing more
-        gone = execprobe.probe(port=port)
+        gone = probe.probe(port=port)
         assert not gone.alive and gone.exit_code == 1
         assert gone.reason.startswith("dead: node 1 TP1 (VLLM::Worker_TP1, pid 9 on host h) sent no progress")
