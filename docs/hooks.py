@@ -10,7 +10,7 @@ each page is rendered.  The tables:
 - ``options``: every plugin option (``pytest_enginedead.logic.inputs.optiontable.OPTIONS``):
   flag, ini key, environment variable (``opt.env``), default, help.
 - ``option-variables``: the options' environment variables alone (``opt.env``).
-- ``markers``: the markers (``pytest_enginedead.face.markers.DOCS``).
+- ``markers``: the markers (``pytest_enginedead.pytest_plugin.markers.DOCS``).
 - ``fixtures``: the fixtures the plugin provides (``pytest_enginedead.plugin.__all__``) and
   their docstrings.
 - ``handles``: the documented public members of ``EngineHandle`` and ``ServerHandle``.
@@ -141,7 +141,7 @@ def option_variables() -> str:
 
 
 def markers() -> str:
-    from pytest_enginedead.face.markers import DOCS
+    from pytest_enginedead.pytest_plugin.markers import DOCS
 
     rows = []
     for doc in DOCS:
@@ -161,7 +161,7 @@ def fixtures() -> str:
 
 
 #: public members a test has no use for (what assert_no_false_death reads from a handle)
-HANDLE_INTERNALS = {"death_facts", "note_death", "is_engine_death", "prompt", "client_timeout_s",
+HANDLE_INTERNALS = {"death_facts", "note_finding", "is_engine_death", "prompt", "client_timeout_s",
                     "evidence"}
 
 
@@ -193,7 +193,7 @@ def _members(cls: type) -> Iterator[tuple[str, str]]:
 
 
 def handles() -> str:
-    from pytest_enginedead.face.handles import EngineHandle, ServerHandle
+    from pytest_enginedead.pytest_plugin.handles import EngineHandle, ServerHandle
 
     out = []
     for cls in (EngineHandle, ServerHandle):

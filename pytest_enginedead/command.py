@@ -1,5 +1,8 @@
 """The ``enginedead`` console script: one parser over the commands, each in ``commands/``.
 
+``enginedead probes`` is ``enginedead probe-settings`` now (the old name is taken, with a line
+that says so): one letter apart from ``enginedead probe``, it read as the same command.
+
 ``enginedead probe`` parses its own arguments and is dispatched first: an exec probe runs
 every few seconds with a timeout of about one.
 """
@@ -11,7 +14,7 @@ import importlib.metadata
 import sys
 from collections.abc import Sequence
 
-from .commands import calibrate, check, doctor, merge, models, probe, probes
+from .commands import calibrate, check, doctor, merge, models, probe, probe_settings
 from .commands.common import Parser, Refused, refused, verbose_in
 from .compat import versions
 
@@ -19,8 +22,10 @@ DESCRIPTION = "Catch vLLM engines declared dead while their workers are still co
 EPILOG = ("Start with `enginedead doctor`; `enginedead COMMAND --help` says what each command prints, "
           "its exit status and the variables it reads.")
 #: in the order ``enginedead --help`` lists them
-COMMANDS = {"doctor": doctor, "check": check, "calibrate": calibrate, "probe": probe, "probes": probes,
-            "merge": merge, "models": models}
+COMMANDS = {"doctor": doctor, "check": check, "calibrate": calibrate, "probe": probe,
+            "probe-settings": probe_settings, "merge": merge, "models": models}
+#: old spellings still taken, each with a line on stderr that names the new one
+RENAMED = {"probes": "probe-settings"}
 
 
 def build_parser(verbose: bool = False) -> argparse.ArgumentParser:
@@ -45,6 +50,10 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] and args[0] in RENAMED:
+        print(f"enginedead: `enginedead {args[0]}` is now `enginedead {RENAMED[args[0]]}` (the old name goes "
+              "in 0.4.0)", file=sys.stderr, flush=True)
+        args[0] = RENAMED[args[0]]
     if args[:1] == ["probe"]:
         return probe.main(args[1:])
     parsed = build_parser(verbose_in(args)).parse_args(args)

@@ -24,8 +24,8 @@ import os
 
 from .contract.guardfiles import state_dir
 from .contract.names import ENV_DIR, ENV_HARNESS_PID, PATCHES_ENV
-from .invllm import collectives, dummyweights, exiting, guard, worker
 from .logic.inputs.guardconfig import guard_asked
+from .vllm_plugin import collectives, dummyweights, exiting, guard, worker
 
 
 def register() -> None:

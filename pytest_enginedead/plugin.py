@@ -1,8 +1,8 @@
 """pytest wiring for pytest-enginedead (``-p enginedead``): each hook hands over to its module.
 
-``face.session`` (settings, outputs, header, the end of the run), ``face.collection`` (what
-each test needs, the plan, the order, the shard), ``face.judging`` (the policy's invariants,
-the report's rows), ``face.fixtures`` (engines, servers, factories), ``face.summary``.
+``pytest_plugin.session`` (settings, outputs, header, the end of the run), ``pytest_plugin.collection`` (what
+each test needs, the plan, the order, the shard), ``pytest_plugin.aroundcall`` (the policy's invariants,
+the report's rows), ``pytest_plugin.fixtures`` (engines, servers, factories), ``pytest_plugin.summary``.
 
 Installed, the plugin loads in every pytest run of its environment (pytest's ``pytest11``
 entry point), most of which have no engine test: a module is imported when a test of the
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from .face import hooks, options
-from .face import session as lifecycle
-from .face.fixturedefs import (
+from .pytest_plugin import hooks, options
+from .pytest_plugin import session as lifecycle
+from .pytest_plugin.fixturedefs import (
     engine_batch_size,
     enginedead_policy,
     vllm_engine,
@@ -26,7 +26,7 @@ from .face.fixturedefs import (
     vllm_server,
     vllm_server_factory,
 )
-from .face.run import plan_key, run_key, run_of, uses_plugin
+from .pytest_plugin.run import plan_key, run_key, run_of, uses_plugin
 
 #: the fixtures this plugin provides (pytest finds them as this module's attributes)
 __all__ = ["engine_batch_size", "enginedead_policy", "vllm_engine", "vllm_engine_factory", "vllm_server",
@@ -51,7 +51,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "engine_batch_size" in metafunc.fixturenames:
-        from .face import collection
+        from .pytest_plugin import collection
 
         collection.parametrize_batch_sizes(metafunc)
 
@@ -64,7 +64,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         with options.shown_whole_if_verbose(config):
             options.check_late_policy_hooks(config, run.settings)
         return
-    from .face import collection
+    from .pytest_plugin import collection
 
     collection.plan_collection(config, items)
 
@@ -75,7 +75,7 @@ def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if plan_key in item.stash:
-        from .face import collection
+        from .pytest_plugin import collection
 
         collection.refuse_unplanned(item)
 
@@ -84,7 +84,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     if item.get_closest_marker("enginedead_invariants") is None:
         return (yield)
-    from .face import judging
+    from .pytest_plugin import aroundcall as judging
 
     return (yield from judging.judge_invariants(item))
 
@@ -96,7 +96,7 @@ def pytest_runtest_makereport(
     run = item.config.stash.get(run_key, None)
     if run is None or not (run.plugin_tests or uses_plugin(item)):
         return (yield)
-    from .face import judging
+    from .pytest_plugin import aroundcall as judging
 
     return (yield from judging.observe_report(item, call))
 
@@ -108,6 +108,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     run = config.stash.get(run_key, None)
     if run is not None and run.has_results and run.results.engines:
-        from .face import summary
+        from .pytest_plugin import summary
 
         summary.terminal_summary(terminalreporter, run.results, run.settings.policy_name)

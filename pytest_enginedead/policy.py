@@ -1,4 +1,4 @@
-"""Kept for downstream code, deprecated: the timeout policies live in
+"""Kept for downstream code, deprecated, removed in 0.4.0: the timeout policies live in
 ``pytest_enginedead.logic.timeouts.policies``."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from .logic.timeouts.policies import (
 )
 
 warnings.warn(
-    "pytest_enginedead.policy is deprecated: import from pytest_enginedead.logic.timeouts.policies "
-    "(TimeoutPolicy and Backend also from pytest_enginedead)",
+    "pytest_enginedead.policy is deprecated (removed in 0.4.0): import from "
+    "pytest_enginedead.logic.timeouts.policies (TimeoutPolicy and Backend also from pytest_enginedead)",
     DeprecationWarning,
     stacklevel=2,
 )

@@ -1,9 +1,9 @@
-"""Shared fixtures: a downstream repo (``downstream``) and a decoy ``VLLM::Worker``.
+"""Shared fixtures: a downstream repo (``downstream``) and a bystander ``VLLM::Worker``.
 
 The helpers behind them live in ``support/downstream.py``; ``examples/`` holds the downstream
 suites (copied into ``pytester`` directories, never collected here).  Every engine the
 suite's runs start, inner runs and commands included, goes to one start ledger
-(``pytest_enginedead.harness.ledger``), totalled at the end of the run and held to the engine
+(``pytest_enginedead.harness.engines.ledger``), totalled at the end of the run and held to the engine
 suite's budget (``tests/engine_budget.py``): a start it does not allow fails the run.
 """
 
@@ -28,7 +28,7 @@ import pytest
 pytest.register_assert_rewrite("tests.support")
 
 from pytest_enginedead.contract.names import START_LEDGER_ENV, START_LEDGER_TAG_ENV  # noqa: E402
-from pytest_enginedead.harness import ledger  # noqa: E402
+from pytest_enginedead.harness.engines import ledger  # noqa: E402
 from tests import engine_budget  # noqa: E402
 from tests.support.downstream import Downstream  # noqa: E402
 
@@ -152,7 +152,7 @@ def _inner_runs_share_our_cores(pytestconfig: pytest.Config) -> None:
     The inner runs are not xdist workers themselves, so they would not split the
     machine; give them the worker's share the way the plugin gives its own engines.
     """
-    from pytest_enginedead.face.distributed import cpu_bind
+    from pytest_enginedead.pytest_plugin.distributed import cpu_bind
 
     cores = cpu_bind(pytestconfig)
     if cores is not None and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
@@ -170,17 +170,17 @@ def _die_with_parent() -> None:
 
 
 @pytest.fixture(scope="session")
-def decoy() -> Iterator[psutil.Process]:
+def bystander() -> Iterator[psutil.Process]:
     """A process titled like a vLLM worker that no harness started: it must survive (and it dies
     with the test process, whatever ends that)."""
     proc = subprocess.Popen(["bash", "-c", "exec -a VLLM::Worker sleep 3600"], preexec_fn=_die_with_parent)
     try:
-        decoy = psutil.Process(proc.pid)
+        bystander = psutil.Process(proc.pid)
         deadline = time.monotonic() + 10
-        while decoy.cmdline()[:1] != ["VLLM::Worker"]:  # until bash has exec'd
-            assert time.monotonic() < deadline, decoy.cmdline()
+        while bystander.cmdline()[:1] != ["VLLM::Worker"]:  # until bash has exec'd
+            assert time.monotonic() < deadline, bystander.cmdline()
             time.sleep(0.01)
-        yield decoy
+        yield bystander
     finally:
         proc.kill()
         proc.wait()

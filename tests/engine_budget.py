@@ -38,9 +38,8 @@ from typing import Any
 
 ENGINE_TESTS = Path(__file__).resolve().parent / "engine"
 
-#: the most engine starts the whole suite may make (``make test`` within 30 min on a 2-core AVX2
-#: box, 20 min on AVX-512: issue 43); 44 since the two-node engine test (issue 44: 3 starts), 45
-#: since the long-context forecast's repeat (issue 45: 1 start)
+#: the most engine starts the whole suite may make: ``make test`` within 30 min on a 2-core AVX2
+#: box, 20 min on AVX-512
 MAX_STARTS = 45
 
 TINY = "model tiny-llama"
@@ -75,9 +74,18 @@ GUARD_REF_5 = "guard (policy reference, hang_s 5 s)"
 
 BUDGET: tuple[Entry, ...] = (
     # --- the false death and the policy, offline ----------------------------------------------------
-    Entry(("test_engine.py::test_stock_deadline_false_death_caught_and_policy_survives",),
+    Entry(("test_engine.py::test_the_stock_deadline_kills_the_large_batch_falsely_and_the_policy_lets_it_live",
+           "test_engine.py::test_the_false_death_says_what_a_person_needs_at_3_am",
+           "test_engine.py::test_the_engine_died_at_its_own_deadline_mid_step",
+           "test_engine.py::test_one_engine_served_five_tests_under_their_own_deadlines_and_faults",
+           "test_engine.py::test_the_verdict_comes_within_a_fraction_of_the_deadline",
+           "test_engine.py::test_the_report_junitxml_and_the_summary_tell_one_story",
+           "test_engine.py::test_the_time_breakdown_counts_the_one_start_and_every_step",
+           "test_engine.py::test_after_pytests_last_line_only_the_suites_own_atexit_output",
+           "test_engine.py::test_the_run_left_nothing_behind_but_the_decoy"),
           (f"bs64, {TINY}",), 1,
-          "stock_vs_policy and shared_engine on one engine; the false death at batch 64 is its last test"),
+          "one run for all nine (stock_vs_policy and shared_engine on one engine; the false death at "
+          "batch 64 is its last test)"),
     Entry(("test_engine.py::test_genuine_deaths_propagate",), (f"bs4, {TINY}",), 1,
           "the hang is its engine's one death (the crash is the factory's)"),
     Entry(("test_engine.py::test_factory_engine_with_explicit_arguments",),
@@ -158,7 +166,7 @@ BUDGET: tuple[Entry, ...] = (
           (f"bs64, {TINY}", f"bs64, {TINY}, {GUARD_REF_5}", f"{SERVER}bs64, {TINY}"), 3,
           "the pages' test files in one run (xdist_group docs): plain, guarded, served"),
     Entry(("test_docs.py::test_there_are_engine_examples",), (), 0, "counts the examples"),
-    # --- the guard under traffic (issue 41) ---------------------------------------------------------
+    # --- the guard under traffic ---------------------------------------------------------------------
     Entry(("test_soak.py::test_a_short_soak_loses_nothing_to_a_slow_window_and_ends_the_hang",),
           (f"{SERVER}bs16, {TINY}*",), 1,
           "bench/soak.py's own guarded server (vLLM's server command line, as an operator runs it): a "

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_enginedead.contract.stepprogress import Phase, read_step_progress
-from pytest_enginedead.harness.cleanup import Reaper
-from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.harness.engines.cleanup import Reaper
+from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.logic.inputs.modelconfig import presets
-from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 
 POLL_S = 0.002
 
@@ -64,22 +64,20 @@ def run(kind: str) -> dict[str, Any]:
         spec = EngineSpec(long_model(), 1, extra_args=(("max_model_len", 6208),
                                                        ("max_num_batched_tokens", 1024)), kv_cache_gib=1)
         work = [(None, 1, 6144, 1)]
-    reaper = Reaper()
-    engine = Engine(spec, reaper=reaper)
     found: dict[int, dict[str, float]] = {}
     stop = threading.Event()
+    reaper = Reaper()
     try:
-        engine.start(Instructions(3600, "bench (estimate)"), None)
-        engine.drive([(engine.prompts([8] * min(spec.max_num_seqs, 8), 1), 2)])  # warm-up
-        (pid,) = engine.evidence.worker_pids
-        poller = threading.Thread(target=watch, args=(engine.run_dir, pid, stop, found), daemon=True)
-        poller.start()
-        for _, n, prompt_len, max_tokens in work:
-            engine.drive([(engine.prompts([prompt_len] * n, 5), max_tokens)])
-        stop.set()
-        poller.join()
+        with Engine(spec, reaper=reaper).start(DeadlineAndFaults(3600, "bench (estimate)")) as engine:
+            engine.drive([(engine.prompts([8] * min(spec.max_num_seqs, 8), 1), 2)])  # warm-up
+            (pid,) = engine.evidence.worker_pids
+            poller = threading.Thread(target=watch, args=(engine.run_dir, pid, stop, found), daemon=True)
+            poller.start()
+            for _, n, prompt_len, max_tokens in work:
+                engine.drive([(engine.prompts([prompt_len] * n, 5), max_tokens)])
+            stop.set()
+            poller.join()
     finally:
-        engine.stop()
         reaper.close()
     rows = []
     for number, s in sorted(found.items()):

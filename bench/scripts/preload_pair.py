@@ -18,15 +18,16 @@ processes mapped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
 from typing import Any
 
-from pytest_enginedead.face.handles import EngineHandle
-from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
+from pytest_enginedead.pytest_plugin.handles import EngineHandle
 
 #: what a process's maps are searched for: the preloads and the OpenMP runtime torch links
 LIBRARIES = ("libtcmalloc", "libiomp5", "libgomp")
@@ -39,7 +40,7 @@ class Preloads(Engine):
         super().__init__(spec)
         self.ld_preload = ld_preload
 
-    def environment(self, first: Instructions) -> dict[str, str]:
+    def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         return {**super().environment(first), "LD_PRELOAD": self.ld_preload}
 
 
@@ -63,13 +64,13 @@ def main(model: str, n: int, tokens: int, rounds: int, modes: list[str], preload
     engines: list[Engine] = []
     handles: list[EngineHandle] = []
     starts: list[float] = []
-    try:
+    with contextlib.ExitStack() as running:
         for i, mode in enumerate(modes):
-            instructions = Instructions(300.0, f"bench {i}")
-            started = Preloads(EngineSpec(model, n), preload if mode == "with" else "")
-            engines.append(started)
+            instructions = DeadlineAndFaults(300.0, f"bench {i}")
             t0 = time.monotonic()
-            started.start(instructions)
+            started = running.enter_context(
+                Preloads(EngineSpec(model, n), preload if mode == "with" else "").start(instructions))
+            engines.append(started)
             starts.append(time.monotonic() - t0)
             handles.append(EngineHandle(started, n, instructions))
         maps = [{str(pid): mapped(pid) for pid in engine.pids} for engine in engines]
@@ -83,10 +84,6 @@ def main(model: str, n: int, tokens: int, rounds: int, modes: list[str], preload
                 handles[i].generate(n, max_tokens=tokens)
                 walls[i].append((time.monotonic() - since) / tokens)
                 steps[i].extend(decode_steps(handles[i], since, n))
-    finally:
-        for engine in engines:
-            if not engine.stopped:
-                engine.stop()
     return {"model": os.path.basename(model.rstrip("/")), "batch": n, "tokens": tokens, "rounds": rounds,
             "modes": modes, "ld_preload": preload, "start_s": starts, "steps_s": steps, "walls_s": walls,
             "mapped": maps}

@@ -16,20 +16,20 @@ import sys
 import tempfile
 import time
 
-from pytest_enginedead.compat import llm_api, llm_config, versions
-from pytest_enginedead.harness.environment import kv_cache
-from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.compat import llm_api, llm_config
+from pytest_enginedead.harness.engines.environment import kv_cache
+from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 
 
 def harness(spec: EngineSpec) -> tuple[float, float]:
-    engine = Engine(spec)
     t0 = time.monotonic()
-    engine.start(Instructions(300.0, "bench"))
-    started = time.monotonic() - t0
-    t1 = time.monotonic()
-    engine.stop()
+    with Engine(spec).start(DeadlineAndFaults(300.0, "bench")) as engine:
+        started = time.monotonic() - t0
+        t1 = time.monotonic()
+        engine.stop()
     return started, time.monotonic() - t1
 
 
@@ -37,7 +37,7 @@ def bare(spec: EngineSpec, sized: bool) -> tuple[float, float]:
     from vllm import LLM
 
     os.environ.update(llm_config.engine_environment())
-    os.environ[versions.DEADLINE_ENV] = versions.deadline_env_value(300.0)
+    os.environ[releases.DEADLINE_ENV] = releases.deadline_env_value(300.0)
     ipc = tempfile.mkdtemp(prefix="ed-ipc-")  # vLLM's sockets and temp files, removed below
     os.environ.update(llm_config.scratch_environment(ipc, os.environ))
     kwargs = llm_config.llm_kwargs(BUNDLED_MODEL, 8)

@@ -17,6 +17,7 @@ recorded, what each engine core said at start, the guard's decisions.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -26,17 +27,17 @@ from typing import Any
 from pytest_enginedead import assert_no_false_death
 from pytest_enginedead.contract.guardfiles import core_ready_path
 from pytest_enginedead.contract.names import ENV_DIR, LAYERS_ENV
-from pytest_enginedead.face.handles import EngineHandle
-from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.harness.engines.offline import Engine
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
-from pytest_enginedead.logic.planning.engines import EngineSpec, GuardSpec, Instructions
+from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
+from pytest_enginedead.pytest_plugin.handles import EngineHandle
 
 
 class Inert(Engine):
     """The same engine with the ``vllm.general_plugins`` entry inert: without
     ``ENGINEDEAD_WORKER_DIR`` neither the worker side nor the engine-core side acts."""
 
-    def environment(self, first: Instructions) -> dict[str, str]:
+    def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         env = super().environment(first)
         del env[ENV_DIR]
         return env
@@ -48,7 +49,7 @@ class Inert(Engine):
 class NoLayers(Engine):
     """The same engine, its workers without the per-layer progress hook."""
 
-    def environment(self, first: Instructions) -> dict[str, str]:
+    def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         return {**super().environment(first), LAYERS_ENV: "0"}
 
 
@@ -65,14 +66,14 @@ def main(rounds: int, n: int, tokens: int, modes: list[str]) -> None:
     os.environ.pop(ENV_DIR, None)  # only the engines that ask get one
     engines: list[Engine] = []
     handles: list[EngineHandle] = []
-    try:
+    with contextlib.ExitStack() as running:
         for i, mode in enumerate(modes):
             guard = GuardSpec(60.0, "reference") if mode == "guard" else None
-            instructions = Instructions(300.0, f"bench {i}")
+            instructions = DeadlineAndFaults(300.0, f"bench {i}")
             kind = {"off": Inert, "nolayers": NoLayers}.get(mode, Engine)
-            engine = kind(EngineSpec(BUNDLED_MODEL, n, guard=guard))
+            spec = EngineSpec(BUNDLED_MODEL, n, guard=guard)
+            engine = running.enter_context(kind(spec).start(instructions))
             engines.append(engine)
-            engine.start(instructions)
             handles.append(EngineHandle(engine, n, instructions))
         core = [core_says(engine) for engine in engines]  # the plugin's core side, the guard
         for handle in handles:
@@ -90,10 +91,6 @@ def main(rounds: int, n: int, tokens: int, modes: list[str]) -> None:
                 times[i].append((time.monotonic() - t0) / tokens)
         recorded = [len(engine.evidence.steps()) for engine in engines]
         guard_events = [len(engine.evidence.guard_events()) for engine in engines]
-    finally:
-        for engine in engines:
-            if not engine.stopped:
-                engine.stop()
     print(json.dumps({"modes": modes, "times": times, "recorded": recorded, "core": core,
                       "guard_events": guard_events}))
 

@@ -24,14 +24,15 @@ from typing import IO, Any
 from ..compat import llm_config, versions
 from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
+from ..harness.engines.server import has_tokenizer
 from ..harness.outputs import Output
-from ..harness.server import has_tokenizer
+from ..logic import releases
 from ..logic.inputs.arguments import BadMarker, fits_context
 from ..logic.inputs.guardconfig import DEFAULT_HANG_S
 from ..logic.inputs.modelconfig import model_name
 from ..logic.inputs.values import DEFAULT_BATCH_SIZES
 from ..logic.machine import preload_note, this_machine
-from ..logic.reporting import checking
+from ..logic.reporting import checkevents, checking
 from ..logic.timeouts.policies import PolicyError, PolicyFailure, load_policy, policy_deadline, policy_name
 from ..logic.words import plural
 from .common import (
@@ -94,7 +95,7 @@ def add_parser(sub: Any, verbose: bool) -> None:
                        metavar="SECONDS",
                        help="vLLM's deadline to test against, whole seconds; default: "
                        f"{checking.BUNDLED_STOCK_S} s on the bundled model (time-compressed), "
-                       f"else {versions.DEADLINE_ENV} or 300")
+                       f"else {releases.DEADLINE_ENV} or 300")
     add_ranks(check)
     check.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                        help="extra arguments for pytest, after --")
@@ -190,7 +191,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output], plan: checki
         if asked_for(args.pytest_args, (*INFORMATION, *NO_RUN)):
             return passed_through(args, cmd, env, log)
         if args.pytest_args:  # tried by a collection first: refused before the header, nothing started
-            planned = (f"{runs} planned runs ({', '.join(plan.modes)} at batch "
+            planned = (f"{runs} planned runs ({', '.join(m.value for m in plan.modes)} at batch "
                        f"{', '.join(map(str, args.batch_sizes))})")
             problem = tried([a for a in cmd if not a.startswith("--enginedead-report=")], env,
                             args.pytest_args, planned)
@@ -287,7 +288,7 @@ def _show_progress(path: str, shown: int) -> int:
         lines = f.read().split("\n")[:-1]  # a line still being written has no newline yet
         for line in lines[shown:]:
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                report_progress(checking.progress_line(json.loads(line)))
+                report_progress(checkevents.read_event(line).line())
         return len(lines)
     return shown
 

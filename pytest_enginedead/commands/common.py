@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
-from ..compat import versions
 from ..harness import outputs
 from ..harness.outputs import Output
-from ..harness.threads import Progress
+from ..harness.waiting import Progress
+from ..logic import releases
 from ..logic.inputs.modelconfig import BUNDLED_MODEL, validate_model
 from ..logic.inputs.optiontable import OPTIONS
 from ..logic.inputs.values import BadValue, parse_batch_sizes, parse_policy, parse_ranks, shorten_paths
@@ -59,7 +59,7 @@ GUARD_SWITCH = ("enginedead_guard",)
 
 def check_environment_options(names: Sequence[str]) -> None:
     """The plugin's options among ``names`` that the environment sets, parsed as the plugin parses
-    them: a value it would refuse is refused here, in its words (``face.options.resolve``)."""
+    them: a value it would refuse is refused here, in its words (``pytest_plugin.options.resolve``)."""
     for opt in OPTIONS:
         raw = os.environ.get(opt.env)
         if opt.name in names and raw is not None:
@@ -108,7 +108,7 @@ headroom = number(float, 0, "a number", " (a multiple of the step time, e.g. 3)"
 positive_int = number(int, 1, "a whole number", "")
 
 deadline = number(int, 1, "a whole number of seconds",
-                  " (vLLM's deadline is whole seconds, at least 1)", maximum=versions.MAX_DEADLINE_S,
+                  " (vLLM's deadline is whole seconds, at least 1)", maximum=releases.MAX_DEADLINE_S,
                   max_why=" s, the longest wait vLLM can make (Python's threading.TIMEOUT_MAX)")
 
 

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable, Iterator
 
 from ..compat import llm_config, versions
+from ..harness.engines.startchecks import batch_problem, model_problem, vllm_environment_problem
 from ..harness.outputs import Output
-from ..harness.startchecks import batch_problem, model_problem, vllm_environment_problem
 from ..logic.inputs.modelconfig import model_name
 from ..logic.reporting.diagnosis import plugin_problem
 from .common import Refused, check_ranks, claim_outputs, release
@@ -62,7 +62,7 @@ def preflight(
 
 def refuse_batch_sizes(args: argparse.Namespace, server: bool) -> None:
     """``--batch-sizes`` within what vLLM builds and this machine holds, for the engines (or servers)
-    the command starts at them (``harness.startchecks.batch_problem``)."""
+    the command starts at them (``harness.engines.startchecks.batch_problem``)."""
     ranks = {"tensor_parallel_size": getattr(args, "tensor_parallel_size", 1)}
     for n in args.batch_sizes or ():
         problem = batch_problem(args.model, n, server, ranks)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..harness.execprobe import probe
+from ..harness.probing.probe import probe
 
 
 def main(argv: list[str]) -> int:
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     if args.pid is not None and args.pid <= 0:
         parser.error(f"--pid {args.pid}: not a process id")
     answer = probe(port=args.port, pid=args.pid)
-    print(f"enginedead probe: {answer.why}", flush=True)
+    print(f"enginedead probe: {answer.reason}", flush=True)
     return answer.exit_code
 
 

@@ -39,7 +39,7 @@ def run_headless(argv: Sequence[str]) -> None:
 
     command = getattr(importlib.import_module(SERVE_COMMAND[0]), SERVE_COMMAND[1])
     cli = importlib.import_module(SERVE_PARSER)
-    parser = cli.make_arg_parser(FlexibleArgumentParser(prog="pytest_enginedead.invllm.headless"))
+    parser = cli.make_arg_parser(FlexibleArgumentParser(prog="pytest_enginedead.vllm_plugin.headless"))
     args = parser.parse_args(list(argv))
     cli.validate_parsed_serve_args(args)
     command.cmd(args)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..contract.steps import attended_keys, read_keys
-from .versions import Version, as_version
+from ..logic.releases import Version, as_version
 
 
 def worker_step_target(version: str | Version | None) -> tuple[str, str, str]:

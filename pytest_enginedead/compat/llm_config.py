@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..logic.planning.engines import DEFAULT_MAX_MODEL_LEN as DEFAULT_MAX_MODEL_LEN
-from .versions import MULTIPROCESSING_ENV, Version, as_version
+from ..logic.releases import MULTIPROCESSING_ENV, Version, as_version
 
 
 def llm_kwargs(model: str, max_num_seqs: int, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from ..logic import releases
 from . import versions
 
 #: the fused kernel's tile: an expert's width per rank must be a multiple of it (before padding)
@@ -62,7 +63,7 @@ def kernel_answers(
     if shape is None:
         return None
     width, hidden = shape
-    v = versions.as_version(versions.installed_version())
+    v = releases.as_version(versions.installed_version())
     try:
         ask = _ask_028 if v >= (0, 28) else _ask_027
         return [ask(width // tp, hidden, tp) for tp in sizes if width % tp == 0]

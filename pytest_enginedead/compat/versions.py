@@ -1,7 +1,7 @@
 """Which vLLM is installed here, read from package metadata without importing it.
 
-What each release does is pure (``logic.releases``, re-exported here for the code that
-serves vLLM's processes); which one is installed is this module's question alone.
+What each release does is pure: ``logic.releases``, handed the installed version by whoever
+asks here; which one is installed is this module's question alone.
 """
 
 from __future__ import annotations
@@ -11,53 +11,11 @@ import importlib.metadata
 import importlib.util
 import sys
 
-from ..logic.releases import (
-    DEADLINE_ENV,
-    DEATH_CLASSES,
-    DIST_NAMES,
-    ENGINE_CORE_TITLE,
-    MAX_DEADLINE_S,
-    MODEL_CODE,
-    MULTIPROCESSING_ENV,
-    NEWEST,
-    STOCK_DEADLINE_S,
-    WORKER_TITLE,
-    DeadlineFacts,
-    Version,
-    as_version,
-    deadline_env_problem,
-    deadline_env_value,
-    deadline_facts,
-    death_classes_for,
-    is_engine_death,
-    parse_version,
-    stock_deadline_s,
-)
+from ..logic.releases import DEADLINE_ENV, DIST_NAMES, stock_deadline_s
 
-__all__ = [
-    "DEADLINE_ENV",
-    "DEATH_CLASSES",
-    "DIST_NAMES",
-    "ENGINE_CORE_TITLE",
-    "MAX_DEADLINE_S",
-    "MODEL_CODE",
-    "MULTIPROCESSING_ENV",
-    "NEWEST",
-    "STOCK_DEADLINE_S",
-    "WORKER_TITLE",
-    "DeadlineFacts",
-    "Version",
-    "as_version",
-    "deadline_env_problem",
-    "deadline_env_value",
-    "deadline_facts",
-    "death_classes_for",
-    "installed_version",
-    "is_engine_death",
-    "parse_version",
-    "stock_deadline_s",
-    "vllm_missing_reason",
-]
+#: kept here for ``commands/calibrate.py`` until it imports them from ``logic.releases``, where
+#: every other reader of what a release does finds them (removed in 0.4.0)
+__all__ = ["DEADLINE_ENV", "installed_version", "stock_deadline_s", "vllm_missing_reason"]
 
 
 def vllm_missing_reason() -> str | None:

@@ -9,9 +9,10 @@ from typing import ClassVar
 
 import pytest
 
-from pytest_enginedead.harness import probetrials
+from pytest_enginedead.harness.probing import trials
 
 from ..contract.decisions import Verdict
+from ..contract.names import PROBE_HANG_ENV, PROBE_KIND_ENV, PROBE_SETTINGS_ENV, PROBE_WINDOW_ENV
 from ..logic.inputs.modelconfig import BUNDLED_MODEL
 from ..logic.reporting import probereplay
 
@@ -20,13 +21,13 @@ KINDS = {"probe": "enginedead probe", "health": "GET /health", "models": "GET /v
 
 
 def _settings() -> list[probereplay.Setting]:
-    raw = os.environ.get("ENGINEDEAD_PROBE_SETTINGS", "").strip()
+    raw = os.environ.get(PROBE_SETTINGS_ENV, "").strip()
     if not raw:
         return [s for s in probereplay.SETTINGS if s.name == "tight exec probe"]
     try:
         return [probereplay.parse_setting(part.strip()) for part in raw.split(",") if part.strip()]
     except ValueError as exc:
-        raise pytest.UsageError(f"ENGINEDEAD_PROBE_SETTINGS={raw!r} (from environment): {exc}") from None
+        raise pytest.UsageError(f"{PROBE_SETTINGS_ENV}={raw!r} (from environment): {exc}") from None
 
 
 def _number(name: str, default: float) -> float:
@@ -41,10 +42,10 @@ def _number(name: str, default: float) -> float:
 
 
 def _kind() -> str:
-    raw = os.environ.get("ENGINEDEAD_PROBE_KIND", "probe").strip() or "probe"
+    raw = os.environ.get(PROBE_KIND_ENV, "probe").strip() or "probe"
     if raw not in KINDS:
         raise pytest.UsageError(
-            f"ENGINEDEAD_PROBE_KIND={raw!r} (from environment): one of {', '.join(KINDS)}")
+            f"{PROBE_KIND_ENV}={raw!r} (from environment): one of {', '.join(KINDS)}")
     return KINDS[raw]
 
 
@@ -53,8 +54,8 @@ class Plan:
 
     settings: ClassVar[list[probereplay.Setting]] = []
     kind = "enginedead probe"
-    window_s = probetrials.DEFAULT_WINDOW_S
-    hang_s = probetrials.DEFAULT_HANG_S
+    window_s = trials.DEFAULT_WINDOW_S
+    hang_s = trials.DEFAULT_HANG_S
     problem: ClassVar[pytest.UsageError | None] = None
 
 
@@ -63,8 +64,8 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         Plan.settings = _settings()
         Plan.kind = _kind()
-        Plan.window_s = _number("ENGINEDEAD_PROBE_WINDOW", probetrials.DEFAULT_WINDOW_S)
-        Plan.hang_s = _number("ENGINEDEAD_PROBE_HANG_S", probetrials.DEFAULT_HANG_S)
+        Plan.window_s = _number(PROBE_WINDOW_ENV, trials.DEFAULT_WINDOW_S)
+        Plan.hang_s = _number(PROBE_HANG_ENV, trials.DEFAULT_HANG_S)
     except pytest.UsageError as exc:
         Plan.problem = exc
 
@@ -83,7 +84,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @functools.cache
 def _measured(state: Verdict) -> probereplay.Run:
-    return probetrials.run_trial(state, True, BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
+    return trials.run_trial(state, True, BUNDLED_MODEL, Plan.window_s, Plan.hang_s)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 and the exit codes a serving process ends with after its engine died.
 
 The options' own variables (``ENGINEDEAD_BATCH_SIZES`` ...) are named by their option
-(``face.options.OPTIONS``: the ini key in upper case).
+(``pytest_plugin.options.OPTIONS``: the ini key in upper case).
 """
 
 from __future__ import annotations
@@ -63,6 +63,18 @@ PATCHES_ENV = "ENGINEDEAD_REPORT_PATCHES"
 #: What ``enginedead check`` hands its inner pytest run: the plan (JSON), where progress goes.
 CHECK_PLAN_ENV = "ENGINEDEAD_CHECK_PLAN"
 CHECK_PROGRESS_ENV = "ENGINEDEAD_CHECK_PROGRESS"
+
+
+#: The conformance suite (``pytest --pyargs pytest_enginedead.conformance``): your probe's
+#: settings, ``NAME=PERIOD/TIMEOUT/THRESHOLD,...``
+PROBE_SETTINGS_ENV = "ENGINEDEAD_PROBE_SETTINGS"
+#: The conformance suite: the kind of probe held to them (``probe``, ``health``, ``models``,
+#: ``completion``)
+PROBE_KIND_ENV = "ENGINEDEAD_PROBE_KIND"
+#: The conformance suite: how long each state is probed, in seconds
+PROBE_WINDOW_ENV = "ENGINEDEAD_PROBE_WINDOW"
+#: The conformance suite: the guard's hang_s in the guarded runs, in seconds
+PROBE_HANG_ENV = "ENGINEDEAD_PROBE_HANG_S"
 
 
 #: the file every start appends its line to (unset: nothing is written)

@@ -19,14 +19,15 @@ from typing import Any
 
 from ..compat import versions
 from ..contract.steps import StepTime
-from ..logic.planning.engines import EngineSpec, Instructions
+from ..logic.planning.engines import DeadlineAndFaults as Instructions
+from ..logic.planning.engines import EngineSpec
 from ..logic.sizing import shapes, slices
 from ..logic.sizing.plan import EnginePlan, SizingPlan
 from ..logic.sizing.result import WORST, Measured, duration_text, fit_of, quantile, samples_of, sizing_result
 from ..logic.timeouts.policies import Backend, TimeoutPolicy
-from .cleanup import Reaper
-from .offline import Engine
-from .threads import Progress
+from .engines.cleanup import Reaper
+from .engines.offline import Engine
+from .waiting import Progress
 
 
 def measure(

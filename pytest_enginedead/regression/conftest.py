@@ -7,7 +7,6 @@ run goes to the file the command follows.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Generator
@@ -16,9 +15,10 @@ import pytest
 
 from pytest_enginedead.contract.names import CHECK_PROGRESS_ENV
 from pytest_enginedead.contract.steps import summarize
-from pytest_enginedead.face.run import handle_key, run_key, settings_of
-from pytest_enginedead.harness.threads import Progress
-from pytest_enginedead.logic.reporting.checking import CheckPlan, mode_of, verdict_of
+from pytest_enginedead.harness.waiting import Progress
+from pytest_enginedead.logic.reporting.checkevents import Event, Note, RunDone, event_line
+from pytest_enginedead.logic.reporting.checking import CheckMode, CheckPlan, run_result
+from pytest_enginedead.pytest_plugin.run import handle_key, run_key, settings_of
 
 _started = time.monotonic()
 
@@ -33,10 +33,14 @@ def pytest_configure(config: pytest.Config) -> None:
         run.pool.progress = _note_writer(path)
 
 
+def _write(path: str, event: Event) -> None:
+    with open(path, "a") as f:
+        f.write(event_line(event))
+
+
 def _note_writer(path: str) -> Progress:
     def note(message: str, done: bool = False) -> None:
-        with open(path, "a") as f:
-            f.write(json.dumps({"note": message, "elapsed_s": time.monotonic() - _started}) + "\n")
+        _write(path, Note(message, time.monotonic() - _started))
 
     return note
 
@@ -56,11 +60,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     inject = [pytest.mark.enginedead_inject(slow_s_per_seq=slow)] if slow else []
     stock = pytest.mark.enginedead_timeout(plan.stock_s)
     marks = {
-        "stock": [stock, *inject],
-        "policy": inject,
-        "guard": [stock, pytest.mark.enginedead_guard(), *inject],
+        CheckMode.STOCK: [stock, *inject],
+        CheckMode.POLICY: inject,
+        CheckMode.GUARD: [stock, pytest.mark.enginedead_guard(), *inject],
     }
-    metafunc.parametrize("check_mode", [pytest.param(m, marks=marks[m]) for m in plan.modes])
+    metafunc.parametrize("check_mode", [pytest.param(m, marks=marks[m], id=m.value) for m in plan.modes])
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -82,19 +86,14 @@ def pytest_runtest_makereport(
     rep = yield
     path = os.environ.get(CHECK_PROGRESS_ENV)
     handle = item.stash.get(handle_key, None)
-    if path and (rep.when == "call" or (rep.failed and rep.when == "setup")):
+    callspec = getattr(item, "callspec", None)
+    mode = callspec.params.get("check_mode") if callspec is not None else None
+    if path and isinstance(mode, CheckMode) and (rep.when == "call" or (rep.failed and rep.when == "setup")):
         stats = summarize(handle.step_times_since_start(), now=time.monotonic()) if handle else None
-        deaths = handle.deaths if handle else []
-        event = {
-            "batch_size": handle.batch_size if handle else 0,
-            "mode": mode_of(item.nodeid),
-            "verdict": str(verdict_of({"verdict": deaths[-1]["verdict"] if deaths else None,
-                                       "outcome": rep.outcome})),
-            "steps": stats.steps if stats else 0,
-            "step_max_s": stats.max_s if stats else None,
-            "duration_s": rep.duration,
-            "elapsed_s": time.monotonic() - _started,
-        }
-        with open(path, "a") as f:
-            f.write(json.dumps(event) + "\n")
+        verdict = handle.findings[-1].verdict if handle and handle.findings else None
+        _write(path, RunDone(
+            handle.batch_size if handle else 0, mode, run_result(verdict, rep.outcome),
+            stats.steps if stats else 0, stats.max_s if stats else None, rep.duration,
+            time.monotonic() - _started,
+        ))
     return rep

@@ -7,17 +7,17 @@ that is the bug, shown.  Under the policy (and under the guard) it must not.
 from __future__ import annotations
 
 from pytest_enginedead import EngineHandle, assert_no_false_death
-from pytest_enginedead.face.handles import ServerHandle
-from pytest_enginedead.logic.reporting.checking import CheckPlan
+from pytest_enginedead.logic.reporting.checking import CheckMode, CheckPlan
+from pytest_enginedead.pytest_plugin.handles import ServerHandle
 
 
-def test_decode_batch(vllm_engine: EngineHandle, check_mode: str, check_plan: CheckPlan) -> None:
+def test_decode_batch(vllm_engine: EngineHandle, check_mode: CheckMode, check_plan: CheckPlan) -> None:
     with assert_no_false_death(vllm_engine):
         out = vllm_engine.generate(max_tokens=check_plan.max_tokens, prompt_len=check_plan.prompt_len)
     assert len(out) == vllm_engine.batch_size
 
 
-def test_server_batch(vllm_server: ServerHandle, check_mode: str, check_plan: CheckPlan) -> None:
+def test_server_batch(vllm_server: ServerHandle, check_mode: CheckMode, check_plan: CheckPlan) -> None:
     with assert_no_false_death(vllm_server):
         out = vllm_server.complete(max_tokens=check_plan.max_tokens, prompt_len=check_plan.prompt_len)
     assert len(out) == vllm_server.batch_size

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pytest_enginedead.compat import in_server, llm_api, llm_config, registry
-from pytest_enginedead.harness.startchecks import OWNED_ENGINE_ARGS, OWNED_SERVER_ARGS
+from pytest_enginedead.harness.engines.startchecks import OWNED_ENGINE_ARGS, OWNED_SERVER_ARGS
 
 
 def test_sampling_is_greedy() -> None:
@@ -41,7 +41,7 @@ def test_the_registry_source_lists_what_the_registry_holds() -> None:
 
     listed = registry.listed_architectures()
     assert {"LlamaForCausalLM", "Gemma4ForCausalLM"} <= listed <= registry.known_architectures()
-    probe = ("import sys; from pytest_enginedead.harness.startchecks import model_problem; "
+    probe = ("import sys; from pytest_enginedead.harness.engines.startchecks import model_problem; "
              "from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL; "
              "assert model_problem(BUNDLED_MODEL) is None; "
              "print(sorted(m for m in ('torch', 'vllm') if m in sys.modules))")
@@ -55,7 +55,7 @@ def test_server_arguments_as_the_servers_own_parser_reads_them() -> None:
     (the flag was dropped before), dicts and lists are the JSON it reads (Python's repr was refused
     ~8 s into the start), what it refuses is said in its own words, and the harness's whole command
     line for a server with such arguments parses."""
-    from pytest_enginedead.harness.server import server_command
+    from pytest_enginedead.harness.engines.server import server_command
     from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 
     assert in_server.server_flag("enable_prefix_caching", False) == "--no-enable-prefix-caching"

@@ -4,7 +4,7 @@ A downstream run is started in its own session, its engine process tree and thei
 ``/dev/shm`` segments are recorded, then the run is cut: Ctrl-C (SIGINT to the run's
 process group, as a terminal sends it) at each phase of an engine's and a server's
 life, or pytest-timeout.  Afterwards every recorded process and segment must be gone, and a
-decoy titled ``VLLM::Worker`` that the harness did not start must still be alive.  (SIGKILL
+bystander titled ``VLLM::Worker`` that the harness did not start must still be alive.  (SIGKILL
 of the process that started the engine, in mid-step, is the reaper's job:
 test_xdist.py::test_killed_worker_leaves_no_engine kills an xdist worker, a pytest process
 like any other, and holds it.)
@@ -35,8 +35,9 @@ from tests.support.downstream import (
 pytestmark = pytest.mark.engine
 
 
-def assert_run_left_nothing(run: Background, decoy: psutil.Process, within_s: float = 15) -> None:
-    assert_nothing_left(run.seen, run.shm, decoy, within_s=within_s, require_shm=True, context=run.output())
+def assert_run_left_nothing(run: Background, bystander: psutil.Process, within_s: float = 15) -> None:
+    assert_nothing_left(run.seen, run.shm, bystander, within_s=within_s, require_shm=True,
+                        context=run.output())
 
 
 def _process(part: str) -> Callable[[Background], None]:
@@ -68,14 +69,18 @@ CTRL_C: dict[str, tuple[str, Callable[[Background], None]]] = {
 }
 
 
+#: the step the ctrl_c suite injects (2 s a sequence, batch 8): a Ctrl-C never waits one out
+INJECTED_STEP_S = 2.0 * 8
+
+
 @pytest.mark.parametrize("phase", list(CTRL_C))
 def test_ctrl_c_stops_the_run_at_every_phase(
-    downstream: Downstream, decoy: psutil.Process, request: pytest.FixtureRequest, phase: str
+    downstream: Downstream, bystander: psutil.Process, request: pytest.FixtureRequest, phase: str
 ) -> None:
-    """Ctrl-C at each phase of an engine's and a server's life: the run stops within 10 s
-    with pytest's interrupted exit code (2), no INTERNALERROR, and leaves nothing: no
-    process in its sessions, no ``/dev/shm`` segment, no run directory, nothing of vLLM's
-    in its temp dir."""
+    """Ctrl-C at each phase of an engine's and a server's life: the run stops sooner than one of
+    its steps would take, with pytest's interrupted exit code (2), no INTERNALERROR, and leaves
+    nothing: no process in its sessions, no ``/dev/shm`` segment, no run directory, nothing of
+    vLLM's in its temp dir."""
     test, wait = CTRL_C[phase]
     # vLLM puts its ZMQ sockets under TMPDIR and refuses paths over 107 characters: under
     # xdist, pytest's own tmp_path is already close to that, so the scratch TMPDIR is short.
@@ -92,31 +97,31 @@ def test_ctrl_c_stops_the_run_at_every_phase(
     print(f"{phase}: Ctrl-C -> exit {code} in {took:.1f} s")
     assert code == pytest.ExitCode.INTERRUPTED, out[-4000:]
     assert "INTERNALERROR" not in out, out[-4000:]
-    assert took < 10, f"{phase}: the run took {took:.1f} s to stop after Ctrl-C\n{out[-3000:]}"
-    assert_nothing_left(run.seen, run.shm, decoy, within_s=5, context=out[-3000:])
-    assert not left_in_sessions(run.sessions(), spare=[decoy.pid]), out[-3000:]
+    assert took < INJECTED_STEP_S, f"{phase}: the run took {took:.1f} s to stop after Ctrl-C\n{out[-3000:]}"
+    assert_nothing_left(run.seen, run.shm, bystander, within_s=5, context=out[-3000:])
+    assert not left_in_sessions(run.sessions(), spare=[bystander.pid]), out[-3000:]
     assert not left_in_temp(scratch), out[-3000:]
 
 
-def test_pytest_timeout_in_mid_step(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_pytest_timeout_in_mid_step(downstream: Downstream, bystander: psutil.Process) -> None:
     """pytest-timeout cuts a test whose worker hangs: the run goes on, the engine goes."""
     run = downstream.copy(examples.HANG).start("-o", "timeout_func_only=true", plugins=["timeout"])
-    _assert_cut_by_pytest_timeout(run, decoy)
+    _assert_cut_by_pytest_timeout(run, bystander)
 
 
-def test_server_hang_cut_by_pytest_timeout(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_server_hang_cut_by_pytest_timeout(downstream: Downstream, bystander: psutil.Process) -> None:
     """A hung worker behind the server, cut by pytest-timeout: the whole tree goes."""
     run = downstream.copy(examples.SERVER_CUT).start(
         "-k", "hangs", "-o", "timeout_func_only=true", plugins=["timeout"]
     )
-    _assert_cut_by_pytest_timeout(run, decoy)
+    _assert_cut_by_pytest_timeout(run, bystander)
 
 
-def _assert_cut_by_pytest_timeout(run: Background, decoy: psutil.Process) -> None:
+def _assert_cut_by_pytest_timeout(run: Background, bystander: psutil.Process) -> None:
     """The run's test was cut by pytest-timeout, the run failed it, and nothing is left."""
     run.watch(extra_s=0)
     code = run.wait(timeout=180)
     out = run.output()
     assert code == pytest.ExitCode.TESTS_FAILED, out
     assert "Timeout" in out
-    assert_run_left_nothing(run, decoy)
+    assert_run_left_nothing(run, bystander)

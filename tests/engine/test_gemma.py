@@ -30,7 +30,7 @@ MOE_WHERE = ("Gemma4DecoderLayer.forward", "Gemma4MoE.forward")
 @pytest.mark.smoke
 @pytest.mark.xdist_group("gemma")  # measured once with the check's and calibrate's Gemma tests
 def test_gemma4_moe_decode_batch_outlives_its_deadline(
-    downstream: Downstream, decoy: psutil.Process, step_cost: Measures,
+    downstream: Downstream, bystander: psutil.Process, step_cost: Measures,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """No injection.  Sized from this machine's decode steps: a batch that lives under the
@@ -75,4 +75,4 @@ def test_gemma4_moe_decode_batch_outlives_its_deadline(
     found = death["where"]
     assert found["samples"] > 1 and found["model"]["qualname"] in MOE_WHERE, found
     assert any(MOE_CALL.search(line["source"]) and line["samples"] >= 1 for line in found["lines"]), found
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)

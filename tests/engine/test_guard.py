@@ -52,7 +52,7 @@ def durations(out: str) -> dict[tuple[str, str], float]:
 
 @pytest.mark.smoke
 def test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
     """The guard on real engines (test_guard_suite.py), and the same engine asked wrongly
     (test_guard_asked.py): each bad argument fails its test in one line while the shared
@@ -105,7 +105,7 @@ def test_guard_waits_for_busy_workers_and_gives_up_on_hung_ones(
     (refused,) = [e for e in data["engines"] if "edhidden" in e["label"]]
     assert refused["start_s"] is None and refused["steps"] == 0
     assert took[("setup", REFUSED)] < shared["start_s"], (took[("setup", REFUSED)], shared["start_s"])
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)
 
 
 INERT = textwrap.dedent(

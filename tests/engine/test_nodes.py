@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from pytest_enginedead.contract.progress import PUBLISH_EVERY_S, SILENT_AFTER_S
-from pytest_enginedead.harness.nodes import HEADLESS_MODULE
-from pytest_enginedead.invllm.watch import FIRST_PROBE_S, PROBE_EVERY_S
+from pytest_enginedead.harness.engines.nodes import HEADLESS_MODULE
+from pytest_enginedead.vllm_plugin.watch import FIRST_PROBE_S, PROBE_EVERY_S
 from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 
@@ -56,7 +56,7 @@ def _foreign_namespace_leftovers() -> list[str]:
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two nodes of a rank need two cores")
 @pytest.mark.skipif(not _unshare_works(), reason="no PID namespaces here (util-linux unshare refused)")
 def test_two_nodes_each_rank_judged_from_where_it_runs(
-    downstream: Downstream, decoy: psutil.Process, monkeypatch: pytest.MonkeyPatch
+    downstream: Downstream, bystander: psutil.Process, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Stock 2 s deadline, node 1's rank busy 6.4 s per step: a false death naming node 1's rank
     computing and node 0's waiting; under the guard, node 1 slow: the step lives and the decisions
@@ -96,5 +96,5 @@ def test_two_nodes_each_rank_judged_from_where_it_runs(
     assert data["engines_started"] == 3 and data["restarts"] == 0, data["engines"]
     labels = {e["label"] for e in data["engines"]}
     assert labels and all(label.startswith(("n2, tp2, bs64", "server, n2, tp2")) for label in labels), labels
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)
     assert _foreign_namespace_leftovers() == []

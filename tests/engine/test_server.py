@@ -30,7 +30,7 @@ def assert_clients_saw_http_500(out: str) -> None:
 
 @pytest.mark.smoke
 def test_server_false_death(
-    downstream: Downstream, decoy: psutil.Process, monkeypatch: pytest.MonkeyPatch
+    downstream: Downstream, bystander: psutil.Process, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The short server case every vLLM release runs: 64 concurrent requests under the
     stock 2 s deadline and a busy 0.05 s/seq step end in a false death, with the clients'
@@ -49,10 +49,10 @@ def test_server_false_death(
     (test,) = [t for t in data["tests"] if t["when"] == "call"]
     assert test["verdict"] == "SLOW"
     assert data["engines_started"] == 1 and data["engines"][0]["kind"] == "server"
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)
 
 
-def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_server_false_death_seen_by_clients(downstream: Downstream, bystander: psutil.Process) -> None:
     """Stock 2 s deadline, busy 0.05 s/seq: 2 requests complete; 64 streaming requests of the
     user's own clients in 64 threads end in a false death whose message carries the worker
     evidence, heard late; the reference policy survives 64; the guard lets 64 clients finish;
@@ -92,4 +92,4 @@ def test_server_false_death_seen_by_clients(downstream: Downstream, decoy: psuti
     # one server configuration plus the guarded one, each ended by its last test's death
     assert data["configurations"] == 2
     assert data["engines_started"] == data["configurations"] and data["restarts"] == 0, data["engines"]
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)

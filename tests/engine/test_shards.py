@@ -31,7 +31,7 @@ def calls(report: dict[str, Any]) -> dict[str, str | None]:
 
 @pytest.mark.xdist_group("xdist_suite")
 def test_two_shards_start_each_configuration_once_and_merge_to_the_whole(
-    downstream: Downstream, decoy: psutil.Process
+    downstream: Downstream, bystander: psutil.Process
 ) -> None:
     """Every test of the unsharded run in exactly one shard; each engine configuration in one
     shard only (the shards' configurations add up to the unsharded run's, each shard's tests
@@ -53,4 +53,4 @@ def test_two_shards_start_each_configuration_once_and_merge_to_the_whole(
     for tests in kept:
         engines = [e for e in whole["engines"] if set(e["tests"]) & set(tests)]
         assert engines and sorted(t for e in engines for t in e["tests"]) == sorted(tests), (tests, engines)
-    assert_nothing_left(*engine_processes(whole), decoy)
+    assert_nothing_left(*engine_processes(whole), bystander)

@@ -31,7 +31,7 @@ SCHEDULE = {
 
 
 def test_a_short_soak_loses_nothing_to_a_slow_window_and_ends_the_hang(
-    tmp_path: Path, decoy: psutil.Process
+    tmp_path: Path, bystander: psutil.Process
 ) -> None:
     schedule, out = tmp_path / "suite.json", tmp_path / "soak.json"
     schedule.write_text(json.dumps(SCHEDULE))
@@ -61,7 +61,7 @@ def test_a_short_soak_loses_nothing_to_a_slow_window_and_ends_the_hang(
     (death,) = run["deaths"]
     assert death["cause"] == "genuine" and death["requests_lost"] == run["requests"]["failed"], context
     assert run["leaked"] == {**run["leaked"], "processes": 0, "shm": 0, "fds": 0}, run["leaked"]
-    assert decoy.is_running() and decoy.status() != psutil.STATUS_ZOMBIE, "the decoy was stopped"
+    assert bystander.is_running() and bystander.status() != psutil.STATUS_ZOMBIE, "the bystander was stopped"
     # the table a person reads, with the run's row
     assert "lost to false death" in done.stdout and "guarded" in done.stdout, done.stdout[-2000:]
     assert done.returncode == 0, done.stdout[-3000:]

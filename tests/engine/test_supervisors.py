@@ -11,7 +11,7 @@ from tests.support.downstream import Downstream, assert_nothing_left, engine_pro
 pytestmark = pytest.mark.engine
 
 
-def test_probe_and_exit_status_on_real_servers(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_probe_and_exit_status_on_real_servers(downstream: Downstream, bystander: psutil.Process) -> None:
     """Two guarded servers at once: the probe stays alive through slow steps (>= 3 x the 2 s
     deadline) and turns in a probe begun within hang_s + a round of probing of a hang; the
     hung server exits with EXIT_HUNG.  (An unguarded false death with the opt-in exits with
@@ -26,11 +26,11 @@ def test_probe_and_exit_status_on_real_servers(downstream: Downstream, decoy: ps
     assert data is not None
     assert data["engines_started"] == 2
     assert any("max_model_len=256" in e["label"] for e in data["engines"]), data["engines"]
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)
 
 
 def test_the_conformance_suite_holds_a_setting_to_both_states(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, decoy: psutil.Process
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, bystander: psutil.Process
 ) -> None:
     """Two settings of `enginedead probe`, each against a real SLOW and a real HUNG guarded
     server (hang_s 3 s, a 20 s window): neither kills the slow engine; the tight one (2 s
@@ -49,4 +49,4 @@ def test_the_conformance_suite_holds_a_setting_to_both_states(
         "FAILED *test_a_hung_engine_is_found[[]k8s[]]*",
     ])
     result.stdout.fnmatch_lines(["*did not find a worker hung inside its step within 20 s*"])
-    assert decoy.is_running()
+    assert bystander.is_running()

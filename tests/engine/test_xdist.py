@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from pytest_enginedead.harness.cleanup import wait_until
+from pytest_enginedead.harness.waiting import wait_until
 from tests.support import examples
 from tests.support.downstream import (
     TWO_WORKERS,
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.engine
 
 
 @pytest.mark.xdist_group("xdist_suite")  # one run for both tests (Downstream.shared_run)
-def test_two_workers_one_report(downstream: Downstream, decoy: psutil.Process) -> None:
+def test_two_workers_one_report(downstream: Downstream, bystander: psutil.Process) -> None:
     """-n 2 --dist loadgroup: outcomes as without xdist, engines = configurations,
     both workers used, one merged table and JSON report, nothing left behind.  (The suite's
     guarded crash also holds the guard's: DEAD, as quick as without the guard.)"""
@@ -40,11 +40,11 @@ def test_two_workers_one_report(downstream: Downstream, decoy: psutil.Process) -
     assert sum(e["false_deaths"] for e in data["engines"]) == 1
     assert sum(e["genuine_deaths"] for e in data["engines"]) == 1
     assert len([t for t in data["tests"] if t["when"] == "call"]) == 4
-    assert_nothing_left(*engine_processes(data), decoy)
+    assert_nothing_left(*engine_processes(data), bystander)
 
 
 def test_killed_worker_leaves_no_engine(
-    downstream: Downstream, decoy: psutil.Process, request: pytest.FixtureRequest
+    downstream: Downstream, bystander: psutil.Process, request: pytest.FixtureRequest
 ) -> None:
     """SIGKILL the xdist worker in mid-step: the controller survives and reports the
     crash; the worker's reaper ends its engine processes and removes what they left in
@@ -68,7 +68,7 @@ def test_killed_worker_leaves_no_engine(
     code = run.wait(timeout=180)
     out = run.output()
     assert "crashed" in out and code == pytest.ExitCode.TESTS_FAILED, out[-3000:]
-    assert_nothing_left(run.seen, run.shm, decoy, within_s=20, require_shm=True, context=out[-3000:])
+    assert_nothing_left(run.seen, run.shm, bystander, within_s=20, require_shm=True, context=out[-3000:])
     # the reaper removes the run dir after the processes
-    wait_until(lambda: not left_in_temp(scratch), 5.0, give_up=lambda: False)
+    wait_until(lambda: not left_in_temp(scratch), 5.0)
     assert not left_in_temp(scratch), out[-3000:]

@@ -141,8 +141,8 @@ def run_together(downstream: Downstream, page: Path, file: str, examples: Sequen
 OPTION = re.compile(r"--enginedead-[a-z][a-z0-9-]*[a-z0-9]")
 OURS = re.compile(r"\bENGINEDEAD_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9])(?P<glob>_?\*)?")
 VLLMS = re.compile(r"\bVLLM_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9])(?P<glob>_?\*)?")
-#: the commands, longest first (``probes`` before ``probe``)
-COMMANDS = ("calibrate", "doctor", "probes", "probe", "check", "merge", "models")
+#: the commands, longest first (``probe-settings`` before ``probe``)
+COMMANDS = ("calibrate", "doctor", "probe-settings", "probe", "check", "merge", "models")
 #: ``enginedead [COMMAND] ...`` in code (not ``pytest-enginedead``, not ``-p enginedead``): the
 #: command ("" for the console script's own flags) and what follows it on the line
 COMMAND_LINE = re.compile(r"(?<![-\w./=])(?<!-p )enginedead(?=\s|$)(?: (?P<command>" + "|".join(COMMANDS)

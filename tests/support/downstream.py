@@ -6,7 +6,7 @@ subprocess, returning the outcomes and, when asked, the JSON report (validated a
 ``report.schema.json`` when jsonschema is installed).  ``Downstream.start`` runs it in a
 session of its own, to be cut short (Ctrl-C, SIGKILL) while it watches the run's
 process tree.  ``assert_nothing_left`` is the one check that a run's engine processes
-and their ``/dev/shm`` entries are gone while a decoy ``VLLM::Worker`` lives on.
+and their ``/dev/shm`` entries are gone while a bystander ``VLLM::Worker`` lives on.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from typing import Any
 import psutil
 import pytest
 
-from pytest_enginedead.harness.cleanup import ProcRef, mapped_shm
+from pytest_enginedead.harness.engines.cleanup import mapped_shm
 from pytest_enginedead.logic.reporting.report import SCHEMA_PATH
+from pytest_enginedead.process.pinned import ProcRef
 
 HERE = Path(__file__).resolve().parent
 #: the downstream suites (``pytester_example_dir``): ``tests/examples``
@@ -367,14 +368,14 @@ def engine_processes(report: dict[str, Any]) -> tuple[set[ProcRef], set[str]]:
 def assert_nothing_left(
     procs: Iterable[ProcRef],
     shm: Iterable[str],
-    decoy: psutil.Process,
+    bystander: psutil.Process,
     *,
     within_s: float = 0.0,
     require_shm: bool = False,
     context: str = "",
 ) -> None:
     """Nothing left behind: each process gone (or a zombie), each shm entry removed, and
-    the decoy ``VLLM::Worker`` nobody asked us to stop still alive.
+    the bystander ``VLLM::Worker`` nobody asked us to stop still alive.
 
     ``within_s``: how long the cleanup may take (a reaper at work).
     ``require_shm``: the processes must have mapped shared memory, or the check is empty.
@@ -395,4 +396,4 @@ def assert_nothing_left(
         alive, leaked = left()
     assert not alive, f"left behind: {[(r.pid, title(r)) for r in alive]}\n{context}"
     assert not leaked, f"leaked /dev/shm entries: {leaked}\n{context}"
-    assert decoy.is_running() and decoy.status() != psutil.STATUS_ZOMBIE, "the decoy was stopped"
+    assert bystander.is_running() and bystander.status() != psutil.STATUS_ZOMBIE, "the bystander was stopped"

@@ -67,6 +67,8 @@ SERVER_CUT = "server_cut"
 SERVER_FALSE_DEATH = "server_false_death"
 #: two tests under their own deadlines and faults, run beside ``STOCK_VS_POLICY`` on its engine
 SHARED_ENGINE = "shared_engine"
+#: a conftest whose atexit handler prints to stdout and stderr after pytest's last line
+PRINTS_AT_EXIT = "prints_at_exit"
 #: engine_batch_size without and with the enginedead_batch_sizes marker
 SIZED = "sized"
 #: vLLM's stock deadline (2 s) against the reference policy, with a busy 0.05 s/seq step

@@ -3,9 +3,14 @@ exactly as after a real run."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from pytest_enginedead.contract.decisions import Verdict
 from pytest_enginedead.contract.steps import BEGIN_LINE, END_LINE, steps_path
-from pytest_enginedead.harness.cleanup import ProcRef
-from pytest_enginedead.harness.offline import Engine
+from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.harness.judging.liveness import LivenessSettings
+from pytest_enginedead.harness.judging.verdict import Finding
+from pytest_enginedead.process.pinned import ProcRef
 
 #: a process id for the record's file name; creation time 0 matches no real process
 WORKER = ProcRef(4242, 0.0)
@@ -18,3 +23,13 @@ def write_steps(engine: Engine, *steps: tuple[int, int, float, float | None]) ->
             f.write(BEGIN_LINE % (step, batch, start))
             if seconds is not None:
                 f.write(END_LINE % (step, start + seconds))
+
+
+def finding(verdict: Verdict, error: str = "EngineDeadError") -> Finding:
+    """A verdict as the judge gives it, with no process evidence behind it."""
+    return Finding(verdict, error, 2.0, {}, LivenessSettings())
+
+
+def deaths_written(verdict: str | None) -> list[dict[str, Any]]:
+    """A test row's deaths as the report file holds them: the one death ``verdict`` names, or none."""
+    return [] if verdict is None else [finding(Verdict.parse(verdict)).to_dict()]

@@ -1,29 +1,54 @@
-"""Fixtures the unit tests share: no engine may start (``tripwire`` in this process,
-``wired`` in the processes it starts), a private temporary directory, a stubbed registry, an
-offline engine that was never started.
+"""Fixtures the unit tests share: no engine may start (``no_engine`` in this process,
+``no_child_engine`` in the processes it starts), a private temporary directory, a stubbed
+registry, an offline engine that was never started.
 
-The conventions they serve are ``tests/support/doors.py``'s.
+The conventions they serve are ``tests/support/badinput.py``'s.
 """
 
 from __future__ import annotations
 
+import _posixsubprocess
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.compat import in_server, registry, versions
-from pytest_enginedead.harness.offline import Engine
-from pytest_enginedead.harness.pool import EnginePool
+from pytest_enginedead.compat import in_server, llm_api, registry, versions
+from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.harness.engines.pool import EnginePool
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning.engines import EngineSpec
-from tests.support.doors import KNOWN, REGISTRY_STUB, TRIPWIRE, stand_in_server_parser
+from tests.support.badinput import (
+    ENGINE_ARGUMENTS,
+    ENGINE_IMPORT_REFUSAL,
+    KNOWN,
+    REGISTRY_STUB,
+    stand_in_server_parser,
+)
 from tests.support.records import WORKER
 
 
+@pytest.fixture(autouse=True)
+def processes_only_where_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit test without the ``processes`` marker starts no process: the fast loop (``make
+    test-fast``: ``tests/unit -m "not processes"``) is exactly the tests that start none."""
+    if request.node.get_closest_marker("processes") is not None:
+        return
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{request.node.nodeid} starts a process: mark it @pytest.mark.processes "
+                             "(make test-fast leaves those out)")
+
+    for owner, name in ((subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"), (os, "fork"),
+                        (os, "posix_spawn"), (os, "posix_spawnp"), (os, "system")):
+        monkeypatch.setattr(owner, name, refused)
+
+
 @pytest.fixture
-def tripwire(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def no_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """In-process runs: the engine paths are reachable (vLLM counts as present), but an
     engine start is recorded and refused; the list of attempts must stay empty."""
     started: list[str] = []
@@ -38,34 +63,35 @@ def tripwire(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     # asked of a factory's server arguments: not imported here
     monkeypatch.setattr(registry, "known_architectures", lambda: KNOWN)
     monkeypatch.setattr(in_server, "server_parser", stand_in_server_parser)
-    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    monkeypatch.setattr(llm_api, "engine_argument_names", lambda: ENGINE_ARGUMENTS)
+    monkeypatch.delenv(releases.DEADLINE_ENV, raising=False)
     yield started
     assert started == [], "an engine start was attempted"
 
 
 @pytest.fixture
-def wired(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Subprocesses started from this test carry the import tripwire; yields its record file."""
-    site = tmp_path / "tripwire-site"
+def no_child_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Subprocesses started from this test carry the import no_engine; yields its record file."""
+    site = tmp_path / "no-engine-site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(TRIPWIRE)
-    record = tmp_path / "tripwire.log"
+    (site / "sitecustomize.py").write_text(ENGINE_IMPORT_REFUSAL)
+    record = tmp_path / "engine-imports.log"
     path = [str(site), *filter(None, [os.environ.get("PYTHONPATH")])]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path))
-    monkeypatch.setenv("ENGINEDEAD_TEST_TRIPWIRE", str(record))
+    monkeypatch.setenv("ENGINEDEAD_TEST_ENGINE_IMPORTS", str(record))
     for name in list(os.environ):
-        if name.startswith("ENGINEDEAD_") and name != "ENGINEDEAD_TEST_TRIPWIRE":
+        if name.startswith("ENGINEDEAD_") and name != "ENGINEDEAD_TEST_ENGINE_IMPORTS":
             monkeypatch.delenv(name)
-    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    monkeypatch.delenv(releases.DEADLINE_ENV, raising=False)
     yield record
     assert not record.exists(), f"an engine was about to start: {record.read_text()}"
 
 
 @pytest.fixture
-def stub_registry(wired: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The registry stub, in this process and (through the tripwire's sitecustomize) in its children;
+def stub_registry(no_child_engine: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The registry stub, in this process and (through the no_engine's sitecustomize) in its children;
     yields the file where the children record who asked it."""
-    with open(tmp_path / "tripwire-site" / "sitecustomize.py", "a") as f:
+    with open(tmp_path / "no-engine-site" / "sitecustomize.py", "a") as f:
         f.write(REGISTRY_STUB)
     calls = tmp_path / "registry-calls"
     monkeypatch.setenv("ENGINEDEAD_TEST_REGISTRY_CALLS", str(calls))

@@ -26,6 +26,7 @@ def test_the_pages_have_examples_of_both_kinds() -> None:
     assert docs.ROOT / "README.md" in {page for page, _ in EXAMPLES}
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("page", "example"), EXAMPLES, ids=[docs.example_id(p, e) for p, e in EXAMPLES])
 def test_a_docs_example_runs(downstream: Downstream, page: Path, example: Any) -> None:
     if example.needs_engine:
@@ -65,7 +66,6 @@ def test_the_recording_rule_finds_what_a_note_lacks() -> None:
 
 #: pages whose recordings another change re-records (page -> why): they get their recording
 #: markers there; the test then passes, and ``strict`` makes that fail until the entry goes
-#: (issue 45's two, the forecast tutorial and the README's excerpt, are recorded now)
 AWAITING: dict[str, str] = {}
 
 
@@ -93,6 +93,7 @@ def test_no_page_carries_a_stale_recording_note() -> None:
     assert [docs.rel(p) for p in docs.PAGES if "predates" in p.read_text()] == []
 
 
+@pytest.mark.processes
 def test_the_recorder_runs_the_commands_as_shown(tmp_path: Path) -> None:
     """The script runs a fence's own commands in one shell (a continued line, a background job
     the next command sees), writes each as shown with what it printed, keeps an excerpt where
@@ -244,12 +245,12 @@ def test_every_command_flag_the_docs_pass_is_that_commands() -> None:
          "`pip install pytest-enginedead -U`, `enginedead-guard-1.json`, "
          "`ENGINEDEAD_GUARD_POLICY=enginedead_policy:POLICY python -m x --model m`",
          [("", "--version")]),
-        ("`enginedead probes --window 90`, `enginedead vllm.general_plugins entry`",
-         [("probes", "--window")]),
+        ("`enginedead probe-settings --window 90`, `enginedead vllm.general_plugins entry`",
+         [("probe-settings", "--window")]),
         ("`enginedead check --report/--log`", [("check", "--report"), ("check", "--log")]),
     ],
     ids=["continued", "after-double-dash", "console-output-is-not-code", "shell-operators", "not-the-script",
-         "probes-is-not-probe", "two-flags"],
+         "probe-settings-is-not-probe", "two-flags"],
 )
 def test_command_flags_are_read_as_a_shell_reads_them(text: str, flags: list[tuple[str, str]]) -> None:
     assert docs.command_flags(text) == flags

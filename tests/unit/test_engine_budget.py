@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import engine_budget
 from tests.engine_budget import BUDGET, MAX_STARTS, Entry, engine_tests, ledger_problems, listing_problems
 
@@ -22,6 +24,7 @@ def collected_engine_tests() -> list[str]:
     return [ln for ln in done.stdout.splitlines() if ln.startswith("tests/engine/")]
 
 
+@pytest.mark.processes
 def test_every_engine_test_is_named_and_the_starts_fit() -> None:
     """What the lint stage checks (by reading the files), against pytest's collection."""
     collected = collected_engine_tests()

@@ -96,6 +96,7 @@ def test_the_wheel_carries_every_preset_with_real_files(installed: Path) -> None
             assert not path.is_symlink() and path.read_bytes() == (Path(in_repo[name]) / file).read_bytes()
 
 
+@pytest.mark.processes
 def test_a_preset_resolves_by_name_from_the_installed_package(installed: Path, tmp_path: Path) -> None:
     """From a directory with no checkout: the names resolve to the installed package's models."""
     code = (
@@ -165,6 +166,7 @@ def _in(venv: Path, cwd: Path, *cmd: str, **env: str) -> subprocess.CompletedPro
                           check=False)
 
 
+@pytest.mark.processes
 def test_the_wheel_installs_in_a_fresh_venv_and_its_console_script_runs(venv: Path, tmp_path: Path) -> None:
     version = _in(venv, tmp_path, str(venv / "bin" / "enginedead"), "--version")
     assert version.returncode == 0, version.stderr[-3000:]
@@ -193,6 +195,7 @@ def test_the_policy_is_the_plugins(enginedead_policy):
 """
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("autoload", [True, False], ids=["autoloaded", "autoload-disabled"])
 def test_the_installed_plugin_loads_by_its_entry_point(venv: Path, tmp_path: Path, autoload: bool) -> None:
     """Installed, the plugin loads in the venv's pytest runs by itself (like pytest-xdist); under

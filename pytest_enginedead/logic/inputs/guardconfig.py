@@ -24,7 +24,7 @@ from ..timeouts.policies import (
 
 DEFAULT_HANG_S = 60.0
 #: the shortest idle grace the guard takes: it looks at the worker every 0.25 s
-#: (``invllm.guard.PROBE_EVERY_S``), so a shorter one ends a healthy wait at its first idle sample
+#: (``vllm_plugin.guard.PROBE_EVERY_S``), so a shorter one ends a healthy wait at its first idle sample
 HANG_FLOOR_S = 0.25
 
 

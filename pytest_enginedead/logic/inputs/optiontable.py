@@ -1,7 +1,7 @@
 """The plugin's options, one definition each: name, help, default, parser.
 
 Each is a flag (``--enginedead-x``), an ini key (``enginedead_x``) and a variable
-(``ENGINEDEAD_X``) with one help text; ``face.options`` gives them to pytest and resolves
+(``ENGINEDEAD_X``) with one help text; ``pytest_plugin.options`` gives them to pytest and resolves
 them, the commands and the documentation read them from here.
 """
 

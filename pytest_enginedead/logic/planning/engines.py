@@ -1,8 +1,10 @@
 """Which engine each test needs, which tests share one, in what order, on what budget.
 
-Pure: no pytest, no vLLM, no processes.  The plugin reads markers and options into
-a ``Need`` per test; ``plan`` turns the needs of a whole collection into engine
-specs, a run order and the number of distinct configurations.
+Pure: no pytest, no vLLM, no processes.  The plugin reads markers and options into an
+``EngineRequest`` per test, asking the policy once for what it allows and the guard's policy
+once for its cap; ``plan`` turns the requests of a whole collection into engine specs, a run
+order and the number of distinct configurations, and each test's ``TestPlan`` carries its
+deadline, what the policy allows and the guard's cap from then on.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class EngineSpec:
     """What vLLM fixes when an engine starts.  Equal specs share one engine.
 
     The deadline and the faults are not part of it: they are instructions the code
-    inside vLLM reads per RPC (``Instructions``), so they change between tests.
+    inside vLLM reads per RPC (``DeadlineAndFaults``), so they change between tests.
     """
 
     model: str
@@ -104,7 +106,7 @@ class EngineSpec:
 
 
 @dataclass(frozen=True)
-class Instructions:
+class DeadlineAndFaults:
     """What one test tells the code inside vLLM: its deadline and its faults."""
 
     deadline_s: float
@@ -137,22 +139,26 @@ class Instructions:
 
 
 @dataclass(frozen=True)
-class Need:
+class EngineRequest:
     """What one test asks of its engine, before engines are shared out."""
 
     batch_size: int
-    instructions: Instructions
+    instructions: DeadlineAndFaults
     guard: GuardSpec | None = None
     server: bool = False
     tensor_parallel: int = 1
     nodes: int = 1
+    #: what the active policy allows at this batch size (None: it could not say)
+    policy_deadline_s: float | None = None
+    #: the guard's cap at this batch size: its policy's deadline (None: no guard)
+    guard_cap_s: float | None = None
 
 
-def spec_for(need: Need, model: str, cpu_bind: str | None = None) -> EngineSpec:
-    """The engine one need asks for, before sharing."""
+def spec_for(request: EngineRequest, model: str, cpu_bind: str | None = None) -> EngineSpec:
+    """The engine one request asks for, before sharing."""
     return EngineSpec(
-        model=model, max_num_seqs=need.batch_size, cpu_bind=cpu_bind, guard=need.guard,
-        server=need.server, tensor_parallel=need.tensor_parallel, nodes=need.nodes,
+        model=model, max_num_seqs=request.batch_size, cpu_bind=cpu_bind, guard=request.guard,
+        server=request.server, tensor_parallel=request.tensor_parallel, nodes=request.nodes,
     )
 
 
@@ -177,8 +183,22 @@ class TestPlan:
 
     batch_size: int
     spec: EngineSpec | None
-    instructions: Instructions | None = None
+    instructions: DeadlineAndFaults | None = None
     error: str | None = None
+    #: what the active policy allows at this batch size (the evidence of a death says it)
+    policy_deadline_s: float | None = None
+    #: the guard's cap at this batch size (a busy step may run this long: the test's budget)
+    guard_cap_s: float | None = None
+
+    @classmethod
+    def of(cls, request: EngineRequest, spec: EngineSpec) -> TestPlan:
+        return cls(request.batch_size, spec, request.instructions, None, request.policy_deadline_s,
+                   request.guard_cap_s)
+
+    @property
+    def budget_s(self) -> float | None:
+        """A pytest-timeout budget for the test (``budget_s``); None without an engine."""
+        return None if self.instructions is None else budget_s(self.instructions, self.guard_cap_s)
 
 
 def order(tests: Sequence[TestPlan | None]) -> list[int]:
@@ -204,7 +224,7 @@ def order(tests: Sequence[TestPlan | None]) -> list[int]:
 
 
 def budget_s(
-    instructions: Instructions, guard_cap_s: float | None = None, start_allowance_s: float = 180.0
+    instructions: DeadlineAndFaults, guard_cap_s: float | None = None, start_allowance_s: float = 180.0
 ) -> float:
     """A pytest-timeout budget for a test: engine start-up plus two of its longest waits.
 
@@ -227,21 +247,30 @@ class Plan:
     def engine_specs(self) -> list[EngineSpec]:
         return [t.spec for t in self.tests if t is not None and t.spec is not None]
 
+    def keeping(self, indices: Sequence[int]) -> Plan:
+        """The plan of the tests at ``indices`` alone (a shard's), in their order: each keeps its
+        engine, since a shard takes each configuration's tests whole."""
+        tests = [self.tests[i] for i in indices]
+        return Plan(tests, order(tests), _configurations(tests))
 
-def plan(needs: Sequence[Need | str | None], model: str, cpu_bind: str | None = None) -> Plan:
-    """Share engines between the needs of a collection and order the tests.
 
-    ``needs[i]`` is test i's need, None for a test without an engine, or the
-    message of why its need could not be read (a bad marker, a failing policy).
+def _configurations(tests: Sequence[TestPlan | None]) -> int:
+    return len({t.spec for t in tests if t is not None and t.spec is not None})
+
+
+def plan(requests: Sequence[EngineRequest | str | None], model: str, cpu_bind: str | None = None) -> Plan:
+    """Share engines between the requests of a collection and order the tests.
+
+    ``requests[i]`` is test i's request, None for a test without an engine, or the message
+    of why its request could not be read (a bad marker, a failing policy).
     """
-    shared = iter(share([spec_for(n, model, cpu_bind) for n in needs if isinstance(n, Need)]))
+    shared = iter(share([spec_for(r, model, cpu_bind) for r in requests if isinstance(r, EngineRequest)]))
     tests: list[TestPlan | None] = []
-    for need in needs:
-        if need is None:
+    for request in requests:
+        if request is None:
             tests.append(None)
-        elif isinstance(need, str):
-            tests.append(TestPlan(0, None, None, need))
+        elif isinstance(request, str):
+            tests.append(TestPlan(0, None, None, request))
         else:
-            tests.append(TestPlan(need.batch_size, next(shared), need.instructions))
-    configurations = len({t.spec for t in tests if t is not None and t.spec is not None})
-    return Plan(tests, order(tests), configurations)
+            tests.append(TestPlan.of(request, next(shared)))
+    return Plan(tests, order(tests), _configurations(tests))

@@ -25,13 +25,36 @@ from ...contract.decisions import Verdict
 from ...contract.names import CHECK_PLAN_ENV
 from .. import releases
 from ..inputs.modelconfig import BUNDLED_MODEL
-from ..words import plural
+from .rows import TestRow
 
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
 #: would make one demo death take five minutes); a real model uses vLLM's own.
 BUNDLED_STOCK_S = 2
 
-MODES = ("stock", "policy", "guard")
+class CheckMode(str, enum.Enum):
+    """One kind of run of ``enginedead check``: its value is the run's id in the test's name
+    (``test_decode_batch[bs64-stock]``)."""
+
+    #: vLLM's stock deadline (time-compressed on the bundled model): the bug, shown
+    STOCK = "stock"
+    #: the chosen policy's deadline
+    POLICY = "policy"
+    #: the stock deadline with the guard on (``--guard``)
+    GUARD = "guard"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def of_nodeid(cls, nodeid: str) -> CheckMode | None:
+        """The mode a regression test ran in, read from its parameter id; None for another test."""
+        for mode in cls:
+            if f"-{mode.value}]" in nodeid or f"[{mode.value}-" in nodeid or f"[{mode.value}]" in nodeid:
+                return mode
+        return None
+
+
+MODES = tuple(CheckMode)
 
 
 @dataclass(frozen=True)
@@ -46,7 +69,7 @@ class CheckPlan:
     server: bool = False
 
     @property
-    def modes(self) -> tuple[str, ...]:
+    def modes(self) -> tuple[CheckMode, ...]:
         return MODES if self.guard else MODES[:2]
 
     def to_env(self) -> dict[str, str]:
@@ -158,8 +181,11 @@ class RunResult(enum.Enum):
 
 @dataclass(frozen=True)
 class Row:
+    """One run in the verdict table."""
+
     batch_size: int
-    mode: str
+    #: None for a test of the suite that is no planned run (the table shows "?")
+    mode: CheckMode | None
     deadline_s: float
     deadline_source: str
     steps: int
@@ -171,38 +197,32 @@ class Row:
     max_running: bool = False
 
 
-def mode_of(nodeid: str) -> str:
-    for mode in MODES:
-        if f"-{mode}]" in nodeid or f"[{mode}-" in nodeid or f"[{mode}]" in nodeid:
-            return mode
-    return "?"
+def run_result(verdict: Verdict | None, outcome: str) -> RunResult:
+    """A run's result for the table, from its last death's verdict and pytest's outcome; a
+    failure with no verdict is ``FAILED``."""
+    if verdict is None:
+        return RunResult.FAILED if outcome == "failed" else RunResult.OK
+    return RunResult.FALSE_DEATH if verdict.false_death else RunResult.GENUINE_DEATH
 
 
-def verdict_of(test: Mapping[str, Any]) -> RunResult:
-    """A test row's result for the table; a failure with no verdict is ``FAILED``."""
-    found = Verdict.read(test.get("verdict"))
-    if found is None:
-        return RunResult.FAILED if test.get("outcome") == "failed" else RunResult.OK
-    return RunResult.FALSE_DEATH if found.false_death else RunResult.GENUINE_DEATH
+def report_rows(report: Mapping[str, Any]) -> list[TestRow]:
+    """The report's test rows (``TestRow.from_dict``): one per regression test, its call phase or
+    the phase that failed."""
+    by_node: dict[str, TestRow] = {}
+    for row in (TestRow.from_dict(t) for t in report.get("tests", [])):
+        if row.nodeid not in by_node or row.when == "call":
+            by_node[row.nodeid] = row
+    return list(by_node.values())
 
 
 def rows_from_report(report: Mapping[str, Any]) -> list[Row]:
-    """One row per regression test (its call phase, or the phase that failed)."""
-    by_node: dict[str, Mapping[str, Any]] = {}
-    for t in report.get("tests", []):
-        if t["nodeid"] not in by_node or t["when"] == "call":
-            by_node[t["nodeid"]] = t
-    rows = []
-    for nodeid, t in by_node.items():
-        rows.append(
-            Row(
-                int(t["batch_size"]), mode_of(nodeid), float(t["timeout_s"]),
-                str(t.get("deadline_source", "")), int(t.get("steps") or 0),
-                t.get("step_p50_s"), t.get("step_max_s"), verdict_of(t), nodeid,
-                bool(t.get("step_max_running")),
-            )
-        )
-    return sorted(rows, key=lambda r: (r.batch_size, MODES.index(r.mode) if r.mode in MODES else 9))
+    """The verdict table's rows, smaller batches first, each batch's runs in plan order."""
+    rows = [
+        Row(t.batch_size, CheckMode.of_nodeid(t.nodeid), t.deadline_s, t.deadline_source, t.steps,
+            t.step_p50_s, t.step_max_s, run_result(t.verdict, t.outcome), t.nodeid, t.step_max_running)
+        for t in report_rows(report)
+    ]
+    return sorted(rows, key=lambda r: (r.batch_size, MODES.index(r.mode) if r.mode is not None else 9))
 
 
 def _secs(x: float | None, running: bool = False) -> str:
@@ -215,7 +235,7 @@ def format_table(rows: Sequence[Row]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"{r.batch_size:>5}  {r.mode:<7} {r.deadline_s:>8g}s  {r.steps:>5}  "
+            f"{r.batch_size:>5}  {r.mode or '?':<7} {r.deadline_s:>8g}s  {r.steps:>5}  "
             f"{_secs(r.p50_s):>9}  {_secs(r.max_s, r.max_running):>9}  {r.verdict}"
         )
     return "\n".join(lines)
@@ -225,17 +245,17 @@ def slow_paths_of(report: Mapping[str, Any]) -> list[str]:
     """The slow paths the runs' verdicts named (each once, the sample counts dropped)."""
     found: dict[str, None] = {}
     for test in report.get("tests", []):
-        for death in test.get("deaths") or []:
-            for line in death.get("slow_paths") or []:
-                found.setdefault(str(line).split(" [", 1)[0], None)
+        for death in TestRow.from_dict(test).deaths:
+            for line in death.slow_paths:
+                found.setdefault(line.split(" [", 1)[0], None)
     return list(found)
 
 
-def run_label(mode: str, plan: CheckPlan, policy: str) -> str:
+def run_label(mode: CheckMode, plan: CheckPlan, policy: str) -> str:
     """What each run is called in the verdict line."""
-    if mode == "stock":
+    if mode is CheckMode.STOCK:
         return f"stock vLLM ({plan.stock_s} s deadline)"
-    if mode == "guard":
+    if mode is CheckMode.GUARD:
         return f"guard ({plan.stock_s} s deadline, policy {policy} as its cap)"
     return f"policy {policy}"
 
@@ -259,7 +279,7 @@ def verdict_line(
         said = []
         if dead:
             said.append(f"FALSE DEATH at batch {', '.join(map(str, dead))}")
-            code = code or (1 if mode != "stock" else 0)
+            code = code or (1 if mode is not CheckMode.STOCK else 0)
         if failed:
             said.append(f"FAILED at batch {', '.join(map(str, failed))} (see the log)")
             code = 1
@@ -268,16 +288,3 @@ def verdict_line(
             code = 1
         parts.append(f"{run_label(mode, plan, policy)}: {'; '.join(said) or 'no false death'}")
     return "; ".join(parts), code
-
-
-def progress_line(event: Mapping[str, Any]) -> str:
-    """One run as the command reports it while it works, or a note on the way (an engine's start)."""
-    if "note" in event:
-        return f"  {event['note']}  [{event['elapsed_s']:.0f} s]"
-    steps = plural(int(event.get("steps", 0)), "step")
-    if event.get("step_max_s") is not None:
-        steps += f", longest {event['step_max_s']:.2f} s"
-    return (
-        f"  batch {event['batch_size']:>4}  {event['mode']:<6}  {event['verdict']:<13} "
-        f"{event['duration_s']:5.1f} s ({steps})  [{event['elapsed_s']:.0f} s]"
-    )

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from ...contract.decisions import Verdict
 from .. import machine
 from ..words import plural
 from .report import SCHEMA_VERSION
+from .rows import TestRow
 
 
 class MergeError(ValueError):
@@ -94,21 +94,24 @@ class Merged:
     inputs: list[Loaded]
     machines: list[dict[str, Any]] = field(default_factory=list)
     #: (input index, machine index, test row)
-    rows: list[tuple[int, int, dict[str, Any]]] = field(default_factory=list)
+    rows: list[tuple[int, int, TestRow]] = field(default_factory=list)
     #: per input, the index of its machine in ``machines``
     machine_of: list[int] = field(default_factory=list)
     #: what makes the merge fail (exit 1): false deaths under the policy, missing shards
     problems: list[str] = field(default_factory=list)
 
     @property
-    def false_deaths(self) -> list[dict[str, Any]]:
-        return [r for _, _, r in self.rows if false_under_policy(r)]
+    def false_deaths(self) -> list[TestRow]:
+        """False deaths whose deadline was the policy's, or whose engine had the guard on."""
+        return [r for _, _, r in self.rows if r.false_under_policy]
 
 
-def false_under_policy(row: Mapping[str, Any]) -> bool:
-    """A false death whose deadline was the policy's, or whose engine had the guard on."""
-    found = Verdict.read(row.get("verdict"))
-    return found is not None and found.false_death and bool(row.get("promised"))
+def _rows(x: Loaded) -> list[TestRow]:
+    """A report's test rows (``TestRow.from_dict``); a row it cannot read is a MergeError."""
+    try:
+        return [TestRow.from_dict(row) for row in x.data["tests"] if isinstance(row, dict)]
+    except (KeyError, ValueError, TypeError) as exc:
+        raise MergeError(f"{x.path} holds a test row this enginedead cannot read ({exc!r})") from None
 
 
 def _machine_index(machines: list[dict[str, Any]], m: dict[str, Any]) -> int:
@@ -135,12 +138,12 @@ def merge(inputs: Sequence[Loaded]) -> Merged:
         m = _machine_index(merged.machines, x.machine)
         merged.machine_of.append(m)
         if x.kind == "report":
-            merged.rows.extend((i, m, row) for row in x.data["tests"] if isinstance(row, dict))
+            merged.rows.extend((i, m, row) for row in _rows(x))
     merged.problems.extend(_shard_problems([x for x in inputs if x.kind == "report"]))
     for row in merged.false_deaths:
         merged.problems.append(
-            f"false death under the policy: {row.get('nodeid')} (batch {row.get('batch_size')}, "
-            f"deadline {row.get('deadline_s')} s from {row.get('deadline_source')})"
+            f"false death under the policy: {row.nodeid} (batch {row.batch_size}, "
+            f"deadline {row.deadline_s} s from {row.deadline_source})"
         )
     return merged
 
@@ -189,12 +192,12 @@ def table(merged: Merged) -> str:
     lines.append("")
     lines.append(f"{'vllm':<8} {'machine':<7} {'batch':>5}  {'deadline':>8}  {'steps':>5}  "
                  f"{'p50':>8}  {'max':>8}  {'verdict':<8} test")
-    for i, m, row in sorted(merged.rows, key=lambda r: (_vllm(merged.inputs[r[0]]), r[2].get("nodeid", ""))):
+    for i, m, row in sorted(merged.rows, key=lambda r: (_vllm(merged.inputs[r[0]]), r[2].nodeid)):
         lines.append(
-            f"{_vllm(merged.inputs[i]):<8} {'M' + str(m + 1):<7} {row.get('batch_size', '?'):>5}  "
-            f"{str(row.get('deadline_s', '?')) + 's':>8}  {row.get('steps', 0):>5}  "
-            f"{_fmt_s(row.get('step_p50_s')):>8}  {_fmt_s(row.get('step_max_s')):>8}  "
-            f"{(row.get('verdict') or '-'):<8} {row.get('nodeid', '?')}"
+            f"{_vllm(merged.inputs[i]):<8} {'M' + str(m + 1):<7} {row.batch_size:>5}  "
+            f"{str(row.deadline_s) + 's':>8}  {row.steps:>5}  "
+            f"{_fmt_s(row.step_p50_s):>8}  {_fmt_s(row.step_max_s):>8}  "
+            f"{(row.verdict.name if row.verdict else '-'):<8} {row.nodeid}"
         )
     lines.append("")
     lines.extend(_step_figures(merged))
@@ -211,13 +214,13 @@ def _vllm(x: Loaded) -> str:
 
 def _step_figures(merged: Merged) -> list[str]:
     """Per machine and release: the p50 of the tests' step p50s and the longest step, never pooled."""
-    by: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    by: dict[tuple[int, str], list[TestRow]] = {}
     for i, m, row in merged.rows:
         by.setdefault((m, _vllm(merged.inputs[i])), []).append(row)
     out = []
     for (m, vllm), rows in sorted(by.items()):
-        p50s = [float(r["step_p50_s"]) for r in rows if r.get("step_p50_s") is not None]
-        maxes = [float(r["step_max_s"]) for r in rows if r.get("step_max_s") is not None]
+        p50s = [r.step_p50_s for r in rows if r.step_p50_s is not None]
+        maxes = [r.step_max_s for r in rows if r.step_max_s is not None]
         if p50s:
             out.append(f"steps on M{m + 1}, vLLM {vllm}: {len(rows)} tests, median of their p50s "
                        f"{statistics.median(p50s):.3f}s, longest {max(maxes, default=0.0):.3f}s")
@@ -240,7 +243,8 @@ def to_json(merged: Merged) -> dict[str, Any]:
                     "shard": x.data.get("shard", {}).get("index") if x.kind == "report" else None}
                    for x in merged.inputs],
         "machines": merged.machines,
-        "tests": [{**row, "input": merged.inputs[i].path, "machine": m + 1} for i, m, row in merged.rows],
+        "tests": [{**row.to_dict(), "input": merged.inputs[i].path, "machine": m + 1}
+                  for i, m, row in merged.rows],
         "false_deaths": len(merged.false_deaths),
         "problems": merged.problems,
         "ok": not merged.problems,
@@ -251,11 +255,11 @@ def junit_xml(merged: Merged) -> str:
     """JUnit XML: one testcase per engine test; a false death under the policy fails it."""
     cases = []
     for i, m, row in merged.rows:
-        name = quoteattr(str(row.get("nodeid", "?")))
+        name = quoteattr(row.nodeid)
         klass = quoteattr(f"enginedead.vllm-{_vllm(merged.inputs[i])}.M{m + 1}")
         body = ""
-        if false_under_policy(row):
-            message = quoteattr(f"false engine death at batch {row.get('batch_size')}")
+        if row.false_under_policy:
+            message = quoteattr(f"false engine death at batch {row.batch_size}")
             body = f"<failure message={message}/>"
         cases.append(f"  <testcase classname={klass} name={name}>{body}</testcase>")
     failures = len(merged.false_deaths)

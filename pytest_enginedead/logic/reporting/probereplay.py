@@ -1,7 +1,7 @@
 """Probe settings replayed over sampled answers: when would a kubelet have restarted the server?
 
 A setting is a period, a timeout and a failure threshold (the Kubernetes fields); the
-replay is pure and unit-tested, the samples come from real servers (``harness.probetrials``).
+replay is pure and unit-tested, the samples come from real servers (``harness.probing.trials``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,6 @@ judge     the guard's decisions, the server's exits and the clients' failures he
           against the windows the schedule made: false ends, missed hangs, requests
           lost to false deaths
 
-The traffic, the supervisor and the engines are ``harness.soak``'s; ``bench/soak.py``
+The traffic, the supervisor and the engines are ``harness.load.soak``'s; ``bench/soak.py``
 is the command.
 """

@@ -21,6 +21,7 @@ start until the restarted server answered are lost to it.
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -31,16 +32,33 @@ from ...contract.guardfiles import GuardEvent
 from ...contract.steps import StepTime
 from .schedule import FATAL, HANG_FAULT, KILL_FAULT, SLOW_FAULT
 
-#: the guard looks at the worker every 0.25 s (``invllm.guard.PROBE_EVERY_S``): two looks
+#: the guard looks at the worker every 0.25 s (``vllm_plugin.guard.PROBE_EVERY_S``): two looks
 TWO_LOOKS_S = 0.5
 
 #: a serving process exits within ~5 s of its engine's death: an exit this long after a
 #: window closed still belongs to it
 DEATH_GRACE_S = 15.0
 
-#: what a request that was not lost ended with: served, closed by its client on purpose, or cut
-#: short by the soak's own stop (neither served nor lost)
-OK, DISCONNECTED, CUT = "ok", "disconnected", "cut by the end of the run"
+class Outcome(enum.Enum):
+    """How a client request ended."""
+
+    #: served
+    OK = "ok"
+    #: closed by its client on purpose (a disconnect fault)
+    DISCONNECTED = "disconnected"
+    #: cut short by the soak's own stop: neither served nor lost
+    CUT = "cut by the end of the run"
+    #: failed: its ``failure`` says how
+    FAILED = "failed"
+
+
+class Cause(enum.Enum):
+    """Whose fault a server's death was."""
+
+    #: a hang or a kill window's: the death the fault should bring
+    GENUINE = "genuine"
+    #: anything else: the engine died of nothing that should end it
+    FALSE = "false"
 
 
 @dataclass(frozen=True)
@@ -67,16 +85,21 @@ class Exit:
 
 @dataclass(frozen=True)
 class Request:
-    """One client request and how it ended: ``OK``, ``DISCONNECTED``, ``CUT`` or the failure."""
+    """One client request and how it ended (``failure``: how a failed one failed, in words)."""
 
     kind: str
     start: float
     end: float
-    outcome: str
+    outcome: Outcome
+    failure: str | None = None
 
     @property
     def failed(self) -> bool:
-        return self.outcome not in (OK, DISCONNECTED, CUT)
+        return self.outcome is Outcome.FAILED
+
+    @classmethod
+    def failing(cls, kind: str, start: float, end: float, failure: str) -> Request:
+        return cls(kind, start, end, Outcome.FAILED, failure)
 
 
 @dataclass
@@ -237,15 +260,35 @@ def _false_end(r: WindowResult, limits: Limits) -> bool:
     return not r.ok
 
 
-def death_cause(x: Exit, windows: Sequence[Window]) -> tuple[str, Window | None]:
-    """(``genuine`` / ``false``, its window) for a server's death: the last window of that server
-    that began before it, if the death came within ``DEATH_GRACE_S`` of its close."""
+def death_cause(x: Exit, windows: Sequence[Window]) -> tuple[Cause, Window | None]:
+    """(its cause, its window) for a server's death: the last window of that server that began
+    before it, if the death came within ``DEATH_GRACE_S`` of its close."""
     for w in reversed(windows):
         if w.incarnation == x.incarnation and w.start <= x.t:
             if x.t <= w.end + DEATH_GRACE_S:
-                return ("genuine" if w.kind in FATAL else "false"), w
+                return (Cause.GENUINE if w.kind in FATAL else Cause.FALSE), w
             break
-    return "false", None
+    return Cause.FALSE, None
+
+
+@dataclass(frozen=True)
+class Death:
+    """A server's death the soak did not cause, judged against the windows."""
+
+    #: seconds into the run, and the exit status
+    at_s: float
+    exit: int | None
+    cause: Cause
+    #: its window's label (None: no window owns it)
+    window: str | None
+    requests_lost: int
+    #: how long until the restarted server answered (None: it never did)
+    down_s: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the soak's ``--json`` holds it."""
+        return {"at_s": self.at_s, "exit": self.exit, "cause": self.cause.value, "window": self.window,
+                "requests_lost": self.requests_lost, "down_s": self.down_s}
 
 
 @dataclass
@@ -256,9 +299,29 @@ class Judgement:
     lost_to_false_death: int
     lost_to_genuine_death: int
     failures: Counter[str]  # each failure's cause
-    deaths: list[dict[str, Any]]
+    deaths: list[Death]
     decisions: Counter[str]
     stray_ends: int  # END/CAP outside every window
+
+
+def deaths_of(exits: Sequence[Exit], windows: Sequence[Window], failed: Sequence[Request], t0: float,
+              now: float) -> list[Death]:
+    """The server's deaths the soak did not cause, each with the failed requests it cost: those that
+    ended from its window's start (or ``DEATH_GRACE_S`` before it) until the server was back, each
+    counted once."""
+    deaths: list[Death] = []
+    claimed: set[int] = set()
+    for x in exits:
+        if x.by_us:
+            continue
+        cause, w = death_cause(x, windows)
+        since = w.start if w is not None else x.t - DEATH_GRACE_S
+        until = x.back_at if x.back_at is not None else now
+        lost = [i for i, r in enumerate(failed) if i not in claimed and since <= r.end <= until]
+        claimed.update(lost)
+        deaths.append(Death(round(x.t - t0, 1), x.code, cause, w.label if w else None, len(lost),
+                            round(until - x.t, 1) if x.back_at is not None else None))
+    return deaths
 
 
 def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequence[StepTime],
@@ -274,26 +337,12 @@ def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequen
     stray = [e for e in events if e.action.ends and not any(w.start <= e.t <= w.end for w in windows)]
     false_ends = sum(1 for r in results if _false_end(r, limits)) + (len(stray) if limits.guarded else 0)
     missed = sum(1 for r in results if r.window.kind == HANG_FAULT and not r.ok) if limits.guarded else None
-    deaths, lost_false, lost_genuine = [], 0, 0
     failed = [r for r in requests if r.failed]
-    claimed: set[int] = set()
-    for x in exits:
-        if x.by_us:
-            continue
-        cause, w = death_cause(x, windows)
-        since = w.start if w is not None else x.t - DEATH_GRACE_S
-        until = x.back_at if x.back_at is not None else now
-        lost = [i for i, r in enumerate(failed) if i not in claimed and since <= r.end <= until]
-        claimed.update(lost)
-        if cause == "false":
-            lost_false += len(lost)
-        else:
-            lost_genuine += len(lost)
-        deaths.append({"at_s": round(x.t - t0, 1), "exit": x.code, "cause": cause,
-                       "window": w.label if w else None, "requests_lost": len(lost),
-                       "down_s": round(until - x.t, 1) if x.back_at is not None else None})
+    deaths = deaths_of(exits, windows, failed, t0, now)
     return Judgement(
-        windows=results, false_ends=false_ends, missed_hangs=missed, lost_to_false_death=lost_false,
-        lost_to_genuine_death=lost_genuine, failures=Counter(r.outcome for r in failed), deaths=deaths,
-        decisions=_tally(events), stray_ends=len(stray),
+        windows=results, false_ends=false_ends, missed_hangs=missed,
+        lost_to_false_death=sum(d.requests_lost for d in deaths if d.cause is Cause.FALSE),
+        lost_to_genuine_death=sum(d.requests_lost for d in deaths if d.cause is Cause.GENUINE),
+        failures=Counter(r.failure or "" for r in failed), deaths=deaths, decisions=_tally(events),
+        stray_ends=len(stray),
     )

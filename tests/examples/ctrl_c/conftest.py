@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from pytest_enginedead.face import assertions
+from pytest_enginedead.pytest_plugin import assertions
 
 _judge = assertions.judge_death
 

@@ -1,5 +1,5 @@
 """``enginedead calibrate`` without engines: bad input, one line and exit 2, before any engine
-starts (conventions: ``tests/support/doors.py``)."""
+starts (conventions: ``tests/support/badinput.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.doors import Command, assert_clean, assert_command_is_one_line_exit_2, config, model
+from tests.support.badinput import Command, assert_clean, assert_command_is_one_line_exit_2, config, model
 from tests.support.downstream import enginedead
 from tests.support.sizing import GEMMA_26B
 
@@ -125,7 +125,8 @@ BAD = [
 ]
 
 
-@pytest.mark.usefixtures("wired")  # an engine about to start fails the test
+@pytest.mark.processes
+@pytest.mark.usefixtures("no_child_engine")  # an engine about to start fails the test
 @pytest.mark.parametrize(("args", "needle", "config"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_sizing_input_is_one_line_exit_2_before_any_engine(
     tmp_path: Path,
@@ -147,7 +148,7 @@ def test_bad_sizing_input_is_one_line_exit_2_before_any_engine(
         assert "available" in lines[0]
 
 
-# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
+# --- bad input here: one line each (conventions: tests/support/badinput.py) ---------------------------------
 
 COMMAND_CASES = [
     Command("vllm-env-calibrate", ("calibrate", "--batch-sizes", "1"),
@@ -219,9 +220,10 @@ COMMAND_CASES = [
 ]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", COMMAND_CASES, ids=[c.id for c in COMMAND_CASES])
 def test_bad_command_line_is_one_line_exit_2(
-    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, case: Command
+    tmp_path: Path, no_child_engine: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, case: Command
 ) -> None:
     """Each bad ``enginedead calibrate`` command line: one line, exit 2, at once, nothing left."""
     assert_command_is_one_line_exit_2(tmp_path, private_tmp, monkeypatch, case)
@@ -230,6 +232,7 @@ def test_bad_command_line_is_one_line_exit_2(
 # --- the presets by name ----------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_list_models_names_every_preset_and_what_it_is() -> None:
     done = enginedead("calibrate", "--list-models")
     assert done.returncode == 0, done.stderr
@@ -240,6 +243,7 @@ def test_list_models_names_every_preset_and_what_it_is() -> None:
     assert done.stderr == ""
 
 
+@pytest.mark.processes
 def test_list_models_as_json_gives_each_directory() -> None:
     done = enginedead("calibrate", "--list-models", "--json")
     assert done.returncode == 0, done.stderr

@@ -1,5 +1,5 @@
 """``enginedead check`` without engines: bad input, one line and exit 2; what pytest refuses; an
-inherited guard cleared (conventions: ``tests/support/doors.py``)."""
+inherited guard cleared (conventions: ``tests/support/badinput.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.compat import registry, versions
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from tests.support import examples
-from tests.support.doors import (
+from tests.support.badinput import (
     BAD_TOKENIZER,
     KNOWN,
     LONG,
@@ -30,8 +31,9 @@ from tests.support.doors import (
     with_tokenizer,
 )
 from tests.support.downstream import Downstream, enginedead
+from tests.support.records import deaths_written
 
-# --- bad input here: one line each (conventions: tests/support/doors.py) ---------------------------------
+# --- bad input here: one line each (conventions: tests/support/badinput.py) ---------------------------------
 
 COMMAND_CASES = [
     Command("vllm-env-check-vllm-stock", ("check", "--policy", "vllm-stock"),
@@ -73,7 +75,7 @@ COMMAND_CASES = [
             ("argument --batch-sizes: no batch sizes given",)),
     Command("max-tokens-zero", ("check", "--max-tokens", "0"),
             ("argument --max-tokens: '0' must be at least 1",)),
-    # --- output paths: proven at the start, by the one writer (issue 22, 20.5) ------------------
+    # --- output paths: proven at the start, by the one writer ------------------
     Command("report-in-proc", ("check", "--report", "/proc/x.json"),
             ("enginedead check: error: --report '/proc/x.json': cannot be created: making a file in '/proc' "
              "failed", "(/proc is the kernel's; it takes no new files)")),
@@ -91,10 +93,10 @@ COMMAND_CASES = [
     Command("report-dangling-dir", ("check", "--report", "gone/sub/r.json"),
             ("--report 'gone/sub/r.json': ", "is a symbolic link to"),
             nodes={"gone": "link:/nonexistent-enginedead-dir"}),
-    # --- deadlines vLLM cannot hold, and what is not a number (20.5) ------------------------------
+    # --- deadlines vLLM cannot hold, and what is not a number ------------------------------
     Command("policy-beyond-the-bound", ("check", "--policy", "cli_big:p"),
             ("--policy 'cli_big:p': policy cli_big: timeout_s(CPU, 8) returned 1000000000000.0; a deadline "
-             f"must be at most {versions.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
+             f"must be at most {releases.MAX_DEADLINE_S} s, the longest wait vLLM can make",),
             files=returning("cli_big", "1e12")),
     Command("policy-returns-text", ("check", "--policy", "cli_600:p"),
             ("--policy 'cli_600:p': policy cli_600: timeout_s(CPU, 8) returned '600', not a number of "
@@ -102,9 +104,9 @@ COMMAND_CASES = [
             files=returning("cli_600", "'600'")),
     Command("stock-deadline-beyond-the-bound", ("check", "--stock-deadline", "10000000000000"),
             ("argument --deadline/--stock-deadline: '10000000000000' must be at most "
-             f"{versions.MAX_DEADLINE_S} s, the "
+             f"{releases.MAX_DEADLINE_S} s, the "
              "longest wait vLLM can make",)),
-    # --- a long model path: its head and tail in the line (20.5) ----------------------------------
+    # --- a long model path: its head and tail in the line ----------------------------------
     Command("model-long-path", ("check", "--model", LONG_MODEL),
             ("enginedead check: error: --model ", '"vocab_size": -1 must be at least 1',
              "[long paths shortened; -v shows them whole]"),
@@ -148,16 +150,18 @@ COMMAND_CASES = [
 ]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("case", COMMAND_CASES, ids=[c.id for c in COMMAND_CASES])
 def test_bad_command_line_is_one_line_exit_2(
-    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, case: Command
+    tmp_path: Path, no_child_engine: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, case: Command
 ) -> None:
     """Each bad ``enginedead check`` command line: one line, exit 2, at once, nothing left."""
     assert_command_is_one_line_exit_2(tmp_path, private_tmp, monkeypatch, case)
 
 
+@pytest.mark.processes
 def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
-    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, no_child_engine: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """``enginedead check -- --no-such-flag``: the regression run's pytest refuses its arguments
@@ -179,7 +183,7 @@ def test_check_refused_by_pytest_is_exit_2_and_leaves_nothing(
 
 
 def test_check_clears_an_inherited_guard_and_says_so(
-    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path, no_child_engine: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """An operator's production ``ENGINEDEAD_GUARD*`` (even a value the guard would refuse) does
@@ -223,7 +227,7 @@ def regression_report(verdicts: dict[tuple[int, str], str | None]) -> dict[str, 
     """A regression run's report: one call row per (batch, run), its verdict (None: it lived)."""
     tests = [{"nodeid": f"test_regression.py::test_decode_batch[bs{n}-{mode}]", "when": "call",
               "outcome": "failed" if verdict else "passed", "batch_size": n, "timeout_s": 2.0, "steps": 3,
-              "step_p50_s": 0.5, "step_max_s": 0.7, "verdict": verdict}
+              "step_p50_s": 0.5, "step_max_s": 0.7, "verdict": verdict, "deaths": deaths_written(verdict)}
              for (n, mode), verdict in verdicts.items()]
     return {"tests": tests, "engines_started": 1, "restarts": 0}
 
@@ -262,8 +266,10 @@ def test_check_exits_on_its_verdict_not_on_pytests(
 # --- 36.2: the same words as the plugin ---------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_check_and_calibrate_refuse_the_guard_switch_in_the_plugins_words(
-    tmp_path: Path, wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch, downstream: Downstream,
+    tmp_path: Path, no_child_engine: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+    downstream: Downstream,
 ) -> None:
     """``ENGINEDEAD_GUARD=maybe``: the plugin refuses it in one line; ``check`` and ``calibrate`` refuse
     it with the same words after their own name, exit 2, before anything starts."""
@@ -282,10 +288,10 @@ def test_check_and_calibrate_refuse_the_guard_switch_in_the_plugins_words(
 
 
 @pytest.fixture
-def checked(wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
+def checked(no_child_engine: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
             capfd: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
     """``enginedead check ARGS`` in this process (vLLM's presence and registry stubbed; its pytest runs
-    are real, with the import tripwire), its log in the temp dir as a user's: (exit, stdout, stderr)."""
+    are real, with the import no_engine), its log in the temp dir as a user's: (exit, stdout, stderr)."""
     from pytest_enginedead import command
 
     monkeypatch.setattr(versions, "installed_version", lambda: "0.32.0")
@@ -301,6 +307,7 @@ def checked(wired: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch,
     return run
 
 
+@pytest.mark.processes
 def test_check_with_pytest_selecting_no_run_is_refused_naming_the_selection(
     checked: Callable[..., tuple[int, str, str]],
 ) -> None:
@@ -314,6 +321,7 @@ def test_check_with_pytest_selecting_no_run_is_refused_naming_the_selection(
     assert err.startswith("enginedead check: error: -m 'slow' selected none of the 2 ")
 
 
+@pytest.mark.processes
 def test_check_collect_only_shows_the_planned_runs_and_gives_no_verdict(
     checked: Callable[..., tuple[int, str, str]],
 ) -> None:
@@ -330,6 +338,7 @@ def test_check_collect_only_shows_the_planned_runs_and_gives_no_verdict(
     assert "5 no verdict: -- --collect-only" in check.EPILOG
 
 
+@pytest.mark.processes
 def test_check_help_passed_through_is_pytests_help_and_exit(
     checked: Callable[..., tuple[int, str, str]],
 ) -> None:
@@ -341,6 +350,7 @@ def test_check_help_passed_through_is_pytests_help_and_exit(
     assert err == ""
 
 
+@pytest.mark.processes
 def test_check_refused_by_pytest_leaves_no_log(checked: Callable[..., tuple[int, str, str]]) -> None:
     """``-- --no-such-flag`` with the log in the temp dir (no ``--log``): refused in one line, exit 2,
     and the log it had claimed is not left behind."""

@@ -10,6 +10,7 @@ import pytest
 from tests.support.downstream import enginedead
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

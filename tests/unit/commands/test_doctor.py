@@ -18,7 +18,7 @@ from pytest_enginedead.compat import versions
 from pytest_enginedead.logic import machine as fingerprint
 from pytest_enginedead.logic.inputs.modelconfig import presets, read_config
 from pytest_enginedead.logic.sizing import shapes, slices
-from tests.support.doors import FIXTURES
+from tests.support.badinput import FIXTURES
 
 needs_vllm = pytest.mark.skipif(versions.installed_version() is None, reason="needs vLLM installed")
 
@@ -82,6 +82,7 @@ def assert_no_engine(watched: dict[str, Any], wall: float) -> None:
     assert wall < LIMIT_S
 
 
+@pytest.mark.processes
 @needs_vllm
 def test_doctor_passes_on_this_install_and_starts_no_engine() -> None:
     lines, watched, wall = doctor()
@@ -96,6 +97,7 @@ def test_doctor_passes_on_this_install_and_starts_no_engine() -> None:
     assert_no_engine(watched, wall)
 
 
+@pytest.mark.processes
 def test_a_plugin_list_without_enginedead_fails_with_the_fix() -> None:
     lines, watched, wall = doctor(VLLM_PLUGINS="lora")
     assert watched["code"] == 1
@@ -107,6 +109,7 @@ def test_a_plugin_list_without_enginedead_fails_with_the_fix() -> None:
     assert_no_engine(watched, wall)
 
 
+@pytest.mark.processes
 def test_a_deadline_vllm_cannot_use_fails() -> None:
     lines, watched, _ = doctor(VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS="soon")
     assert watched["code"] == 1
@@ -114,6 +117,7 @@ def test_a_deadline_vllm_cannot_use_fails() -> None:
     assert line.endswith("; fix: unset VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS")
 
 
+@pytest.mark.processes
 def test_json_carries_the_same_findings_and_the_exit() -> None:
     lines, watched, _ = doctor("--json", VLLM_PLUGINS="lora")
     data = json.loads("\n".join(lines))
@@ -123,6 +127,7 @@ def test_json_carries_the_same_findings_and_the_exit() -> None:
     assert all(set(f) == {"status", "check", "what", "fix"} for f in data["findings"])
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("model", ["tiny-llama", "gemma-4-26b-a4b"])
 def test_a_model_by_name_adds_its_memory_check(model: str) -> None:
     """The preset by name; its dummy weights and one full-length sequence's KV cache against the
@@ -149,6 +154,7 @@ def test_a_model_by_name_adds_its_memory_check(model: str) -> None:
         assert line.startswith(f"ok    memory: {model} needs ")
 
 
+@pytest.mark.processes
 def test_a_model_that_is_no_model_is_one_line_and_exit_2() -> None:
     cmd = [sys.executable, "-m", "pytest_enginedead.command", "doctor", "--model", str(FIXTURES / "bad-json")]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)

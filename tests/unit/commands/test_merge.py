@@ -17,6 +17,7 @@ from pytest_enginedead import command
 from pytest_enginedead.logic.machine import this_machine
 from pytest_enginedead.logic.reporting import merging
 from tests.support.downstream import enginedead, validated
+from tests.support.records import deaths_written
 
 Capture = pytest.CaptureFixture[str]
 
@@ -30,7 +31,8 @@ def row(nodeid: str, batch: int, p50: float, verdict: str | None = None, source:
         "nodeid": nodeid, "when": "call", "outcome": outcome, "batch_size": batch, "timeout_s": 2.0,
         "deadline_s": 2.0, "deadline_source": source, "engine": f"engine, bs{batch}, model tiny-llama",
         "steps": 12, "step_p50_s": p50, "step_max_s": p50 * 2, "step_max_running": False,
-        "verdict": verdict, "deaths": [], "guard_events": [], "promised": source.startswith("policy"),
+        "verdict": verdict, "deaths": deaths_written(verdict), "guard_events": [],
+        "promised": source.startswith("policy"),
     }
 
 
@@ -149,6 +151,7 @@ def test_junitxml_holds_one_case_per_engine_test(tmp_path: Path, capsys: Capture
     assert failed == ["t.py::test_p[bs8]"]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("content", "why"), [
     ("{not json", "is not an enginedead report: not JSON, or cut short"),
     ('{"schema_version": 1, "tests": [', "is not an enginedead report: not JSON, or cut short"),

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from pytest_enginedead.logic.inputs.modelconfig import presets
 from tests.support.downstream import enginedead
 
 
+@pytest.mark.processes
 def test_a_preset_by_name_prints_its_directory_alone() -> None:
     """What ``--model "$(enginedead models tiny-llama)"`` needs: one line, the directory with its
     config.json (and the tokenizer vLLM's server loads)."""
@@ -19,6 +22,7 @@ def test_a_preset_by_name_prints_its_directory_alone() -> None:
     assert (Path(line) / "config.json").is_file() and (Path(line) / "tokenizer.json").is_file()
 
 
+@pytest.mark.processes
 def test_the_list_names_each_preset_with_its_directory() -> None:
     done = enginedead("models")
     assert done.returncode == 0
@@ -31,6 +35,7 @@ def test_the_list_names_each_preset_with_its_directory() -> None:
     assert {n: v["directory"] for n, v in listed.items()} == presets()
 
 
+@pytest.mark.processes
 def test_an_unknown_name_is_one_line_and_exit_2() -> None:
     done = enginedead("models", "tiny-lama")
     assert done.returncode == 2 and done.stdout == ""

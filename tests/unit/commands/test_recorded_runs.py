@@ -3,7 +3,7 @@
 What these assert needs no engine: the verdict table and line ``enginedead check`` prints for a
 run's report, and ``enginedead merge`` of shard reports.  The engine suite runs the check (the
 reference policy, exit 0) and a shard for real; these hold the rest on the real reports of one
-real run, in milliseconds, where each used to start its engines again.
+real run, in milliseconds, with no engine started.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """vLLM's API server between releases: an engine argument becomes its flag, as the server's own
-parser reads it (its stand-in here: ``doors.SERVER_PARSER``; vLLM's own in
+parser reads it (its stand-in here: ``badinput.SERVER_PARSER``; vLLM's own in
 ``tests/engine/test_compat_vllm.py``)."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from pytest_enginedead.compat import in_server
-from tests.support.doors import stand_in_server_parser
+from tests.support.badinput import stand_in_server_parser
 
 
 def test_server_arguments_become_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     """``max_model_len=256`` → ``--max-model-len 256``; True → the bare flag; None adds nothing;
     False → ``--no-<flag>`` for every boolean flag the parser defines, nothing for a switch without
     a ``--no-`` twin; a switch the harness turns on, False turns off again (the last one wins)."""
-    from pytest_enginedead.harness.server import server_command
+    from pytest_enginedead.harness.engines.server import server_command
 
     monkeypatch.setattr(in_server, "server_parser", stand_in_server_parser)
     assert in_server.server_flag("max_model_len", 256) == "--max-model-len"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import tempfile
 
-from pytest_enginedead.compat import llm_config, versions
+from pytest_enginedead.compat import llm_config
+from pytest_enginedead.logic import releases
 
 
 def test_engine_arguments() -> None:
@@ -14,13 +15,13 @@ def test_engine_arguments() -> None:
     assert kwargs["max_num_seqs"] == 64 and kwargs["max_model_len"] == 256
     assert kwargs["enforce_eager"] is True  # no dynamo trace in the first step
     env = llm_config.engine_environment()
-    assert env[versions.MULTIPROCESSING_ENV] == "1"  # the deadline exists only there
+    assert env[releases.MULTIPROCESSING_ENV] == "1"  # the deadline exists only there
 
 
 def test_engines_never_phone_home() -> None:
     """Every engine and server the harness starts runs with usage statistics off and no hub."""
-    from pytest_enginedead.harness.base import EngineBase
-    from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+    from pytest_enginedead.harness.engines.base import EngineBase
+    from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 
     env = llm_config.engine_environment()
     assert {k: env[k] for k in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_HUB_OFFLINE")} == {
@@ -28,7 +29,7 @@ def test_engines_never_phone_home() -> None:
     }
     engine = EngineBase(EngineSpec("/m", 8, server=True))
     try:
-        started_with = engine.environment(Instructions(2.0, "test"))
+        started_with = engine.environment(DeadlineAndFaults(2.0, "test"))
     finally:
         engine.stop()
     assert started_with["VLLM_NO_USAGE_STATS"] == "1" and started_with["HF_HUB_OFFLINE"] == "1"

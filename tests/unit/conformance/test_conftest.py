@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(("env", "says"), [
     ({"ENGINEDEAD_PROBE_SETTINGS": "bad"},
      "ENGINEDEAD_PROBE_SETTINGS='bad' (from environment): 'bad' is not"),

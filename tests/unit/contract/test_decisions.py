@@ -56,9 +56,10 @@ def test_a_guard_action_round_trips_and_says_whether_the_engine_dies_of_it() -> 
 
 def test_the_tally_counts_each_decision_by_its_action_not_its_words() -> None:
     """The guard's warning at the deadline ("ending the wait if it stays idle N s more") is a
-    warning: the wait goes on.  Read by its words it was counted as an ended wait."""
-    def event(verdict: Verdict, action: GuardAction, outcome: str) -> dict[str, object]:
-        return GuardEvent("execute_model", 3, 8, 2.0, 2.0, 600.0, verdict, action, outcome, 7, 1.0).to_dict()
+    warning: the wait goes on, whatever its words say; each event travels whole through its file."""
+    def event(verdict: Verdict, action: GuardAction, outcome: str) -> GuardEvent:
+        made = GuardEvent("execute_model", 3, 8, 2.0, 2.0, 600.0, verdict, action, outcome, 7, 1.0)
+        return GuardEvent.from_dict(made.to_dict())
 
     events = [
         event(Verdict.SLOW, GuardAction.WAIT, "waiting up to 600 s"),

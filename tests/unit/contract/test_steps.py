@@ -1,7 +1,7 @@
 """The step record: the format the worker writes and the harness reads.
 
 ``contract/`` is shared by both sides; these tests check the reader on hand-written
-lines, and (``unit/invllm/test_worker.py``) that what the real writer writes reads back exactly.
+lines, and (``unit/vllm_plugin/test_worker.py``) that what the real writer writes reads back exactly.
 """
 
 from __future__ import annotations

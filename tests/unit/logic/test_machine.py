@@ -63,6 +63,7 @@ def test_versions_are_null_when_not_installed(monkeypatch: pytest.MonkeyPatch) -
     assert (m["torch"], m["vllm"]) == (None, None)
 
 
+@pytest.mark.processes
 def test_reading_the_fingerprint_imports_neither_torch_nor_vllm() -> None:
     code = (
         "import sys; from pytest_enginedead.logic.machine import this_machine; this_machine(); "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pytest_enginedead.logic.reporting import checking
+from pytest_enginedead.logic.reporting.checkevents import RunDone
+from pytest_enginedead.logic.reporting.checking import CheckMode, RunResult
 from pytest_enginedead.logic.words import plural
 
 
@@ -15,6 +16,5 @@ def test_plural_says_one_and_many() -> None:
 
 
 def test_a_run_of_one_step_says_one_step() -> None:
-    line = checking.progress_line({"batch_size": 8, "mode": "stock", "verdict": "ok", "steps": 1,
-                                   "step_max_s": 0.5, "duration_s": 0.6, "elapsed_s": 20})
+    line = RunDone(8, CheckMode.STOCK, RunResult.OK, 1, 0.5, 0.6, 20).line()
     assert "(1 step, longest 0.50 s)" in line

@@ -39,6 +39,7 @@ def parent_of_a_busy_child() -> Iterator[tuple[psutil.Process, psutil.Process]]:
         proc.wait()
 
 
+@pytest.mark.processes
 def test_a_busy_child_is_its_idle_parents_work(
     parent_of_a_busy_child: tuple[psutil.Process, psutil.Process],
 ) -> None:
@@ -52,6 +53,7 @@ def test_a_busy_child_is_its_idle_parents_work(
     assert reading.cpu_seconds(parent, apart={child.pid}) - alone < BUSY_CORES * 0.3 + 0.02
 
 
+@pytest.mark.processes
 def test_a_sleeper_is_idle_and_alive() -> None:
     proc = started("import time; time.sleep(60)")
     try:
@@ -65,6 +67,7 @@ def test_a_sleeper_is_idle_and_alive() -> None:
         proc.wait()
 
 
+@pytest.mark.processes
 def test_a_process_that_exited_is_gone_and_a_zombie_is_not_alive() -> None:
     proc = started("pass")
     exited = psutil.Process(proc.pid)

@@ -12,12 +12,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 #: a process whose SIGINT is ignored starts a run through ``Downstream.start`` and says, for
 #: itself and for the run, whether SIGINT is ignored (``SigIgn`` in /proc/PID/status)
 STARTS_A_RUN = """
 import os, signal, sys
 from pathlib import Path
+
+import pytest
 from types import SimpleNamespace
+
+import pytest
 
 from tests.support.downstream import Downstream
 
@@ -37,6 +43,7 @@ finally:
 """
 
 
+@pytest.mark.processes
 def test_a_run_started_from_a_background_job_hears_ctrl_c(tmp_path: Path) -> None:
     """``bash -c 'python ... & wait'``: the background job ignores SIGINT (POSIX), as a suite run
     from a script does; the run it starts through ``Downstream.start`` does not."""

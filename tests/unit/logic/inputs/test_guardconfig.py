@@ -18,7 +18,7 @@ from pytest_enginedead.logic.inputs.guardconfig import (
     config_from_env,
     misplaced_policy,
 )
-from tests.support.doors import returning
+from tests.support.badinput import returning
 from tests.support.guards import NOT_IMPORTABLE
 
 
@@ -56,9 +56,9 @@ def test_what_the_engine_core_makes_of_its_environment(
 
 
 def test_the_hang_floor_is_how_often_the_guard_samples() -> None:
-    """The floor the input checks refuse below is the guard's own sampling interval (``invllm`` may not be
-    imported by ``logic``: the two numbers are kept equal here)."""
-    from pytest_enginedead.invllm.watch import PROBE_EVERY_S
+    """The floor the input checks refuse below is the guard's own sampling interval (``vllm_plugin``
+    may not be imported by ``logic``: the two numbers are kept equal here)."""
+    from pytest_enginedead.vllm_plugin.watch import PROBE_EVERY_S
 
     assert HANG_FLOOR_S == PROBE_EVERY_S
 

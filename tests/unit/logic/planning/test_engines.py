@@ -7,16 +7,17 @@ planning's internals can change (engine reuse) without rewriting these.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from pytest_enginedead.contract.control import Injection
 from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.planning.engines import (
+    DeadlineAndFaults,
+    EngineRequest,
     EngineSpec,
     GuardSpec,
-    Instructions,
-    Need,
     TestPlan,
     budget_s,
     order,
@@ -28,8 +29,11 @@ from pytest_enginedead.logic.planning.engines import (
 MODEL = "/models/tiny-llama"
 
 
-def need(batch: int, deadline: float = 680.0, injection: Injection | None = None, **kwargs: object) -> Need:
-    return Need(batch, Instructions(deadline, "policy reference", injection or Injection()), **kwargs)  # type: ignore[arg-type]
+def need(
+    batch: int, deadline: float = 680.0, injection: Injection | None = None, **kwargs: object
+) -> EngineRequest:
+    orders = DeadlineAndFaults(deadline, "policy reference", injection or Injection())
+    return EngineRequest(batch, orders, **kwargs)  # type: ignore[arg-type]
 
 
 # --- specs and sharing ---------------------------------------------------------------------
@@ -73,7 +77,7 @@ def test_share_returns_one_spec_per_input_in_order() -> None:
 
 
 def planned(spec: EngineSpec, batch: int, deadline: float = 680.0, **faults: object) -> TestPlan:
-    return TestPlan(batch, spec, Instructions(deadline, "policy", Injection(**faults)))  # type: ignore[arg-type]
+    return TestPlan(batch, spec, DeadlineAndFaults(deadline, "policy", Injection(**faults)))  # type: ignore[arg-type]
 
 
 def test_order_runs_plain_tests_first_then_each_engine_together() -> None:
@@ -109,7 +113,7 @@ def test_order_is_a_permutation_and_stable() -> None:
 
 
 def test_plan_shares_orders_and_counts_configurations() -> None:
-    needs: list[Need | str | None] = [
+    needs: list[EngineRequest | str | None] = [
         need(64, 2.0),  # 0
         None,  # 1: no engine
         need(2, 2.0),  # 2: shares 0's engine (same model and arguments)
@@ -124,7 +128,7 @@ def test_plan_shares_orders_and_counts_configurations() -> None:
     assert t0 is not None and t2 is not None and t4 is not None
     assert t0.spec == t2.spec == EngineSpec(MODEL, 64, cpu_bind="0")
     assert (t0.batch_size, t2.batch_size) == (64, 2)  # each runs its own batch on it
-    assert t2.instructions == Instructions(2.0, "policy reference", Injection())
+    assert t2.instructions == DeadlineAndFaults(2.0, "policy reference", Injection())
     assert t4.spec is not None and t4.spec.guard == GuardSpec(60.0) and t4.spec != t0.spec
     assert p.configurations == 2
     assert p.engine_specs == [t0.spec, t2.spec, t4.spec]
@@ -147,18 +151,18 @@ def test_budget_is_start_plus_two_deadlines_as_vllm_reads_them(
     deadline: float, env: str, budget: int
 ) -> None:
     """180 s start-up allowance + 2 x the whole-second deadline + 60 s, rounded up."""
-    ins = Instructions(deadline)
+    ins = DeadlineAndFaults(deadline)
     assert ins.deadline_env == env and ins.deadline_whole_s == float(env)
     assert budget_s(ins) == budget
     assert budget_s(ins, start_allowance_s=0.5) == math.ceil(0.5 + 2 * float(env) + 60)
 
 
 def test_instructions_describe_and_fatal() -> None:
-    assert Instructions(2.0).describe() == "deadline 2 s"
-    slow = Instructions(2.0, injection=Injection(slow_s_per_seq=0.05))
+    assert DeadlineAndFaults(2.0).describe() == "deadline 2 s"
+    slow = DeadlineAndFaults(2.0, injection=Injection(slow_s_per_seq=0.05))
     assert slow.describe() == "deadline 2 s, busy 0.05 s/seq" and not slow.fatal
-    assert Instructions(2.0, injection=Injection(hang_at_step=2)).fatal
-    assert Instructions(2.0, injection=Injection(crash_at_step=1)).fatal
+    assert DeadlineAndFaults(2.0, injection=Injection(hang_at_step=2)).fatal
+    assert DeadlineAndFaults(2.0, injection=Injection(crash_at_step=1)).fatal
 
 
 def test_spec_label_names_what_differs() -> None:
@@ -168,4 +172,21 @@ def test_spec_label_names_what_differs() -> None:
 
 
 def test_the_budget_holds_the_longest_deadline_vllm_can_make() -> None:
-    assert budget_s(Instructions(float(releases.MAX_DEADLINE_S))) == releases.MAX_DEADLINE_S
+    assert budget_s(DeadlineAndFaults(float(releases.MAX_DEADLINE_S))) == releases.MAX_DEADLINE_S
+
+
+def test_each_test_keeps_its_deadline_what_the_policy_allows_and_the_guards_cap() -> None:
+    """Planned once: the handle, the evidence of a death and the test's budget read the plan."""
+    asked = replace(need(64, deadline=2.0, guard=GuardSpec(3.0)), policy_deadline_s=1240.0,
+                    guard_cap_s=1240.0)
+    [test] = plan([asked], MODEL).tests
+    assert test is not None and (test.policy_deadline_s, test.guard_cap_s) == (1240.0, 1240.0)
+    assert test.instructions is not None and test.instructions.deadline_whole_s == 2.0
+    assert test.budget_s == budget_s(asked.instructions, 1240.0) > budget_s(asked.instructions)
+
+
+def test_a_shard_keeps_the_plans_of_its_tests() -> None:
+    p = plan([need(8), None, need(64, guard=GuardSpec(3.0))], MODEL)
+    kept = p.keeping([2, 1])
+    assert kept.tests == [p.tests[2], p.tests[1]]
+    assert kept.configurations == 1 and kept.order == [1, 0]  # the test without an engine first

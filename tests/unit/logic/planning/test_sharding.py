@@ -1,6 +1,6 @@
 """``--enginedead-shard K/N``: every test in exactly one shard, each engine configuration whole.
 
-The deal itself, pure; the plugin's part is ``unit/face/test_collection.py``'s.
+The deal itself, pure; the plugin's part is ``unit/pytest_plugin/test_collection.py``'s.
 """
 
 from __future__ import annotations

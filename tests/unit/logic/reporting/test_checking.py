@@ -8,15 +8,17 @@ from typing import Any
 
 import pytest
 
-from pytest_enginedead.compat import versions
+from pytest_enginedead.contract.decisions import Verdict
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.reporting import checking
+from pytest_enginedead.logic.reporting.checkevents import Note, RunDone, event_line, read_event
 from pytest_enginedead.logic.reporting.checking import (
+    CheckMode,
     CheckPlan,
     Row,
     RunResult,
     format_table,
-    mode_of,
     plan_for,
     rows_from_report,
     sized_burn,
@@ -25,12 +27,15 @@ from pytest_enginedead.logic.reporting.checking import (
 NODE = "test_regression.py::test_decode_batch"
 
 
-def report_row(nodeid: str, when: str = "call", outcome: str = "passed", **fields: Any) -> dict[str, Any]:
-    """One test row of a report, as the plugin writes it."""
+def report_row(nodeid: str, when: str = "call", outcome: str = "passed", verdict: str | None = None,
+               **fields: Any) -> dict[str, Any]:
+    """One test row of a report, as the plugin writes it: a ``verdict`` is its death's."""
+    deaths = [] if verdict is None else [{"verdict": verdict, "error": "EngineDeadError", "elapsed_s": 2.1,
+                                          "verdict_s": 0.01, "processes": []}]
     return {
         "nodeid": nodeid, "when": when, "outcome": outcome, "batch_size": 8, "timeout_s": 2.0,
         "deadline_source": "the enginedead_timeout marker", "steps": 3, "step_p50_s": 0.5,
-        "step_max_s": 0.75, "step_max_running": False, "verdict": None, **fields,
+        "step_max_s": 0.75, "step_max_running": False, "verdict": verdict, "deaths": deaths, **fields,
     }
 
 
@@ -56,14 +61,14 @@ def test_plan_for_the_bundled_model_compresses_the_stock_deadline() -> None:
     plan = plan_for(BUNDLED_MODEL, [4, 16])
     assert plan.stock_s == checking.BUNDLED_STOCK_S == 2
     assert plan.slow_s_per_seq == sized_burn(BUNDLED_MODEL, 2, [4, 16])
-    assert plan.modes == ("stock", "policy")
-    assert plan_for(BUNDLED_MODEL, [4, 16], guard=True).modes == ("stock", "policy", "guard")
+    assert plan.modes == (CheckMode.STOCK, CheckMode.POLICY)
+    assert plan_for(BUNDLED_MODEL, [4, 16], guard=True).modes == tuple(CheckMode)
 
 
 def test_plan_for_a_real_model_uses_vllms_own_deadline(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(versions.DEADLINE_ENV, raising=False)
+    monkeypatch.delenv(releases.DEADLINE_ENV, raising=False)
     plan = plan_for(str(tmp_path), [8, 64])
     assert (plan.stock_s, plan.slow_s_per_seq) == (300, 0.0)
 
@@ -71,7 +76,7 @@ def test_plan_for_a_real_model_uses_vllms_own_deadline(
 def test_plan_travels_through_the_environment() -> None:
     plan = CheckPlan(stock_s=3, slow_s_per_seq=0.05, max_tokens=2, prompt_len=1, guard=True, server=True)
     env = plan.to_env()
-    assert env[versions.DEADLINE_ENV] == "3"  # vllm-stock then means this deadline
+    assert env[releases.DEADLINE_ENV] == "3"  # vllm-stock then means this deadline
     assert CheckPlan.from_env(env, "/any/model", [1]) == plan
     assert CheckPlan.from_env({}, BUNDLED_MODEL, [4, 16]) == plan_for(BUNDLED_MODEL, [4, 16])
 
@@ -89,7 +94,7 @@ def test_plan_travels_through_the_environment() -> None:
     ('{"stock_s": 2, "slow_s_per_seq": 0.5, "max_tokens": 0}', "'max_tokens': 0 must be at least 1"),
     ('{"stock_s": 2, "slow_s_per_seq": 0.5, "guard": 1}', "'guard': 1 is not true or false"),
     ('{"stock_s": 1e400, "slow_s_per_seq": 0.5}', "'stock_s': inf is not a whole number"),
-    (f'{{"stock_s": {10**13}, "slow_s_per_seq": 0.5}}', f"must be at most {versions.MAX_DEADLINE_S} s"),
+    (f'{{"stock_s": {10**13}, "slow_s_per_seq": 0.5}}', f"must be at most {releases.MAX_DEADLINE_S} s"),
 ])
 def test_a_plan_in_the_environment_is_read_like_a_public_variable(raw: str, said: str) -> None:
     """``ENGINEDEAD_CHECK_PLAN`` (``check`` hands it to its regression run): a JSON object of the
@@ -113,16 +118,16 @@ def test_the_plans_keys_are_the_dataclass_fields() -> None:
 @pytest.mark.parametrize(
     ("nodeid", "mode"),
     [
-        (f"{NODE}[bs8-stock]", "stock"),
-        (f"{NODE}[policy-bs64]", "policy"),
-        (f"{NODE}[guard]", "guard"),
-        (f"{NODE}[bs8-policystock]", "?"),
-        (f"{NODE}[bs8]", "?"),
-        ("test_stock.py::test_policy", "?"),
+        (f"{NODE}[bs8-stock]", CheckMode.STOCK),
+        (f"{NODE}[policy-bs64]", CheckMode.POLICY),
+        (f"{NODE}[guard]", CheckMode.GUARD),
+        (f"{NODE}[bs8-policystock]", None),
+        (f"{NODE}[bs8]", None),
+        ("test_stock.py::test_policy", None),
     ],
 )
-def test_mode_of_reads_the_parameter_id(nodeid: str, mode: str) -> None:
-    assert mode_of(nodeid) == mode
+def test_the_mode_is_read_from_the_parameter_id(nodeid: str, mode: CheckMode | None) -> None:
+    assert CheckMode.of_nodeid(nodeid) is mode
 
 
 def test_rows_one_per_test_call_phase_first() -> None:
@@ -139,7 +144,7 @@ def test_rows_one_per_test_call_phase_first() -> None:
     }
     rows = rows_from_report(report)
     assert [(r.batch_size, r.mode) for r in rows] == [
-        (8, "stock"), (8, "policy"), (64, "stock"), (64, "policy"),
+        (8, CheckMode.STOCK), (8, CheckMode.POLICY), (64, CheckMode.STOCK), (64, CheckMode.POLICY),
     ]
     stock8, _, stock64, policy64 = rows
     assert stock8.verdict is RunResult.OK  # the call phase's row, not the teardown's
@@ -154,8 +159,10 @@ def test_rows_one_per_test_call_phase_first() -> None:
     [(None, "passed", "ok"), (None, "failed", "failed"), ("SLOW", "failed", "false death"),
      ("HUNG", "passed", "genuine death"), ("DEAD", "failed", "genuine death")],
 )
-def test_verdict_of_a_row(verdict: str | None, outcome: str, word: str) -> None:
-    assert checking.verdict_of({"verdict": verdict, "outcome": outcome}) is RunResult(word)
+def test_a_rows_result_is_its_deaths_verdict_or_its_outcome(
+    verdict: str | None, outcome: str, word: str
+) -> None:
+    assert checking.run_result(Verdict.read(verdict), outcome) is RunResult(word)
     [row] = rows_from_report({"tests": [report_row(f"{NODE}[bs8-stock]", verdict=verdict, outcome=outcome)]})
     assert row.verdict is RunResult(word)
 
@@ -165,7 +172,7 @@ def row(batch: int, mode: str, verdict: str = "ok", **kwargs: Any) -> Row:
         "deadline_s": 2.0, "deadline_source": "", "steps": 5, "p50_s": 0.711, "max_s": 0.715, "nodeid": "x",
         **kwargs,
     }
-    return Row(batch, mode, verdict=RunResult(verdict), **fields)
+    return Row(batch, CheckMode(mode), verdict=RunResult(verdict), **fields)
 
 
 def test_format_table() -> None:
@@ -182,12 +189,21 @@ def test_format_table() -> None:
     ]
 
 
-def test_progress_line() -> None:
-    line = checking.progress_line(
-        {"batch_size": 64, "mode": "stock", "verdict": "false death", "duration_s": 2.3,
-         "steps": 4, "step_max_s": 2.04, "elapsed_s": 41.6}
-    )
-    assert line == "  batch   64  stock   false death     2.3 s (4 steps, longest 2.04 s)  [42 s]"
+def test_a_run_done_is_one_progress_line_and_travels_through_its_file_whole() -> None:
+    done = RunDone(64, CheckMode.STOCK, RunResult.FALSE_DEATH, 4, 2.04, 2.3, 41.6)
+    assert done.line() == "  batch   64  stock   false death     2.3 s (4 steps, longest 2.04 s)  [42 s]"
+    note = Note("engine ready in 31.0 s", 33.2)
+    for event in (done, note):
+        line = event_line(event)
+        assert line.endswith("\n") and line.count("\n") == 1
+        assert read_event(line) == event
+    assert note.line() == "  engine ready in 31.0 s  [33 s]"
+
+
+@pytest.mark.parametrize("line", ['["a list"]', '{"batch_size": 8}', '{"mode": "nightly"}', "not json"])
+def test_a_line_that_is_no_event_is_refused(line: str) -> None:
+    with pytest.raises((ValueError, KeyError)):
+        read_event(line)
 
 
 # --- the verdict line: names each run, and the exit status ----------------------------------------

@@ -6,11 +6,10 @@ from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.contract.guardfiles import GuardEvent
 from pytest_enginedead.contract.steps import StepTime
 from pytest_enginedead.logic.soak.judge import (
-    CUT,
-    DISCONNECTED,
-    OK,
+    Cause,
     Exit,
     Limits,
+    Outcome,
     Request,
     Window,
     judge,
@@ -107,19 +106,19 @@ def test_requests_lost_are_charged_to_the_death_that_cost_them() -> None:
     kill = Window("kill", "faults[1] kill", 200.0, 203.0, 1)
     exits = [Exit(0, 102.5, 0, False, back_at=130.0), Exit(1, 202.0, 0, False, back_at=230.0)]
     requests = [
-        Request("steady", 99.0, 102.4, "HTTP 500 InternalServerError"),
-        Request("steady", 110.0, 110.1, "APIConnectionError"),
-        Request("steady", 140.0, 141.0, OK),
-        Request("steady", 201.0, 202.1, "APIConnectionError"),
-        Request("disconnect", 140.0, 140.5, DISCONNECTED),
-        Request("steady", 250.0, 251.0, CUT),
-        Request("steady", 160.0, 160.1, "HTTP 400 BadRequestError"),
+        Request.failing("steady", 99.0, 102.4, "HTTP 500 InternalServerError"),
+        Request.failing("steady", 110.0, 110.1, "APIConnectionError"),
+        Request("steady", 140.0, 141.0, Outcome.OK),
+        Request.failing("steady", 201.0, 202.1, "APIConnectionError"),
+        Request("disconnect", 140.0, 140.5, Outcome.DISCONNECTED),
+        Request("steady", 250.0, 251.0, Outcome.CUT),
+        Request.failing("steady", 160.0, 160.1, "HTTP 400 BadRequestError"),
     ]
     j = judge([slow, kill], [], [], exits, requests, STOCK, 0.0, 260.0)
     assert j.lost_to_false_death == 2
     assert j.lost_to_genuine_death == 1
-    assert [d["cause"] for d in j.deaths] == ["false", "genuine"]
-    assert j.failures["HTTP 400 BadRequestError"] == 1 and CUT not in j.failures
+    assert [d.cause for d in j.deaths] == [Cause.FALSE, Cause.GENUINE]
+    assert j.failures["HTTP 400 BadRequestError"] == 1 and Outcome.CUT.value not in j.failures
     assert j.false_ends == 0 and j.missed_hangs is None  # no guard: nothing of the guard's to judge
     assert not j.windows[0].ok  # stock died in its slow window
 
@@ -130,7 +129,7 @@ def test_a_death_belongs_to_the_last_window_before_it_not_to_an_earlier_one_stil
     kill = Window("kill", "faults[4] kill", 109.0, 110.5, 0)
     j = judge([burst, kill], [], [], [Exit(0, 110.0, 70, False)], [], GUARDED, 0.0, 200.0)
     assert [r.ok for r in j.windows] == [True, True]
-    assert j.false_ends == 0 and [d["cause"] for d in j.deaths] == ["genuine"]
+    assert j.false_ends == 0 and [d.cause for d in j.deaths] == [Cause.GENUINE]
     # with no kill in force, the same death is the burst's: a false death
     alone = judge([burst], [], [], [Exit(0, 110.0, 70, False)], [], GUARDED, 0.0, 200.0)
-    assert not alone.windows[0].ok and alone.false_ends == 1 and alone.deaths[0]["cause"] == "false"
+    assert not alone.windows[0].ok and alone.false_ends == 1 and alone.deaths[0].cause is Cause.FALSE

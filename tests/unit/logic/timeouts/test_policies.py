@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 
 from pytest_enginedead import Backend, TimeoutPolicy
-from pytest_enginedead.compat import versions
+from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.timeouts.policies import (
     STOCK_DEADLINE_S,
     PolicyError,
@@ -402,7 +402,7 @@ def test_a_deadline_is_bounded_by_the_longest_wait_vllm_can_make() -> None:
     the bound is named in the message, and the largest deadline that fits passes."""
     with pytest.raises(PolicyFailure) as err:
         policy_deadline(Recording(1e12), "p", 8)
-    most = versions.MAX_DEADLINE_S
+    most = releases.MAX_DEADLINE_S
     assert f"returned 1000000000000.0; a deadline must be at most {most} s" in str(err.value)
     assert "threading.TIMEOUT_MAX" in str(err.value)
-    assert policy_deadline(Recording(versions.MAX_DEADLINE_S), "p", 8) == versions.MAX_DEADLINE_S
+    assert policy_deadline(Recording(releases.MAX_DEADLINE_S), "p", 8) == releases.MAX_DEADLINE_S

@@ -1,1 +1,0 @@
-"""The pytest side (``pytest_enginedead/face/``), mostly as a downstream repo meets it."""

@@ -1,1 +1,0 @@
-"""The code that runs inside vLLM's processes (``pytest_enginedead/invllm/``), without vLLM."""

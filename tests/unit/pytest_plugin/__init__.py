@@ -1,0 +1,1 @@
+"""The pytest plugin (``pytest_enginedead/pytest_plugin/``), mostly as a downstream repo meets it."""

@@ -1,0 +1,1 @@
+"""The code that runs inside vLLM's processes (``pytest_enginedead/vllm_plugin/``), without vLLM."""
