@@ -7,6 +7,7 @@ neither pytest nor vLLM.
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from ..harness.probing.probe import probe
@@ -25,13 +26,19 @@ def main(argv: list[str]) -> int:
     where.add_argument("--port", type=int, default=None,
                        help="the server's listening port (default 8000, vLLM's)")
     where.add_argument("--pid", type=int, default=None, help="the serving process's pid instead")
+    parser.add_argument("--json", action="store_true",
+                        help="print the answer as one JSON object (alive, exit_code, reason, and the step in "
+                        "flight: its layer of how many, when it ends at its pace) instead of the line")
     args = parser.parse_args(argv)
     if args.port is not None and not 0 < args.port < 65536:
         parser.error(f"--port {args.port}: not a TCP port (1-65535)")
     if args.pid is not None and args.pid <= 0:
         parser.error(f"--pid {args.pid}: not a process id")
     answer = probe(port=args.port, pid=args.pid)
-    print(f"enginedead probe: {answer.reason}", flush=True)
+    if args.json:
+        print(json.dumps(answer.to_dict()), flush=True)
+    else:
+        print(f"enginedead probe: {answer.reason}", flush=True)
     return answer.exit_code
 
 

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import psutil
 
@@ -48,15 +49,39 @@ LOOK_S = 0.5
 
 
 @dataclass(frozen=True)
+class StepNow:
+    """The step in flight past its first look, as the probe found it."""
+
+    step: int
+    batch: int
+    ran_s: float
+    deadline_s: float
+    #: its layers finished, of how many (0 of 0: its layers are not seen)
+    layer: int
+    layers: int
+    #: when its forward pass ends at its pace so far, in seconds from now (None: not known)
+    ends_in_s: float | None
+    #: what its worker was found doing, in the judge's words
+    doing: str
+
+
+@dataclass(frozen=True)
 class Answer:
-    """The probe's answer: alive or not, and the one line that says why (``reason``)."""
+    """The probe's answer: alive or not, the one line that says why (``reason``), and the step in
+    flight when one runs long."""
 
     alive: bool
     reason: str
+    step: StepNow | None = None
 
     @property
     def exit_code(self) -> int:
         return 0 if self.alive else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """As ``enginedead probe --json`` prints it."""
+        return {"alive": self.alive, "exit_code": self.exit_code, "reason": self.reason,
+                "step": None if self.step is None else asdict(self.step)}
 
 
 class NotFound(Exception):
@@ -175,14 +200,17 @@ def answer_for(state: GuardState | None, now: float, look: EngineJudgement | Non
         busy_at = max(busy_at, state.updated)
     idle = now - busy_at
     where = f"step {state.step} (batch {state.batch}) has run {ran:.1f} s (deadline {state.deadline_s:g} s)"
+    ends = None if state.ends_in_s is None else max(0.0, state.ends_in_s - (now - state.updated))
+    step = StepNow(state.step, state.batch, round(ran, 2), state.deadline_s, state.layer, state.layers,
+                   None if ends is None else round(ends, 1), doing)
     if idle < state.hang_s:
         if idle < 1.0:
             return Answer(True, f"alive, computing: {where}; {_worker(state)} {doing}; "
-                                f"the guard waits up to {state.cap_s:g} s")
+                                f"the guard waits up to {state.cap_s:g} s", step)
         return Answer(True, f"alive: {where}; {_worker(state)} {doing}; no work for {idle:.1f} s, hung at "
-                            f"{state.hang_s:g} s")
+                            f"{state.hang_s:g} s", step)
     return Answer(False, f"hung: {where}; {_worker(state)} {doing}; no work for {idle:.1f} s "
-                         f"(hang_s {state.hang_s:g} s)")
+                         f"(hang_s {state.hang_s:g} s)", step)
 
 
 def probe(port: int | None = None, pid: int | None = None) -> Answer:

@@ -46,6 +46,20 @@ def test_a_slow_step_past_its_deadline_is_alive() -> None:
         "to 1240 s")
 
 
+def test_the_answer_carries_the_step_in_flight_for_json() -> None:
+    """``enginedead probe --json``: the step's layer and its end foreseen, counted on from the state's
+    last rewrite to the probe's moment."""
+    judged = in_step(reason="computing: layer 17 of 30 ...", layer=16, layers=30, ends_in_s=230.0,
+                     updated=100.0)
+    answer = probe.answer_for(judged, now=100.5, look=None)
+    assert answer.to_dict() == {
+        "alive": True, "exit_code": 0, "reason": answer.reason,
+        "step": {"step": 5, "batch": 64, "ran_s": 10.5, "deadline_s": 2.0, "layer": 16, "layers": 30,
+                 "ends_in_s": 229.5, "doing": "computing: layer 17 of 30 ..."},
+    }
+    assert probe.answer_for(state(), 200.0, None).to_dict()["step"] is None  # no step running long
+
+
 def test_idle_inside_a_step_is_alive_until_hang_s_then_hung() -> None:
     idle = in_step(verdict=Verdict.HUNG, busy_at=100.0, updated=104.0)
     early = probe.answer_for(idle, now=104.2, look=None)
