@@ -113,6 +113,9 @@ class Faults:
     def _hang(self, fault: Fault) -> None:
         self._fatal(Injection(hang_at_step=1, ranks=fault.ranks), self.sched.hang_s + 60.0)
 
+    def _spin(self, fault: Fault) -> None:
+        self._fatal(Injection(spin_at_step=1, ranks=fault.ranks), self.sched.hang_s + 60.0)
+
     def _kill(self, fault: Fault) -> None:
         self._fatal(Injection(crash_at_step=1, ranks=fault.ranks), 60.0)
 

@@ -8,13 +8,13 @@ workers' own record; the exits are the serving process's, as the supervisor saw 
 * a ``slow`` window: every step past vLLM's deadline (by more than two of the guard's
   looks) was waited on (``WAIT`` with ``SLOW``), nothing ended, the server lived —
   otherwise it is a **false end**;
-* a ``hang`` window: the guard ended it (``END`` with ``HUNG``) within ``hang_s`` + two
-  looks (+ one healthy step at several ranks, which the peers compute before they wait) of
-  the hung step's start — otherwise a **missed hang**;
+* a ``hang`` or ``spin`` window: the guard ended it (``END`` with ``HUNG``) within ``hang_s`` +
+  two looks (+ one healthy step at several ranks, which the peers compute before they wait) of
+  the stuck step's start — otherwise a **missed hang** (a spin at a whole core included);
 * a ``kill`` window: no ``END``/``CAP`` (the dead worker is vLLM's monitor's);
-* every other ``END``/``CAP``, anywhere but in a hang window, is a false end too.
+* every other ``END``/``CAP``, anywhere but in a hang or spin window, is a false end too.
 
-A death (the server exited, not stopped by the soak) is *genuine* in a hang or kill
+A death (the server exited, not stopped by the soak) is *genuine* in a hang, spin or kill
 window and a **false death** anywhere else; the requests that failed from its window's
 start until the restarted server answered are lost to it.
 """
@@ -30,7 +30,7 @@ from typing import Any
 from ...contract.decisions import GuardAction, Verdict
 from ...contract.guardfiles import GuardEvent
 from ...contract.steps import StepTime
-from .schedule import FATAL, HANG_FAULT, KILL_FAULT, SLOW_FAULT
+from .schedule import FATAL, KILL_FAULT, SLOW_FAULT, STUCK
 
 #: the guard looks at the worker every 0.25 s (``vllm_plugin.guard.PROBE_EVERY_S``): two looks
 TWO_LOOKS_S = 0.5
@@ -243,7 +243,7 @@ def judge_window(w: Window, events: Sequence[GuardEvent], steps: Sequence[StepTi
     inside = _in(events, w)
     if w.kind == SLOW_FAULT:
         result = judge_slow(w, inside, steps, died, limits, now)
-    elif w.kind == HANG_FAULT:
+    elif w.kind in STUCK:
         result = judge_hang(w, inside, steps, died, limits)
     else:
         result = judge_other(w, inside, died, limits)
@@ -253,7 +253,7 @@ def judge_window(w: Window, events: Sequence[GuardEvent], steps: Sequence[StepTi
 
 def _false_end(r: WindowResult, limits: Limits) -> bool:
     """A guarded window the guard got wrong: it ended (or let die) what computed, or never saw it."""
-    if not limits.guarded or r.window.kind == HANG_FAULT:
+    if not limits.guarded or r.window.kind in STUCK:
         return False
     if r.window.kind == KILL_FAULT:
         return any(GuardAction.parse(a).ends for a in r.decisions)
@@ -336,7 +336,7 @@ def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequen
     results = [judge_window(w, events, steps, owned.get(id(w)), limits, now) for w in windows]
     stray = [e for e in events if e.action.ends and not any(w.start <= e.t <= w.end for w in windows)]
     false_ends = sum(1 for r in results if _false_end(r, limits)) + (len(stray) if limits.guarded else 0)
-    missed = sum(1 for r in results if r.window.kind == HANG_FAULT and not r.ok) if limits.guarded else None
+    missed = sum(1 for r in results if r.window.kind in STUCK and not r.ok) if limits.guarded else None
     failed = [r for r in requests if r.failed]
     deaths = deaths_of(exits, windows, failed, t0, now)
     return Judgement(

@@ -13,7 +13,8 @@
     steps = 3
     over = 1.5            # a step of the clients' batch runs ~1.5 x the deadline
 
-Kinds: ``slow`` (steps, over, ranks), ``hang`` (ranks), ``kill`` (ranks),
+Kinds: ``slow`` (steps, over, ranks), ``hang`` (ranks: idle in the step's middle layer),
+``spin`` (ranks: 100 % CPU in the middle layer, never advancing), ``kill`` (ranks),
 ``context_limit`` (requests: prompts of max_model_len - max_tokens tokens),
 ``disconnect`` (requests, after_chunks: streams the client closes mid-way), ``burst``
 (factor: that many x max_num_seqs requests at once), ``guidellm`` (requests, streams: the
@@ -31,13 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: the kinds the judge treats apart (a fault kind, not a verdict: ``contract.decisions`` has those)
-SLOW_FAULT, HANG_FAULT, KILL_FAULT = "slow", "hang", "kill"
+SLOW_FAULT, HANG_FAULT, SPIN_FAULT, KILL_FAULT = "slow", "hang", "spin", "kill"
 
 #: fields every fault takes, and each kind's own with their defaults
 COMMON = {"kind": None, "after_s": 15.0}
 KINDS: dict[str, dict[str, Any]] = {
     SLOW_FAULT: {"steps": 3, "over": 1.5, "ranks": None},
     HANG_FAULT: {"ranks": None},
+    SPIN_FAULT: {"ranks": None},
     KILL_FAULT: {"ranks": None},
     "context_limit": {"requests": 4, "max_tokens": 8},
     "disconnect": {"requests": 8, "after_chunks": 2},
@@ -45,7 +47,10 @@ KINDS: dict[str, dict[str, Any]] = {
     "guidellm": {"requests": 32, "streams": 32},
 }
 #: the kinds whose window ends the engine: the server exits and the supervisor restarts it
-FATAL = (HANG_FAULT, KILL_FAULT)
+FATAL = (HANG_FAULT, SPIN_FAULT, KILL_FAULT)
+
+#: the kinds the guard must end after hang_s (a hang sits idle, a spin burns a core; neither advances)
+STUCK = (HANG_FAULT, SPIN_FAULT)
 
 #: the schedule's own settings and their defaults
 SETTINGS: dict[str, Any] = {

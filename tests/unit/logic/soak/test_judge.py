@@ -89,6 +89,20 @@ def test_a_hang_ended_late_or_never_is_a_missed_hang() -> None:
                  tp2, 0.0, 200.0).missed_hangs == 0
 
 
+def test_a_spin_is_judged_as_a_hang_its_death_is_genuine_and_one_the_guard_waited_on_is_missed() -> None:
+    """A worker spinning at a whole core without advancing: the guard must end it after hang_s like a
+    hang (the CPU rule alone waited on it up to the cap, as if it computed)."""
+    spin = Window("spin", "faults[2] spin", 100.0, 112.0, 0)
+    stuck = step(100.2, None, 40)
+    ended = judge([spin], [event(105.4, GuardAction.END, Verdict.HUNG)], [stuck],
+                  [Exit(0, 108.0, 71, False)], [], GUARDED, 0.0, 200.0)
+    assert ended.missed_hangs == 0 and ended.false_ends == 0 and ended.windows[0].ok
+    assert [d.cause for d in ended.deaths] == [Cause.GENUINE]
+    waited = judge([spin], [event(102.1, GuardAction.WAIT, Verdict.SLOW)], [stuck], [], [],
+                   GUARDED, 0.0, 200.0)
+    assert waited.missed_hangs == 1 and waited.false_ends == 0
+
+
 def test_a_kill_is_left_to_vllms_monitor_and_an_end_there_is_a_false_end() -> None:
     kill = Window("kill", "faults[2] kill", 100.0, 104.0, 0)
     exits = [Exit(0, 103.0, 70, False)]

@@ -20,12 +20,14 @@ def test_the_shipped_schedules_load(path: Path) -> None:
     assert {f.kind for f in schedule.faults} <= set(KINDS)
 
 
-def test_the_default_schedule_has_every_kind_of_fault_and_the_tp2_one_a_slow_and_a_hung_rank() -> None:
+def test_the_default_schedule_has_every_kind_of_fault_and_the_tp2_one_a_slow_a_hung_and_a_spinning_rank(
+) -> None:
     default = load(str(ROOT / "bench" / "schedules" / "default.toml"))
     assert {f.kind for f in default.faults} == set(KINDS)
     tp2 = load(str(ROOT / "bench" / "schedules" / "tp2.toml"))
     assert tp2.tensor_parallel_size == 2
-    assert {(f.kind, f.ranks) for f in tp2.faults if f.ranks} == {("slow", (1,)), ("hang", (1,))}
+    ranked = {(f.kind, f.ranks) for f in tp2.faults if f.ranks}
+    assert ranked == {("slow", (1,)), ("hang", (1,)), ("spin", (1,))}
 
 
 def test_json_and_toml_say_the_same() -> None:
@@ -39,7 +41,7 @@ def test_json_and_toml_say_the_same() -> None:
 
 BAD = {
     "unknown-kind": ({"faults": [{"kind": "slow"}, {"kind": "hungg"}]},
-                     "schedule s.json: faults[1]: kind 'hungg' is not one of slow, hang, kill"),
+                     "schedule s.json: faults[1]: kind 'hungg' is not one of slow, hang, spin, kill"),
     "unknown-key": ({"faults": [{"kind": "hang", "step": 2}]},
                     "schedule s.json: faults[0] (kind 'hang'): unknown key 'step'; "
                     "a hang fault takes after_s, ranks"),
