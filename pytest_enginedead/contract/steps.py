@@ -19,7 +19,7 @@ import json
 import os
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 KEY_EVENT, KEY_STEP, KEY_BATCH, KEY_TIME = "e", "i", "n", "t"
@@ -78,6 +78,15 @@ def _phase_line(event: str) -> bytes:
 
 END_LINE = _phase_line(END)
 
+#: the key of the layers the step's forward pass was seen to go through (its end line; -1: not seen)
+KEY_LAYERS = "l"
+
+#: the end line with the layers seen (step, time, layers)
+END_LAYERS_LINE = (
+    b'{"%s":"%s","%s":%%d,"%s":%%.6f,"%s":%%d}\n'
+    % (KEY_EVENT.encode(), END.encode(), KEY_STEP.encode(), KEY_TIME.encode(), KEY_LAYERS.encode())
+)
+
 SAMPLE_BEGIN_LINE = _phase_line(SAMPLE_BEGIN)
 
 SAMPLE_END_LINE = _phase_line(SAMPLE_END)
@@ -105,6 +114,8 @@ class StepTime:
     #: keys its sequences read from the KV cache (each sequence's context once); within the window
     read_tokens: int | None = None
     window_read_tokens: int | None = None
+    #: the layers its forward pass was seen to go through (None: not seen, or it still runs)
+    layers: int | None = None
 
     @property
     def running(self) -> bool:
@@ -120,6 +131,7 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
     times: dict[int, dict[str, float]] = {}
     batch: dict[int, int] = {}
     shape: dict[int, tuple[int | None, ...]] = {}
+    layers: dict[int, int | None] = {}
     for line in lines:
         try:
             rec = json.loads(line)
@@ -130,6 +142,8 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
         if event == BEGIN:
             batch[step] = int(rec.get(KEY_BATCH, 0))
             shape[step] = tuple(_count(rec, k) for k in SHAPE_KEYS)
+        elif event == END:
+            layers[step] = _count(rec, KEY_LAYERS)
     steps = []
     for i, at in sorted(times.items()):
         if BEGIN not in at:
@@ -140,7 +154,8 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
             seconds = at[END] - at[BEGIN]
             if SAMPLE_BEGIN in at:
                 seconds += at[SAMPLE_END] - at[SAMPLE_BEGIN]
-        steps.append(StepTime(i, batch[i], at[BEGIN], seconds, pid, *shape[i]))
+        found = StepTime(i, batch[i], at[BEGIN], seconds, pid, *shape[i])
+        steps.append(replace(found, layers=layers[i]) if layers.get(i) is not None else found)
     return steps
 
 

@@ -66,10 +66,12 @@ class ModelSteps:
             self.progress.layer_begins(time.monotonic())
         self._faults.at(self._layer)
 
-    def forward_ends(self, ended: float) -> None:
+    def forward_ends(self, ended: float) -> int:
+        """The forward pass returned; the layers it was seen to go through (-1: its layers are not seen)."""
         self._in_forward, self._faults = False, StepFaults()
         if self.progress is not None:
             self.progress.forward_ends(ended)
+        return self._layer if self.layers else -1
 
     def phase_begins(self, phase: Phase, at: float) -> None:
         """Sampling begins, or the step ends (``Phase.IDLE``)."""

@@ -50,7 +50,7 @@ from ..contract.dumps import (
 from ..contract.guardfiles import state_dir
 from ..contract.names import ENV_DIR, PROGRESS_DIR_ENV
 from ..contract.stepprogress import Phase, StepProgress
-from ..contract.steps import BEGIN_SHAPE_LINE, END_LINE, SAMPLE_BEGIN_LINE, SAMPLE_END_LINE, steps_path
+from ..contract.steps import BEGIN_SHAPE_LINE, END_LAYERS_LINE, SAMPLE_BEGIN_LINE, SAMPLE_END_LINE, steps_path
 from ..logic import releases
 from ..logic.inputs.guardconfig import guard_asked
 from .inmodel import ModelSteps
@@ -291,8 +291,8 @@ class StepRecorder:
         finally:
             self._disarm()
             ended = time.monotonic()
-            self.model.forward_ends(ended)
-            self._write(END_LINE % (step, ended))
+            seen = self.model.forward_ends(ended)
+            self._write(END_LAYERS_LINE % (step, ended, seen))
             self._state = StepState(step, batch, False, began, ended - began, finished + 1)
             self._sample_for = step
 

@@ -437,6 +437,8 @@ def test_each_layer_is_seen_and_a_slow_step_advances_through_them(
         assert p is not None and (p.layers, p.finished_layers, p.forward_done) == (4, 4, True)
         assert seen == [(1, Phase.FORWARD), (2, Phase.FORWARD), (3, Phase.FORWARD), (4, Phase.FORWARD)]
         assert burned == [pytest.approx(0.02)] * 4  # 0.01 s x 8 sequences over 4 layers
+        (recorded,) = steps(run_dir)
+        assert recorded.layers == 4  # the step record says the forward pass went through all four
         rec.run_sample(lambda: None)
         p = read_step_progress(run_dir, ME)
         assert p is not None and p.phase is Phase.IDLE
