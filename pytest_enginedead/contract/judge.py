@@ -14,8 +14,9 @@ pace), and since when it has sat in a collective.  The rules, in order:
 * no open step → ``HUNG`` (idle between steps, or busy outside a step);
 * inside a collective for ``WAITING_AFTER_S`` or more → waiting for a peer (its CPU is a spin);
 * inside its layers → ``SLOW`` while a layer finished within the stall window (sized from the
-  run's own pace: ``stall_window_s``), else ``HUNG``: *spinning* when its CPU is busy, *idle* when
-  not — a livelock uses a whole core and never advances;
+  run's own pace: ``stall_window_s``) and its CPU is busy; else ``HUNG``: *spinning* when its CPU
+  is busy but no layer finished for the window (a livelock uses a whole core and never advances),
+  *idle* when it uses no CPU;
 * preparing its step (no layer yet: its inputs, a compile) or sampling, or a rank whose layers are
   not seen (no progress record) → by its CPU: busy is ``SLOW``, idle ``HUNG``.
 
@@ -125,9 +126,10 @@ def judge_rank(ev: RankEvidence, now: float, window_s: float | None = None) -> J
 
 
 def _in_layers(ev: RankEvidence, p: StepProgress, now: float, window_s: float) -> Judgement:
+    """Computing needs both: a layer finished within the window, and the CPU to finish the next."""
     stalled = p.stalled_s(now)
     ends = p.ends_in_s(now)
-    if stalled < window_s:
+    if stalled < window_s and ev.busy:
         until = f"; ends in ~{ends:.0f} s" if ends is not None else ""
         reason = (f"computing: {p.where()} after {now - p.began:.1f} s, advanced {stalled:.1f} s ago "
                   f"({ev.cpu_words}){until}")

@@ -86,6 +86,13 @@ class Handle:
         return self.instructions.deadline_whole_s
 
     @property
+    def guard_hang_s(self) -> float | None:
+        """The guard's ``hang_s`` when this engine runs the guard (None: it does not): how long its
+        step may go without showing work before the guard ends it, and the verdict calls it stalled."""
+        guard = self._engine.spec.guard
+        return guard.hang_s if guard is not None else None
+
+    @property
     def deadline_source(self) -> str:
         """Where the deadline came from, as a failure message says it."""
         return (

@@ -254,15 +254,19 @@ def test_the_run_left_nothing_behind_but_the_decoy(downstream: Downstream, bysta
 @pytest.mark.smoke
 def test_genuine_deaths_propagate(downstream: Downstream, bystander: psutil.Process) -> None:
     """A hung worker (HUNG) is no false death: the original EngineDeadError reaches the test
-    unchanged.  (A crashed one, DEAD: test_factory_engine_with_explicit_arguments, whose engine it
-    ends; here it came first and cost the hang a restart.)"""
-    result, data = run_engines(downstream.copy(examples.GENUINE_DEATHS))
-    result.assert_outcomes(passed=1)
-    assert data["configurations"] == 1 and data["engines_started"] == 1 and data["restarts"] == 0
-    assert sum(e["genuine_deaths"] for e in data["engines"]) == 1
+    unchanged.  Nor is one spinning at a whole core without finishing a layer, on an engine compiled
+    as vLLM runs on CPU by default: its CPU said computing, its progress says it stopped.  Every
+    step before each went through both of the model's layers, eager and compiled.  (A crashed one,
+    DEAD: test_factory_engine_with_explicit_arguments, whose engine it ends.)"""
+    result, data = run_engines(downstream.copy(examples.GENUINE_DEATHS), "-s", dynamic=1)
+    result.assert_outcomes(passed=2)
+    assert data["configurations"] == 1 and data["engines_started"] == 2 and data["restarts"] == 0
+    assert sum(e["genuine_deaths"] for e in data["engines"]) == 2
     assert sum(e["false_deaths"] for e in data["engines"]) == 0
     verdicts = [t["verdict"] for t in data["tests"] if t["when"] == "call"]
-    assert verdicts == ["HUNG"], verdicts
+    assert verdicts == ["HUNG", "HUNG"], verdicts
+    spin = r"SPIN verdict=HUNG reasons=.*spinning: \d+ % CPU, no layer finished for"
+    assert re.search(spin, result.stdout.str()), result.stdout.str()[-3000:]
     assert_nothing_left(*engine_processes(data), bystander)
 
 

@@ -35,7 +35,8 @@ def test_two_ranks_each_judged_on_their_own(
 ) -> None:
     """Stock 2 s deadline, rank 1 busy 3.2 s per step: a false death that names rank 1 computing
     and rank 0 waiting for it; under the guard, rank 1 slow: the step lives and the guard's
-    decisions name rank 1; rank 1 idle inside its step: HUNG within hang_s and a probe period; a
+    decisions name rank 1; rank 1 spinning at a whole core in its step without finishing a layer:
+    HUNG within hang_s and a probe period, rank 1 spinning and rank 0 waiting for it; a
     server with two ranks answers, and rank 1 killed behind it: DEAD.  Three engines: each
     configuration's death is its last test."""
     # a rank a core: the inner run binds both ranks from every core (this xdist worker's share is one)
@@ -66,6 +67,9 @@ def test_two_ranks_each_judged_on_their_own(
     # collective, and the idle clock starts then: the bound adds that part and the guard's looks.
     waited = float(hung.group(1))
     assert HANG_S <= waited <= HANG_S + FIRST_PROBE_S + 2 * PROBE_EVERY_S + PEER_PART_S, hung.group(0)
+    # by CPU both ranks computed (one spins in its layer, the other in the collective waiting for it)
+    assert re.search(r"SPIN ranks \{[^}]*'TP1': 'spinning'", out), out[-3000:]
+    assert re.search(r"SPIN ranks \{[^}]*'TP0': 'waiting for a peer rank", out), out[-3000:]
     # the engines carry their ranks in their labels and the report
     labels = {e["label"] for e in data["engines"]}
     heads = [label.split(", ")[:2] for label in labels]

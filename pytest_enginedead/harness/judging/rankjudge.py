@@ -61,16 +61,18 @@ class Judged:
 
 
 def judge_workers(
-    engine: Recorded | None, sampler: Sampler, judged: dict[int, ProcessEvidence], threshold: float
+    engine: Recorded | None, sampler: Sampler, judged: dict[int, ProcessEvidence], threshold: float,
+    window_s: float | None = None,
 ) -> Judged:
-    """Every process in ``judged``; one judged as of the deadline has its evidence replaced there."""
+    """Every process in ``judged``; one judged as of the deadline has its evidence replaced there.
+    ``window_s``: the stall window (the guard's ``hang_s`` on a guarded engine; None: the run's pace)."""
     found = Judged()
     for pid in list(judged):
         if engine is None or not engine.evidence.has_record(pid):
             ev = judged[pid]
             found.judgements[pid] = judge_rank(_cpu_only(ev, threshold), ev.at)
         else:
-            found.judgements[pid] = _by_its_records(engine, sampler, pid, judged, threshold, found)
+            found.judgements[pid] = _by_its_records(engine, sampler, pid, judged, threshold, found, window_s)
     return found
 
 
@@ -80,14 +82,15 @@ def _cpu_only(ev: ProcessEvidence, threshold: float) -> RankEvidence:
 
 def _by_its_records(
     engine: Recorded, sampler: Sampler, pid: int, judged: dict[int, ProcessEvidence], threshold: float,
-    found: Judged,
+    found: Judged, window_s: float | None,
 ) -> Judgement:
     ev = judged[pid]
     records = engine.evidence
     running = records.running_step(pid)
     progress = records.step_progress(pid)
     now = judge_rank(RankEvidence(ev.title, ev.alive, ev.cpu_cores, ev.window_s, running is not None,
-                                  progress, records.in_collective_s(pid, ev.at), threshold=threshold), ev.at)
+                                  progress, records.in_collective_s(pid, ev.at), threshold=threshold), ev.at,
+                     window_s)
     if now.verdict is Verdict.SLOW and running is not None:
         found.steps[pid] = running
         return now
@@ -99,7 +102,7 @@ def _by_its_records(
     judged[pid], step = then
     at = judged[pid]
     then_judged = judge_rank(RankEvidence(at.title, True, at.cpu_cores, at.window_s, True, progress,
-                                          threshold=threshold), at.at)
+                                          threshold=threshold), at.at, window_s)
     found.at_deadline[pid] = (
         "the worker was gone (vLLM stops its workers once it declares the engine dead)"
         if not ev.alive else "it sat idle in its step" if running is not None else "its step had ended"

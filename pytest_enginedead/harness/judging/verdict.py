@@ -54,6 +54,15 @@ class NotesDeaths(Protocol):
 
 
 @runtime_checkable
+class Guarded(Protocol):
+    """An engine that runs the guard (or not: None): its ``hang_s`` is the verdict's stall window too,
+    so the verdict on a step the guard ended as stalled says so."""
+
+    @property
+    def guard_hang_s(self) -> float | None: ...
+
+
+@runtime_checkable
 class JudgesErrors(Protocol):
     """An engine that tells which of its errors mean its engine died (a server's clients)."""
 
@@ -274,7 +283,8 @@ def judge_death(
     evidence = sampler.evidence(fresh=True)
     workers = [p for p in (inspectable.evidence.worker_pids if inspectable else ()) if p in evidence]
     judged = {pid: evidence[pid] for pid in (workers or evidence)}
-    found = judge_workers(inspectable, sampler, judged, settings.threshold)
+    window = engine.guard_hang_s if isinstance(engine, Guarded) else None
+    found = judge_workers(inspectable, sampler, judged, settings.threshold, window)
     remote = remote_looks(inspectable)  # the other nodes' ranks: their progress, never /proc
     whole = combine([*found.judgements.values(), *(lk.judgement for lk in remote)])
     local = dict(zip(found.judgements, whole.ranks, strict=False))  # as combined (a peer waits)

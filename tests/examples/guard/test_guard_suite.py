@@ -47,10 +47,11 @@ def test_a_hang_ends_after_hang_s_not_600s(vllm_engine):
     assert [e.verdict for e in vllm_engine.guard_events()][-1:] == [Verdict.HUNG]
 
 
-@pytest.mark.enginedead_guard(hang_s=3, policy="edcap:cap")
+@pytest.mark.enginedead_guard(hang_s=5, policy="edcap:cap")
 @pytest.mark.enginedead_timeout(2)
 @pytest.mark.enginedead_inject(slow_s_per_seq=0.1)
 def test_the_guard_never_waits_past_its_cap(vllm_engine):
-    """6.4 s steps, a 4 s cap: the engine dies at the cap, a false death with the cap in it."""
+    """6.4 s steps, a 4 s cap: the engine dies at the cap, a false death with the cap in it.  Its
+    two layers take 3.2 s each: within hang_s (5 s), the step advances."""
     with assert_no_false_death(vllm_engine):
         vllm_engine.generate(max_tokens=2)

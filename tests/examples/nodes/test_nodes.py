@@ -4,7 +4,7 @@ Run with ``--enginedead-nodes=2 --enginedead-batch-sizes=64``: the harness start
 headless in a PID namespace of its own, gives each node a core, and judges node 1's rank
 from the progress it publishes.  ``test_stock_deadline_false_death`` is meant to fail with
 the evidence, naming node 1.  Three configurations (plain, guarded, served), each ended by its
-last test's death: the false death, the hung rank, the killed node (through the server).
+last test's death: the false death, the spinning rank, the killed node (through the server).
 """
 
 import os
@@ -63,8 +63,10 @@ def test_the_guard_waits_for_the_computing_remote_rank(vllm_engine):
 
 @pytest.mark.enginedead_guard(hang_s=15)
 @pytest.mark.enginedead_timeout(30)
-@pytest.mark.enginedead_inject(hang_at_step=2, nodes=[1])
-def test_the_guard_ends_a_hung_remote_rank(vllm_engine):
+@pytest.mark.enginedead_inject(spin_at_step=2, nodes=[1])
+def test_the_guard_ends_a_spinning_remote_rank(vllm_engine):
+    """Node 1's rank spins at a whole core in its step's first layer, never finishing it; its
+    published progress says it stopped advancing: HUNG, ended after hang_s, though its CPU is busy."""
     with pytest.raises(Exception) as info:
         with assert_no_false_death(vllm_engine):
             vllm_engine.generate(8, max_tokens=8)

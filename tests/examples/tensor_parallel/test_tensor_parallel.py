@@ -5,7 +5,7 @@ binds one core per rank.  The first test warms the engine up (a first step at tw
 compiles C++ in a child process for seconds); the others switch deadline and faults per
 test.  ``test_stock_deadline_false_death`` is meant to fail with the evidence.  Three
 configurations (plain, guarded, served), each ended by its last test's death: the false death,
-the hung rank, the killed rank (through the server).
+the spinning rank, the killed rank (through the server).
 """
 
 import time
@@ -47,13 +47,19 @@ def test_the_guard_waits_for_the_computing_rank(vllm_engine):
 
 @pytest.mark.enginedead_guard(hang_s=5)
 @pytest.mark.enginedead_timeout(30)
-@pytest.mark.enginedead_inject(hang_at_step=2, ranks=[1])
-def test_the_guard_ends_a_hung_rank(vllm_engine):
+@pytest.mark.enginedead_inject(spin_at_step=2, ranks=[1])
+def test_the_guard_ends_a_spinning_rank(vllm_engine):
+    """Rank 1 spins at a whole core in its step's first layer, never finishing it; rank 0 waits for
+    it in a collective, spinning too.  By CPU both computed; by their layers neither advances: HUNG,
+    the spinning rank named, ended after hang_s."""
     with pytest.raises(Exception) as info:
         with assert_no_false_death(vllm_engine):
             vllm_engine.generate(8, max_tokens=8)
     assert type(info.value).__name__ == "EngineDeadError"
-    assert vllm_engine.deaths[-1]["verdict"] == Verdict.HUNG
+    death = vllm_engine.deaths[-1]
+    assert death["verdict"] == Verdict.HUNG
+    states = {p.get("rank"): p.get("rank_state") for p in death["processes"]}
+    print(f"SPIN ranks {states}; reasons {[p.get('reason') for p in death['processes']]}")
     (ended,) = [e for e in vllm_engine.guard_events() if e.action is GuardAction.END]
     print(f"HUNG ended after {ended.waited_s:.2f} s (hang_s 5)")
     assert ended.verdict is Verdict.HUNG and ended.ranks == 2 and ended.rank == 1

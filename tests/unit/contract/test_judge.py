@@ -37,9 +37,13 @@ def test_the_stall_window_is_a_floor_or_a_multiple_of_the_runs_pace() -> None:
     assert stall_window_s(10.0) == STALL_MULTIPLE * 10.0  # long layers: the run's own pace
 
 
-@pytest.mark.parametrize("cores", [1.0, 0.0])
-def test_a_step_that_advances_computes_whatever_its_cpu(cores: float) -> None:
-    j = judge_rank(rank(cores, progress(advanced=NOW - 2.0)), NOW)
+def test_a_step_that_advances_with_its_cpu_computes_and_one_idle_since_its_last_layer_is_hung() -> None:
+    """Computing needs both: layers finishing, and the CPU to finish the next one.  A worker idle
+    since its last layer (a hang between two layers) is not computing, however recent the layer."""
+    idle = judge_rank(rank(0.0, progress(advanced=NOW - 2.0)), NOW)
+    assert (idle.verdict, idle.state, idle.active_at) == (Verdict.HUNG, RankState.IDLE_IN_STEP, NOW - 2.0)
+    assert idle.reason.startswith("idle: 0 % CPU, no layer finished for 2.0 s, last layer 12 of 30")
+    j = judge_rank(rank(1.0, progress(advanced=NOW - 2.0)), NOW)
     assert (j.verdict, j.state, j.active_at) == (Verdict.SLOW, RankState.COMPUTING, NOW - 2.0)
     assert j.reason.startswith("computing: layer 13 of 30 after 300.0 s, advanced 2.0 s ago")
     # 12 layers finished in the 297 s since the first began: 24.75 s each; 18 left, 2 s into the current
