@@ -61,8 +61,9 @@ def test_two_nodes_each_rank_judged_from_where_it_runs(
     """Stock 2 s deadline, node 1's rank busy 6.4 s per step: a false death naming node 1's rank
     computing and node 0's waiting; under the guard, node 1 slow: the step lives and the decisions
     name node 1; node 1 spinning in its step without finishing a layer: HUNG within hang_s + two
-    progress intervals; a server on two nodes answers, and node 1's rank killed behind it: DEAD within seconds; nothing left in
-    any namespace.  Three engines: each configuration's death is its last test."""
+    progress intervals; a server on two nodes answers, and node 1's rank killed behind it: DEAD
+    within seconds; nothing left in any namespace.  Three engines: each configuration's death is its
+    last test."""
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)  # the harness binds a core per node
     result, data = run_engines(
         downstream.copy(examples.NODES), "-s", "--enginedead-nodes=2", "--enginedead-batch-sizes=64",
