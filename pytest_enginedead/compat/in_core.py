@@ -46,3 +46,13 @@ def executor_node(executor: Any) -> int:
     except AttributeError:
         return 0
     return node if isinstance(node, int) and not isinstance(node, bool) and node >= 0 else 0
+
+
+def executor_engine(executor: Any) -> int:
+    """The data-parallel rank of the engine an executor serves (``parallel_config.data_parallel_rank``;
+    0 without data parallelism; 0.27.1-0.32.0)."""
+    try:
+        rank = executor.parallel_config.data_parallel_rank
+    except AttributeError:
+        return 0
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else 0

@@ -193,3 +193,12 @@ def server_option_strings() -> frozenset[str] | None:
     if parser is None:
         return None
     return frozenset(s for action in parser._actions for s in action.option_strings)
+
+
+#: (module, function) that builds the registry vLLM's ``/metrics`` serves: prometheus_client's default
+#: registry with one API server, a fresh one over ``PROMETHEUS_MULTIPROC_DIR`` with several
+#: (``--api-server-count``); the route is mounted once, when the app is built (0.32.0).
+METRICS_REGISTRY = ("vllm.v1.metrics.prometheus", "get_prometheus_registry")
+
+#: what ``multiprocessing`` names each API server process when vLLM runs several (``ApiServer_0`` ...)
+API_SERVER_PROCESS_PREFIX = "ApiServer"

@@ -19,6 +19,14 @@ STATE_DIR_ENV = "ENGINEDEAD_GUARD_STATE_DIR"
 #: Set by the serving process for the engine cores it starts: whose engine they are.
 ENV_FRONT_PID = "ENGINEDEAD_FRONT_PID"
 
+#: The plugin's figures on vLLM's own ``/metrics`` (``contract.metricsfile``): ``1`` turns them on without the
+#: guard, ``0`` off; unset, they follow the guard.
+METRICS_ENV = "ENGINEDEAD_METRICS"
+
+#: Set by the serving process for the engine cores it starts: which server's metrics they keep (``p8000``: the
+#: server on port 8000, across its restarts).
+METRICS_KEY_ENV = "ENGINEDEAD_METRICS_KEY"
+
 #: Ranks on several machines: a directory every node can reach, where each rank publishes its
 #: progress (``contract.progress``) and the harness and the guard read the other nodes' ranks.
 PROGRESS_DIR_ENV = "ENGINEDEAD_PROGRESS_DIR"

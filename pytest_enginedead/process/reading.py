@@ -137,3 +137,11 @@ def command_line(proc: psutil.Process) -> str:
 def exists(pid: int) -> bool:
     """Whether a process with this pid exists now (any process: pins nothing)."""
     return psutil.pid_exists(pid)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs now (a zombie has ended; pins nothing)."""
+    try:
+        return alive(psutil.Process(pid))
+    except psutil.Error:
+        return False

@@ -29,6 +29,7 @@ from ..contract.guardfiles import (
     read_guard_state,
     write_guard_state,
 )
+from ..contract.metricsfile import DeadlineSource
 from ..contract.stepprogress import layers_pid
 from ..contract.steps import steps_path
 from ..logic import releases
@@ -37,6 +38,8 @@ from ..logic.timeouts.policies import Backend
 from ..process import reading
 from ..process.remote import RemoteLook
 from .guardnodes import OtherNodes
+from .stepmetrics import StepMetrics, StepRpc
+from .watch import StepWatch
 
 logger = logging.getLogger("vllm.enginedead")
 
@@ -65,6 +68,15 @@ class EngineCorePlugin:
         self._workers: list[tuple[int, int]] = []
         self._executor: Any = None
         self._warned_policy = False
+        #: the engine's figures for Prometheus (None: off)
+        self.metrics: StepMetrics | None = None
+        #: where the deadline of the step RPC being sent came from
+        self.source = DeadlineSource.STOCK
+
+    @property
+    def executor(self) -> Any:
+        """vLLM's executor, once a step RPC went through it (None before)."""
+        return self._executor
 
     def begin(self, executor: Any, method: str, timeout: float, args: Any) -> tuple[float, float | None]:
         """(the timeout to send this step RPC with, vLLM's deadline for it when the guard watches it).
@@ -74,6 +86,7 @@ class EngineCorePlugin:
         self._executor = executor
         control = self.control.get() if self.control else None
         deadline = float(control.deadline_s) if control and control.deadline_s else float(timeout)
+        self.source = DeadlineSource.HARNESS if control and control.deadline_s else DeadlineSource.STOCK
         if method == "execute_model":
             self.steps += 1
             output = args[0] if args else None
@@ -81,7 +94,20 @@ class EngineCorePlugin:
             self._tokens = in_worker.step_tokens(output)
         if self.guard is None or self.batch == 0:
             return deadline, None
-        return max(deadline, self._cap()), deadline
+        cap = self._cap()
+        if cap > deadline:
+            self.source = DeadlineSource.POLICY
+        return max(deadline, cap), deadline
+
+    def step_rpc(self, method: str, timeout: float, deadline: float | None) -> StepRpc | None:
+        """The step RPC about to be sent with ``timeout``, watched by the guard (``deadline``: vLLM's, when
+        the guard watches it) and counted for Prometheus; None when neither is on, or the step is empty."""
+        if self.batch == 0 or (deadline is None and self.metrics is None):
+            return None
+        if deadline is None:
+            return StepRpc(self, method, timeout, timeout, self.source, None)
+        watch = StepWatch(self, method, self.steps, self.batch, deadline, timeout)
+        return StepRpc(self, method, deadline, timeout, self.source, watch)
 
     def _cap(self) -> float:
         assert self.guard is not None
@@ -157,6 +183,8 @@ class EngineCorePlugin:
             write_guard_state(self.state_path, state)
 
     def note(self, event: GuardEvent) -> None:
+        if self.metrics is not None:
+            self.metrics.decision(event.action, event.verdict)
         if self.run_dir:
             with contextlib.suppress(OSError), open(guard_events_path(self.run_dir), "a") as f:
                 f.write(event.to_line())

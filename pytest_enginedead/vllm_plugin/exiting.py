@@ -12,7 +12,8 @@ has run, with one log line saying why:
   past the guard's cap).
 
 Unset, nothing here touches vLLM.  The same process also names itself to the engine
-cores it starts (``ENV_FRONT_PID``) and removes their guard states when it exits.
+cores it starts (``ENV_FRONT_PID``; with the metrics on, also the server whose figures they
+keep: ``scrape.name_engines``) and removes their guard states when it exits.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import importlib
 import logging
 import multiprocessing
 import os
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,8 +33,9 @@ from ..compat import in_server
 from ..contract.decisions import GuardAction
 from ..contract.guardfiles import guard_state_pid, read_guard_state, state_dir
 from ..contract.names import ENV_FRONT_PID, EXIT_DEAD, EXIT_ENV, EXIT_HUNG
-from ..logic.inputs.guardconfig import guard_asked
+from ..logic.inputs.guardconfig import guard_asked, metrics_from_env
 from .enginecore import remove_stale_states
+from .scrape import name_engines
 
 logger = logging.getLogger("vllm.enginedead")
 
@@ -105,9 +108,12 @@ def register(environ: Mapping[str, str] | None = None) -> bool:
     if not in_front():
         return False
     directory = state_dir(environ)
-    if guard_asked(environ) or asked(environ):
+    metrics = metrics_from_env(environ)[0]
+    if guard_asked(environ) or asked(environ) or metrics:
         os.environ[ENV_FRONT_PID] = str(os.getpid())
         atexit.register(remove_stale_states, directory, os.getpid())
+    if metrics:
+        name_engines(os.environ, sys.argv)
     if not asked(environ):
         return False
     module, cls_name, attr = in_server.ENGINE_CLIENT_SHUTDOWN

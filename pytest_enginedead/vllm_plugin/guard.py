@@ -45,8 +45,9 @@ from ..contract.guardfiles import (
     write_core_ready,
 )
 from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV, PROGRESS_DIR_ENV
-from ..logic.inputs.guardconfig import config_from_env, guard_asked, misplaced_policy
+from ..logic.inputs.guardconfig import config_from_env, guard_asked, metrics_from_env, misplaced_policy
 from .enginecore import EngineCorePlugin, remove_stale_states
+from .stepmetrics import StepMetrics, StepRpc
 from .watch import StepWatch
 
 logger = logging.getLogger("vllm.enginedead")
@@ -55,15 +56,23 @@ logger = logging.getLogger("vllm.enginedead")
 _tls = threading.local()  # the StepWatch of the reply being waited for on this thread
 
 
-def _with_watch(watch: StepWatch, call: Callable[[], Any], finish: bool = False) -> Any:
+def _with_watch(watch: StepWatch | None, call: Callable[[], Any]) -> Any:
     prev = getattr(_tls, "watch", None)
     _tls.watch = watch
     try:
         return call()
     finally:
         _tls.watch = prev
-        if finish:
-            watch.finish()
+
+
+def _awaited(rpc: StepRpc, call: Callable[[], Any]) -> Any:
+    """The step RPC's reply, read with its watch in place; the RPC is done when it came or raised."""
+    try:
+        result = _with_watch(rpc.watch, call)
+    except BaseException as exc:
+        rpc.done(exc)
+        raise
+    return result
 
 
 def _wrap_rpc(original: Callable[..., Any], core: EngineCorePlugin) -> Callable[..., Any]:
@@ -71,20 +80,21 @@ def _wrap_rpc(original: Callable[..., Any], core: EngineCorePlugin) -> Callable[
         if not (isinstance(method, str) and method in in_core.STEP_RPCS and timeout is not None):
             return original(self, method, timeout, *rest, **kw)
         timeout, deadline = core.begin(self, method, timeout, kw.get("args", rest[0] if rest else ()))
-        if deadline is None:
+        rpc = core.step_rpc(method, timeout, deadline)
+        if rpc is None:
             return original(self, method, timeout, *rest, **kw)
-        watch = StepWatch(core, method, core.steps, core.batch, deadline, timeout)
-        later = False
-        try:
-            result = _with_watch(watch, lambda: original(self, method, timeout, *rest, **kw))
-            inner = getattr(result, "get_response", None) if isinstance(result, Future) else None
-            if callable(inner):  # non_block: the reply is read later, by result()
-                later = True
-                result.get_response = lambda: _with_watch(watch, inner, finish=True)
-            return result
-        finally:
-            if not later:
-                watch.finish()
+        result = _awaited(rpc, lambda: original(self, method, timeout, *rest, **kw))
+        inner = getattr(result, "get_response", None) if isinstance(result, Future) else None
+        if callable(inner):  # non_block: the reply is read later, by result()
+            def get_response() -> Any:
+                reply = _awaited(rpc, inner)
+                rpc.done(None)
+                return reply
+
+            result.get_response = get_response
+        else:
+            rpc.done(None)
+        return result
 
     collective_rpc.__enginedead__ = True  # type: ignore[attr-defined]
     return collective_rpc
@@ -158,7 +168,10 @@ def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | Non
     misplaced = misplaced_policy(environ)
     if misplaced:
         logger.warning("enginedead guard: %s", misplaced)
-    if run_dir is None and guard is None:
+    metrics, metrics_problem = metrics_from_env(environ)
+    if metrics_problem:
+        logger.error("enginedead metrics: %s", metrics_problem)
+    if run_dir is None and guard is None and not metrics:
         return None  # nothing asked for: nothing in vLLM is touched
     state_path = None
     if guard is not None:
@@ -169,6 +182,8 @@ def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | Non
     core = EngineCorePlugin(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid(),
                             environ.get(PROGRESS_DIR_ENV) or None)
     core.marks_dir = state_dir(environ)
+    if metrics:
+        core.metrics = StepMetrics.start(environ, guard, guard_asked(environ), core.front)
     _install(core)
     if guard is not None:
         core.write_state(None)

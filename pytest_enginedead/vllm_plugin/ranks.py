@@ -83,8 +83,9 @@ class RankLooks:
         #: the last moment a rank showed work, as of the last look (None: none did)
         self.active_at: float | None = None
 
-    def take(self, core: EngineCorePlugin, now: float, hang_s: float) -> Verdict:
-        """A look at every rank: the engine's verdict by the one judge (``hang_s`` its stall window);
+    def take(self, core: EngineCorePlugin, now: float, hang_s: float | None) -> Verdict:
+        """A look at every rank: the engine's verdict by the one judge (``hang_s`` its stall window, None:
+        the run's own pace);
         ``DEAD`` at once if a local worker is gone (vLLM's own monitor acts on it)."""
         self.active_at = None
         procs = core.worker_procs()

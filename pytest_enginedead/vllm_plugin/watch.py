@@ -54,6 +54,8 @@ class StepWatch:
         self._said_deadline = False
         self._said_dead = False
         self._wrote_state = False
+        #: once the guard ended the wait (``END``) or saw it pass its cap (``CAP``): the verdict it ended on
+        self.ended: Verdict | None = None
 
     @property
     def hang_s(self) -> float:
@@ -141,6 +143,8 @@ class StepWatch:
 
     def _state(self, now: float, verdict: Verdict, ended: GuardAction | None = None) -> None:
         self._wrote_state = True
+        if ended is not None:
+            self.ended = verdict
         who, busiest = self._judged(), self._busiest()
         progress = busiest.evidence.progress if busiest is not None else None
         self.core.write_state(replace(

@@ -52,7 +52,7 @@ from ..contract.names import ENV_DIR, PROGRESS_DIR_ENV
 from ..contract.stepprogress import Phase, StepProgress
 from ..contract.steps import BEGIN_SHAPE_LINE, END_LAYERS_LINE, SAMPLE_BEGIN_LINE, SAMPLE_END_LINE, steps_path
 from ..logic import releases
-from ..logic.inputs.guardconfig import guard_asked
+from ..logic.inputs.guardconfig import guard_asked, metrics_from_env
 from .inmodel import ModelSteps
 from .progress import Publisher, StepState
 
@@ -358,8 +358,9 @@ def wrap_sample_tokens(name: str, method: Callable[..., Any] | None) -> Callable
 
 def register() -> None:
     """In a worker process: wrap the worker's step when the harness asks, to publish its progress, or
-    for the guard to judge its steps by their progress."""
-    if not (os.environ.get(ENV_DIR) or os.environ.get(PROGRESS_DIR_ENV) or guard_asked(os.environ)):
+    for the guard to judge its steps (and the metrics to show them) by their progress."""
+    if not (os.environ.get(ENV_DIR) or os.environ.get(PROGRESS_DIR_ENV) or guard_asked(os.environ)
+            or metrics_from_env(os.environ)[0]):
         return
     target = in_worker.worker_step_target(versions.installed_version())
     module_name, class_name, method_name = target

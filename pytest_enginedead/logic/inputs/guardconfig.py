@@ -8,10 +8,17 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ...contract.names import GUARD_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV, GUARD_POLICY_ENV, POLICY_OPTION_ENV
+from ...contract.names import (
+    GUARD_ENV,
+    GUARD_HANG_ENV,
+    GUARD_PATH_ENV,
+    GUARD_POLICY_ENV,
+    METRICS_ENV,
+    POLICY_OPTION_ENV,
+)
 from ..timeouts.policies import (
     PolicyError,
     PolicyFailure,
@@ -100,3 +107,46 @@ def misplaced_policy(environ: Mapping[str, str]) -> str | None:
         return None
     return (f"{POLICY_OPTION_ENV}={raw!r} is the pytest option's variable; the guard reads "
             f"{GUARD_POLICY_ENV} (unset: the reference policy caps each step)")
+
+
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
+
+
+def metrics_from_env(environ: Mapping[str, str]) -> tuple[bool, str | None]:
+    """(whether the plugin's figures go on vLLM's ``/metrics``, why a value was refused or None).
+
+    ``ENGINEDEAD_METRICS=1`` turns them on without the guard, ``0`` off; unset (or empty) they follow
+    ``ENGINEDEAD_GUARD``: asked for, the guard brings them (also when it then refuses to turn on,
+    which they show).  A value that is neither leaves them off, with the line that says so.
+    """
+    raw = environ.get(METRICS_ENV, "").strip()
+    if not raw:
+        return guard_asked(environ), None
+    if raw.lower() in _ON:
+        return True, None
+    if raw.lower() in _OFF:
+        return False, None
+    return False, f"{METRICS_ENV}={raw!r} is not 1 or 0; the metrics stay off"
+
+
+#: vLLM's API server listens here unless ``--port`` says otherwise
+DEFAULT_PORT = 8000
+
+
+def serving_port(argv: Sequence[str]) -> int | None:
+    """The port a vLLM API server's command line listens on (``--port N`` or ``--port=N``, else 8000);
+    None when ``argv`` is not an API server's (``python -m vllm.entrypoints.openai.api_server``, ``vllm
+    serve``) or its port is not a number."""
+    prog = os.path.basename(argv[0]) if argv else ""
+    if not ("api_server" in prog or (prog == "vllm" and len(argv) > 1 and argv[1] == "serve")):
+        return None
+    port: str | None = None
+    for i, arg in enumerate(argv):
+        if arg == "--port" and i + 1 < len(argv):
+            port = argv[i + 1]
+        elif arg.startswith("--port="):
+            port = arg.split("=", 1)[1]
+    if port is None:
+        return DEFAULT_PORT
+    return int(port) if port.isdigit() and 0 < int(port) < 65536 else None
