@@ -114,8 +114,7 @@ class StepRpc:
         is not a death at the step's deadline (vLLM's own error, a shutdown): not counted."""
         if not isinstance(exc, Exception):
             return None
-        procs = self.core.worker_procs()
-        if procs and any(not reading.alive(p) for p in procs):
+        if any(not reading.pid_alive(pid) for _, pid in in_core.executor_workers(self.core.executor)):
             return Verdict.DEAD
         if self.watch is not None and self.watch.ended is not None:
             return self.watch.ended

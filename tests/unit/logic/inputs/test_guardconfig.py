@@ -16,7 +16,9 @@ from pytest_enginedead.logic.inputs.guardconfig import (
     HANG_FLOOR_S,
     PROBED_BATCHES,
     config_from_env,
+    metrics_from_env,
     misplaced_policy,
+    serving_port,
 )
 from tests.support.badinput import returning
 from tests.support.guards import NOT_IMPORTABLE
@@ -124,3 +126,39 @@ def test_the_pytest_options_policy_variable_set_for_the_guard_is_named() -> None
                              "ENGINEDEAD_GUARD_POLICY": "reference"}) is None
     assert misplaced_policy({"ENGINEDEAD_POLICY": "mod:p"}) is None  # no guard asked: nothing to say
     assert misplaced_policy({"ENGINEDEAD_GUARD": "1"}) is None
+
+
+@pytest.mark.parametrize(
+    ("environ", "on", "problem"),
+    [
+        ({}, False, None),
+        ({"ENGINEDEAD_GUARD": "1"}, True, None),  # on by default with the guard ...
+        ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon"}, True, None),  # ... a refused one too
+        ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_METRICS": "0"}, False, None),  # ... unless turned off
+        ({"ENGINEDEAD_METRICS": "1"}, True, None),  # on without the guard
+        ({"ENGINEDEAD_METRICS": " yes "}, True, None),
+        ({"ENGINEDEAD_GUARD": "0", "ENGINEDEAD_METRICS": ""}, False, None),
+        ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_METRICS": "maybe"}, False,
+         "ENGINEDEAD_METRICS='maybe' is not 1 or 0; the metrics stay off"),
+    ],
+)
+def test_the_metrics_follow_the_guard_unless_their_variable_says(
+    environ: dict[str, str], on: bool, problem: str | None
+) -> None:
+    assert metrics_from_env(environ) == (on, problem)
+
+
+@pytest.mark.parametrize(
+    ("argv", "port"),
+    [
+        (["/v/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py", "--model", "m"], 8000),
+        (["/v/vllm/entrypoints/openai/api_server.py", "--port", "8123", "--model", "m"], 8123),
+        (["/v/bin/vllm", "serve", "m", "--port=9000"], 9000),
+        (["/v/bin/vllm", "serve", "m", "--port", "http"], None),
+        (["script.py", "--port", "8000"], None),  # an offline script: not a server
+        (["-c"], None),
+        ([], None),
+    ],
+)
+def test_a_servers_port_is_read_from_its_command_line(argv: list[str], port: int | None) -> None:
+    assert serving_port(argv) == port
