@@ -42,7 +42,8 @@ def record(directory: Path, front: int = 77) -> mf.CoreMetricsWriter:
 
 
 def collector(directory: Path, front: int = 77) -> scrape.EngineCollector:
-    return scrape.EngineCollector(str(directory), KEY, front, str(directory), "0.32.0", alive=lambda pid: True)
+    return scrape.EngineCollector(str(directory), KEY, front, str(directory), "0.32.0",
+                                  alive=lambda pid: True)
 
 
 def scraped(registry: Any) -> dict[str, float]:
