@@ -20,9 +20,20 @@ from typing import Any
 from ..compat import versions
 from ..contract.steps import StepTime
 from ..logic.planning.engines import EngineSpec, Instructions
+from ..logic.sizing import runs as runs_
 from ..logic.sizing import shapes, slices
+from ..logic.sizing.answer import SizingAnswer
 from ..logic.sizing.plan import EnginePlan, SizingPlan
-from ..logic.sizing.result import WORST, Measured, duration_text, fit_of, quantile, samples_of, sizing_result
+from ..logic.sizing.result import (
+    HELD_OUT,
+    WORST,
+    Measured,
+    duration_text,
+    fit_of,
+    quantile,
+    samples_of,
+    sizing_answer,
+)
 from ..logic.timeouts.policies import Backend, TimeoutPolicy
 from .cleanup import Reaper
 from .offline import Engine
@@ -93,7 +104,7 @@ VALIDATE_BUDGET_S = 300.0
 BASE_SEED = 4242
 
 
-def _run_one(engine: Engine, run: shapes.Run, seed: int, base: list[int] | None = None) -> list[StepTime]:
+def _run_one(engine: Engine, run: runs_.Run, seed: int, base: list[int] | None = None) -> list[StepTime]:
     """Send a run's waves; the steps the engine recorded meanwhile.  ``base``: the engine's long
     prompt, whose first ``wave.shared`` tokens begin every prompt of a wave that shares it."""
     seen = len(engine.evidence.steps())
@@ -125,24 +136,37 @@ def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: 
         engine.start(Instructions(deadline, "sizing (reference policy)"), progress)
         out.start_s = engine.start_s
         engine.drive([(engine.prompts([1, 1], 7), 3)])
-        # round 0 warms the engine up and is not measured: the first step of every shape (tokens in
-        # the step) builds its kernels (oneDNN primitives, on CPU) and cost up to 2x the next one.
-        # The rounds of a run follow each other before the next run starts: what else the machine
-        # does meanwhile weighs on every round alike, so the rounds differ by the engine alone
-        bases = [engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0] for rep in range(repeats + 1)]
-        for i, run in enumerate(plan.runs):
-            for rep, base in enumerate(bases):  # each round its own long prompt: nothing cached across
-                if progress:
-                    rounds = f" (round {rep}/{repeats})" if repeats > 1 else ""
-                    progress(f"{ep.short}: {run.name}{rounds}" if rep else f"{ep.short}: warm-up: {run.name}")
-                steps = _run_one(engine, run, i + 1 + 1000 * rep, base)
-                if rep:
-                    out.runs[run.name if rep == 1 else f"{run.name} #{rep}"] = steps
+        _measure_runs(plan, ep, engine, out, progress, repeats)
         if plan.validate:
             _validate(plan, ep, engine, out, progress)
     finally:
         engine.stop()
     return out
+
+
+def _measure_runs(plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measured, progress: Progress | None,
+                  repeats: int) -> None:
+    """Each run warmed up (not measured), then measured ``repeats`` times back to back.
+
+    The first step of every shape (tokens in the step) builds its kernels (oneDNN primitives, on CPU)
+    and cost up to 2x the next one: a run is warmed up by its cheap twin at short context
+    (``runs.warm_up``; a short run by itself).  The rounds of a run follow each other before the next
+    run starts: what else the machine does meanwhile weighs on every round alike.  Each round has its
+    own long prompt (nothing cached across rounds), which the ladder's prompts of that round share.
+    """
+    bases = [engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0] for rep in range(1, repeats + 1)]
+    every = [(run, False) for run in ep.runs] + [(run, True) for run in ep.held_out]
+    for i, (run, held) in enumerate(every):
+        if progress:
+            progress(f"{ep.short}: warm-up: {run.name}")
+        _run_one(engine, runs_.warm_up(run, ep.limits.max_num_batched_tokens), i + 1, bases[0])
+        for rep, base in enumerate(bases, start=1):
+            if progress:
+                rounds = f" (round {rep}/{repeats})" if repeats > 1 else ""
+                progress(f"{ep.short}: {'held out: ' if held else ''}{run.name}{rounds}")
+            steps = _run_one(engine, run, i + 1 + 1000 * rep, base)
+            name = f"{HELD_OUT}{run.name}" if held else run.name
+            out.runs[name if rep == 1 else f"{name} #{rep}"] = steps
 
 
 def _validate(
@@ -151,9 +175,8 @@ def _validate(
     """Form the worst step on the engine, if the fit says it is affordable here."""
     fitted = fit_of(plan, [out]).fit
     worst = shapes.worst_step(plan.limits, plan.window, fitted.upper, plan.kv)
-    run = shapes.worst_run(worst, plan.limits)
-    work, n = shapes.run_work(run, plan.limits, plan.window)
-    cost = fitted.predict(work) + fitted.terms.get("fixed", 0.0) * (n - 1)
+    run = runs_.worst_run(worst, plan.limits)
+    cost = runs_.run_cost(fitted, run, plan.limits, plan.window)
     if cost > VALIDATE_BUDGET_S:
         out.worst_note = (f"not formed: its requests prefill {run.prefill_tokens:,} tokens, "
                           f"~{duration_text(cost)} at the fitted cost, over the "
@@ -164,17 +187,15 @@ def _validate(
         progress(f"{ep.short}: forming the worst step ({worst.describe()}; ~{duration_text(cost)})")
     steps = _run_one(engine, run, 99)
     out.runs[WORST] = steps
-    formed = [(s, t) for s, t in samples_of(steps)]
+    formed = samples_of(steps)
     if not formed:
         out.worst_note = "not formed: the engine recorded no finished step"
         return
     out.worst_formed = max(formed, key=lambda p: fitted.predict(p[0]))
 
 
-def size(
-    plan: SizingPlan, headroom: float, deadline_s: float, progress: Progress | None = None, repeats: int = 1
-) -> dict[str, Any]:
-    """Measure every engine of ``plan`` (one at a time), fit, bound the worst step, advise."""
+def measure_plan(plan: SizingPlan, progress: Progress | None = None, repeats: int = 1) -> list[Measured]:
+    """Measure every engine of ``plan``, one at a time: what each recorded."""
     measured = []
     reaper = Reaper()
     scratch = tempfile.mkdtemp(prefix="enginedead-slices-")
@@ -191,7 +212,15 @@ def size(
     finally:
         reaper.close()
         shutil.rmtree(scratch, ignore_errors=True)
-    return sizing_result(plan, measured, headroom, deadline_s, versions.installed_version())
+    return measured
+
+
+def size(
+    plan: SizingPlan, headroom: float, deadline_s: float, progress: Progress | None = None, repeats: int = 1
+) -> SizingAnswer:
+    """Measure every engine of ``plan`` (one at a time), fit, bound the worst step, advise."""
+    measured = measure_plan(plan, progress, repeats)
+    return sizing_answer(plan, measured, headroom, deadline_s, versions.installed_version())
 
 
 def _link_tokenizer(model: str, directory: str) -> None:

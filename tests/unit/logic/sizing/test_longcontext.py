@@ -10,12 +10,15 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.contract.steps import StepTime
-from pytest_enginedead.logic.sizing import advice, floors, forecast, kvcache, shapes, slices
+from pytest_enginedead.logic.sizing import advice, floors, forecast, joint, kvcache, slices
+from pytest_enginedead.logic.sizing import runs as runs_
 from pytest_enginedead.logic.sizing.fit import Fit, Step, Uncertainty, fit_steps, step_spread
+from pytest_enginedead.logic.sizing.jsonout import answer_json
 from pytest_enginedead.logic.sizing.plan import plan_sizing
-from pytest_enginedead.logic.sizing.result import Measured, format_sizing, round_of, sizing_result
+from pytest_enginedead.logic.sizing.result import Measured, round_of, sizing_answer
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
-from tests.support.sizing import COEF, GEMMA_26B, config_26b
+from pytest_enginedead.logic.sizing.text import format_sizing
+from tests.support.sizing import COEF, GEMMA_26B, config_26b, priced
 
 # --- the runs: contexts with leverage ------------------------------------------------------------------
 
@@ -24,22 +27,22 @@ def test_the_runs_measure_contexts_a_factor_16_apart() -> None:
     """At the report's limits: the context run's prompt is 16K tokens (its chunks attend from one
     chunk's keys to all 16K), and 8 decodes run at 512, 4K and 16K tokens of context, their prompts
     going on past the long prompt (found in the prefix cache: a short prefill each)."""
-    runs = shapes.fit_runs(Limits(128, 2048, 262144), 1024, (1, 8, 32), 4)
+    runs = runs_.fit_runs(Limits(128, 2048, 262144), 1024, (1, 8, 32), 4)
     names = [r.name for r in runs]
     assert "context 16384 beside 8 decodes" in names
     rungs = [r for r in runs if r.name.startswith("8 decodes at")]
     assert [r.waves[0].shared for r in rungs] == [512, 4096, 16384]
     assert max(r.waves[0].shared for r in rungs) / min(r.waves[0].shared for r in rungs) >= 16
-    assert all(r.prefill_tokens == 8 * shapes.LADDER_TAIL for r in rungs)  # the shared part is cached
+    assert all(r.prefill_tokens == 8 * runs_.LADDER_TAIL for r in rungs)  # the shared part is cached
     context_run = next(r for r in runs if r.name.startswith("context"))
     assert context_run.prefill_tokens == 8 + 16384  # the long prompt itself is prefilled
-    assert shapes.ladder(512) == [16, 128, 512]
+    assert runs_.ladder(512) == [16, 128, 512]
 
 
 def test_a_short_model_measures_what_its_length_allows() -> None:
-    runs = shapes.fit_runs(Limits(8, 256, 256), None, (1, 8), 4)
+    runs = runs_.fit_runs(Limits(8, 256, 256), None, (1, 8), 4)
     assert all(r.longest <= 256 for r in runs)
-    assert shapes.context_length(Limits(8, 2048, 8192), 1024, 4) == 8064  # whole blocks, room for the ladder
+    assert runs_.context_length(Limits(8, 2048, 8192), 1024, 4) == 8064  # whole blocks, room for the ladder
 
 
 def test_the_recorded_keys_read_are_the_plans() -> None:
@@ -51,11 +54,6 @@ def test_the_recorded_keys_read_are_the_plans() -> None:
 
 
 # --- the fit: keys read, floors, the interval --------------------------------------------------------
-
-
-def priced(coef: dict[str, float], features: list[float]) -> float:
-    """A slice's step time by the forecast's joint coefficients."""
-    return sum(c * x for c, x in zip(coef.values(), features, strict=True))
 
 
 #: what a long-context step costs: keys read by decodes far dearer than keys attended by a chunk
@@ -99,20 +97,20 @@ def test_no_full_attention_term_falls_below_the_shapes_floor() -> None:
     at the floor the model's shape gives at this machine's measured rates, never 0."""
     cfg = config_26b()
     full = slices.layout(cfg)
-    weights = forecast.layer_weights(cfg, full)
-    coef = {**COEF, "full_context": 0.0, "window_context": 0.0, "full_read": 0.0, "window_read": 0.0}
+    model = joint.JointModel.of(cfg, full)
+    coef = {**COEF, "full_context": 0.0, "window_context": 0.0, "read": 0.0}
     parts = []
     for k in (1, 2):
         lay = slices.slice_layout(full, k)
         rows = [Step(n, n, n * 3, n * 3) for n in (1, 8, 32)] + [Step(8, 128, 8 * 70, 8 * 70)]
-        parts.append((lay, [(s, priced(coef, forecast._features(s, lay, weights, False))) for s in rows]))
+        parts.append((lay, [(s, priced(model, coef, s, lay)) for s in rows]))
     fc = forecast.fit_slices(parts, full, cfg)
     terms = fc.fit.terms
     assert terms["per_context_token"] > 0 and terms["per_read_token"] > 0
     assert fc.rates is not None
     low = floors.compute_floor(cfg, slices.FULL, fc.rates)
-    assert fc.per_layer(full)[slices.FULL]["per_context_token_s"] >= low * (1 - 1e-9)
-    assert fc.as_dict(full)["floors"][slices.FULL]["per_context_token_s"] == pytest.approx(low)
+    assert fc.per_layer()[slices.FULL].per_context_token_s >= low * (1 - 1e-9)
+    assert fc.floors_at()[slices.FULL][0] == pytest.approx(low)
     without = forecast.fit_slices(parts, full, cfg, floors=False)
     assert without.fit.terms["per_context_token"] == 0  # what the floors are for
 
@@ -124,7 +122,7 @@ def test_the_floor_is_the_shapes_work_at_the_measured_rate() -> None:
     rate = floors.Rates(macs_per_s=1e10, bytes_per_s=1e10)
     assert floors.compute_floor(cfg, slices.FULL, rate) == pytest.approx(16384 / 1e10 / floors.MARGIN)
     assert floors.read_floor(cfg, slices.FULL, rate) == pytest.approx(4096 / 1e10 / floors.MARGIN)
-    assert floors.rates(cfg, slices.layout(cfg), {"per_token": 0.0}) is None
+    assert floors.rates(cfg, slices.layout(cfg), Fit({"per_token": 0.0})) is None
 
 
 # --- the advice: from the interval's upper end, bounded by the cache -----------------------------------
@@ -151,7 +149,7 @@ def test_two_rounds_on_one_engine_are_fitted_alone_and_compared(tmp_path: Path) 
     plan = plan_sizing(str(GEMMA_26B), Limits(128, 2048, 262144), forecast_depths=(1, 2),
                        available_bytes=1 << 40)
     plan = dataclasses.replace(plan, kv=kvcache.server_cache(cfg, 262144, 2048, this_memory=24 * kvcache.GIB))
-    weights = forecast.layer_weights(cfg, plan.layout)
+    model = joint.JointModel.of(cfg, plan.layout)
     coef = dict(COEF)
     shapes_ = [StepPlan(n, 3) for n in (1, 8, 32)]
     shapes_ += [StepPlan(8, 20, (Chunk(2040, 2040 * k),)) for k in range(8)]
@@ -164,12 +162,13 @@ def test_two_rounds_on_one_engine_are_fitted_alone_and_compared(tmp_path: Path) 
             steps = []
             for i, p in enumerate(shapes_):
                 s = p.step(1024)
-                t = scale * priced(coef, forecast._features(s, ep.layout, weights, False))
+                t = scale * priced(model, coef, s, ep.layout)
                 steps.append(StepTime(i, s.seqs, float(i), t, 1, s.tokens, s.context_tokens,
                                       s.window_context_tokens, s.read_tokens, s.window_read_tokens))
             runs["runs" if r == 0 else "runs #2"] = steps
         measured.append(Measured(ep, runs, rounds=2))
-    out = sizing_result(plan, measured, 3.0, 300.0)
+    answer = sizing_answer(plan, measured, 3.0, 300.0)
+    out = answer_json(answer)
     first, second = out["repeats"]["worst_predicted_s"]
     assert second / first == pytest.approx(1.04, rel=0.01) and out["repeats"]["spread"] < 0.05
     seen = out["contexts_measured"]
@@ -179,7 +178,7 @@ def test_two_rounds_on_one_engine_are_fitted_alone_and_compared(tmp_path: Path) 
     assert out["kv_cache"]["memory_assumed"] is True
     assert worst["interval_s"][0] <= worst["predicted_s"] <= worst["interval_s"][1]
     assert any(r.get("fits_kv_cache") is False for r in out["results"])  # 128 decodes at 262K: no room
-    text = format_sizing(out)
+    text = format_sizing(answer)
     assert "KV cache:" in text and "limits that bind:" in text and "each round alone:" in text
     assert "the interval's upper end" in text
     assert round_of("runs #2") == 1 and round_of("runs") == 0 and round_of("decode batch 8") == 0
