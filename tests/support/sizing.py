@@ -84,5 +84,5 @@ def answer_of(adv: Any, lim: Any, fit: Any, forecast: bool = True) -> Any:
     step = adv.worst.step(None)
     worst = WorstStep(adv.worst, step, adv.worst_predicted_s or adv.worst_s,
                       adv.worst_interval_s or (adv.worst_s, adv.worst_s), forecast)
-    return SizingAnswer("m", None, this_machine(), lim, slices.Layout(("full_attention",), None), adv.headroom,
-                        fit, worst, adv)
+    lay = slices.Layout(("full_attention",), None)
+    return SizingAnswer("m", None, this_machine(), lim, lay, adv.headroom, fit, worst, adv)

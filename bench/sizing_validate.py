@@ -1,0 +1,195 @@
+"""``python bench/sizing.py validate``: the forecast against full-depth steps it never saw.
+
+    flock /work/engine.lock python bench/sizing.py validate:tiny validate:moe          # one rank
+    flock /work/engine.lock python bench/sizing.py validate:tiny:tp2 validate:moe:tp2  # two ranks
+    python bench/sizing.py validate                                  # the figures, from what was recorded
+
+Each ``validate:MODEL[:tp2]`` part is one engine run under the lock (the shrunk Gemma-4 MoE ~30 min
+on a 2-core AVX2 box, the tiny Llama a few): the model at a 32K context measured with the runs
+``calibrate`` fits (decodes at 1, 8 and 32, a short prefill, a 16K prompt beside 8 decodes, 8
+decodes at 512, 4K and 16K keys) and then with the held-out runs of
+``logic.sizing.validation.held_out_runs``, never fitted; and, for a model deep enough to slice, its
+depth slices with the fit's runs alone (``--forecast-layers``).  Every step recorded is kept in
+``bench/sizing-results.json`` (``validate.runs``), with the machine, date, vLLM release and
+command.  ``validate`` alone (no engine) fits them again with this checkout's code: per model,
+ranks and source (the forecast from depth slices; the model's own fit), each held-out group's
+error, MAPE, the mean signed error, the worst error, the most short, and the interval's coverage
+against its stated level (``validate.table``); docs/benchmarks.md shows it (generated:
+``sizing-validation``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_enginedead.logic.inputs.modelconfig import presets
+from pytest_enginedead.logic.machine import this_machine
+from pytest_enginedead.logic.sizing import slices, validation
+from pytest_enginedead.logic.sizing.fit import Fit
+from pytest_enginedead.logic.sizing.forecast import fit_slices
+from pytest_enginedead.logic.sizing.shapes import Limits
+from pytest_enginedead.logic.sizing.terms import Step
+
+#: the models of the validation set: preset, slice depths (None: too shallow to slice), and why
+MODELS: dict[str, tuple[str, tuple[int, int] | None]] = {
+    "tiny": ("tiny-llama", None),  # 2 layers: a slice must be shallower than the model and two differ
+    "moe": ("gemma-4-moe-mini", (1, 3)),
+}
+#: the context the models are raised to, the engine's max_model_len, the longest prompt measured
+CONTEXT, MAX_MODEL_LEN, LONGEST = 32768, 16640, 16384
+#: the limits every engine of the set starts with (vLLM's CPU server's sequences and tokens)
+LIMITS = Limits(128, 2048, MAX_MODEL_LEN)
+#: decode batches the fit measures (the held-out ones are the others up to 128)
+FIT_BATCHES = (1, 8, 32)
+STEPS = 4
+
+
+def long_model(preset: str, directory: Path) -> str:
+    """A preset with its context raised to ``CONTEXT`` (a config of its own in a scratch directory)."""
+    config = json.loads((Path(presets()[preset]) / "config.json").read_text())
+    config["max_position_embeddings"] = CONTEXT
+    out = directory / f"{preset}-32k"
+    out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(config))
+    return str(out)
+
+
+def _say(message: str, done: bool = False) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
+
+
+def _engines(measured: Sequence[Any]) -> list[dict[str, Any]]:
+    """What each engine recorded, run by run: every step as its shape and seconds."""
+    from pytest_enginedead.logic.sizing.result import samples_of
+
+    return [{"label": m.plan.label, "depth": m.plan.depth, "start_s": m.start_s,
+             "runs": {name: [[*s.as_dict().values(), t] for s, t in samples_of(steps)]
+                      for name, steps in m.runs.items()}} for m in measured]
+
+
+def measure(key: str, tp: int, argv: Sequence[str]) -> dict[str, Any]:
+    """Measure one model at ``tp`` ranks: the model itself (fit runs, then held out), then its slices."""
+    from pytest_enginedead.compat import versions
+    from pytest_enginedead.harness.measure import measure_plan
+    from pytest_enginedead.logic.sizing.plan import plan_sizing
+
+    preset, depths = MODELS[key]
+    model = long_model(preset, Path(tempfile.mkdtemp(prefix="enginedead-validate-")))
+    held = validation.held_out_runs(LIMITS.max_num_seqs, LIMITS.max_num_batched_tokens, LONGEST, STEPS)
+    t0 = time.monotonic()
+    own = plan_sizing(model, LIMITS, FIT_BATCHES, STEPS, validate=False, tensor_parallel=tp,
+                      longest_context=LONGEST, held_out=held)
+    engines = _engines(measure_plan(own, _say))
+    own_s = time.monotonic() - t0
+    if depths is not None:
+        sliced = plan_sizing(model, LIMITS, FIT_BATCHES, STEPS, depths, validate=False, tensor_parallel=tp,
+                             longest_context=LONGEST)
+        engines += _engines(measure_plan(sliced, _say))
+    return {"model": preset, "context": CONTEXT, "tensor_parallel": tp, "depths": depths,
+            "limits": LIMITS.as_dict(), "engines": engines, "wall_s": time.monotonic() - t0,
+            "model_wall_s": own_s, "vllm": versions.installed_version(), "machine": this_machine(),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": "flock /work/engine.lock python bench/sizing.py " + " ".join(map(shlex.quote, argv))}
+
+
+# --- the figures, from what was recorded ------------------------------------------------------------
+
+
+def _samples(rows: Sequence[Sequence[Any]]) -> list[tuple[Step, float]]:
+    return [(Step(*row[:6]), float(row[6])) for row in rows]
+
+
+def _fitted(engine: dict[str, Any]) -> list[tuple[Step, float]]:
+    from pytest_enginedead.logic.sizing.result import fitted_name
+
+    return [x for name, rows in engine["runs"].items() if fitted_name(name) for x in _samples(rows)]
+
+
+def _held(engine: dict[str, Any]) -> list[tuple[Step, float]]:
+    from pytest_enginedead.logic.sizing.result import HELD_OUT
+
+    return [x for name, rows in engine["runs"].items() if name.startswith(HELD_OUT) for x in _samples(rows)]
+
+
+def fits(record: dict[str, Any]) -> dict[str, Fit]:
+    """The fits a record is checked against: the model's own, and the forecast from its slices."""
+    with tempfile.TemporaryDirectory() as scratch:
+        config = json.loads(Path(long_model(record["model"], Path(scratch)), "config.json").read_text())
+    full = slices.layout(config)
+    model = next(e for e in record["engines"] if e["depth"] is None)
+    out = {"own fit": fit_slices([(full, _fitted(model))], full, config, "measured").fit}
+    parts = [(slices.layout(slices.slice_config(config, e["depth"])), _fitted(e))
+             for e in record["engines"] if e["depth"] is not None]
+    if parts:
+        out["from slices"] = fit_slices(parts, full, config).fit
+    return out
+
+
+def _figures(summary: validation.Summary) -> dict[str, Any]:
+    return {"checks": summary.checks, "mape": summary.mape, "mean_signed": summary.mean_signed,
+            "worst": summary.worst, "most_short": summary.most_short, "coverage": summary.coverage,
+            "level": summary.level}
+
+
+def table(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per record and source: every check, and the figures over all of them, per kind and over the worst
+    steps' shape alone."""
+    rows, checks = [], []
+    for key, record in sorted(records.items()):
+        held = _held(next(e for e in record["engines"] if e["depth"] is None))
+        for source, fit in fits(record).items():
+            found = validation.checks(fit, held)
+            base = {"run": key, "model": record["model"], "tensor_parallel": record["tensor_parallel"],
+                    "source": source}
+            rows.append({**base, "kind": "all", **_figures(validation.summary(found))})
+            for kind in validation.KINDS:
+                some = [c for c in found if c.kind == kind]
+                if some:
+                    rows.append({**base, "kind": kind, **_figures(validation.summary(some))})
+            checks += [{**base, "kind": c.kind, **c.step.as_dict(), "steps": c.steps,
+                        "measured_s": c.measured_s, "predicted_s": c.predicted_s,
+                        "interval_s": list(c.interval_s), "error": c.error} for c in found]
+    every = [r for r in rows if r["kind"] == "all"]
+    worst = [r for r in rows if r["kind"] == "worst"]
+    return {"rows": rows, "checks": checks, "targets": targets(every, worst)}
+
+
+def targets(every: Sequence[dict[str, Any]], worst: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 54's targets on this kind of box, each with whether it was met."""
+    return {
+        "MAPE <= 10 %": all(r["mape"] <= 0.10 for r in every),
+        "every worst-step forecast within +-15 %": all(abs(r["worst"]) <= 0.15 for r in worst),
+        "no under-forecast worse than -10 %": all(r["most_short"] >= -0.10 for r in every),
+        "coverage at least the stated level": all(r["coverage"] >= r["level"] for r in every),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    print(f"{'run':<12} {'source':<12} {'kind':<13} {'n':>3} {'MAPE':>6} {'signed':>7} {'worst':>7} "
+          f"{'short':>7} {'cover':>6}")
+    for r in result["rows"]:
+        print(f"{r['run']:<12} {r['source']:<12} {r['kind']:<13} {r['checks']:>3} {r['mape'] * 100:>5.1f}% "
+              f"{r['mean_signed'] * 100:>+6.1f}% {r['worst'] * 100:>+6.1f}% {r['most_short'] * 100:>+6.1f}% "
+              f"{r['coverage'] * 100:>5.0f}%")
+    for name, ok in result["targets"].items():
+        print(f"{'met' if ok else 'NOT met'}: {name}")
+
+
+def part(name: str, results: dict[str, Any], argv: Sequence[str]) -> dict[str, Any]:
+    """``validate:MODEL[:tp2]`` measures and records; ``validate`` fits what is recorded and tabulates."""
+    found = dict(results.get("validate", {}))
+    runs = dict(found.get("runs", {}))
+    if name != "validate":
+        _, key, *rest = name.split(":")
+        tp = 2 if rest == ["tp2"] else 1
+        runs[f"{key}:tp{tp}"] = measure(key, tp, argv)
+    result = table(runs) if runs else {"rows": [], "checks": [], "targets": {}}
+    print_table(result)
+    return {**found, "runs": runs, "table": result, "ok": all(result["targets"].values()) if runs else None}
