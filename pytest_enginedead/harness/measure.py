@@ -23,6 +23,7 @@ from ..logic.planning.engines import EngineSpec, Instructions
 from ..logic.sizing import runs as runs_
 from ..logic.sizing import shapes, slices
 from ..logic.sizing.answer import SizingAnswer
+from ..logic.sizing.fit import FitError, Step, fit_steps
 from ..logic.sizing.plan import EnginePlan, SizingPlan
 from ..logic.sizing.result import (
     HELD_OUT,
@@ -144,13 +145,30 @@ def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: 
     return out
 
 
+#: a prefill chunk that takes this long or more is not warmed up (its kernels' building is lost in it)
+WARM_CHUNK_S = 10.0
+
+
+def _chunk_s(out: Measured, budget: int) -> float:
+    """What a whole chunk of ``budget`` tokens costs by the steps this engine measured so far (0 before
+    any: then it is warmed up)."""
+    samples = [x for steps in out.runs.values() for x in samples_of(steps)]
+    try:
+        fitted = fit_steps(samples, ("fixed", "per_seq", "per_token"))
+    except FitError:
+        return 0.0
+    return fitted.predict(Step(1, budget, 0))
+
+
 def _measure_runs(plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measured, progress: Progress | None,
                   repeats: int) -> None:
     """Each run warmed up (not measured), then measured ``repeats`` times back to back.
 
     The first step of every shape (tokens in the step) builds its kernels (oneDNN primitives, on CPU)
     and cost up to 2x the next one: a run is warmed up by its cheap twin at short context
-    (``runs.warm_up``; a short run by itself).  The rounds of a run follow each other before the next
+    (``runs.warm_up``: a short run's few first steps; for a run at long context, its twin at short
+    context, without the whole chunk when the steps so far say a chunk takes ``WARM_CHUNK_S`` or
+    more, its kernels' building lost in it).  The rounds of a run follow each other before the next
     run starts: what else the machine does meanwhile weighs on every round alike.  Each round has its
     own long prompt (nothing cached across rounds), which the ladder's prompts of that round share.
     """
@@ -159,7 +177,9 @@ def _measure_runs(plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measure
     for i, (run, held) in enumerate(every):
         if progress:
             progress(f"{ep.short}: warm-up: {run.name}")
-        _run_one(engine, runs_.warm_up(run, ep.limits.max_num_batched_tokens), i + 1, bases[0])
+        budget = ep.limits.max_num_batched_tokens
+        twin = runs_.warm_up(run, budget, whole_chunk=_chunk_s(out, budget) < WARM_CHUNK_S)
+        _run_one(engine, twin, i + 1, bases[0])
         for rep, base in enumerate(bases, start=1):
             if progress:
                 rounds = f" (round {rep}/{repeats})" if repeats > 1 else ""

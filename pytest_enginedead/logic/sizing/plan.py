@@ -4,7 +4,8 @@ Everything that cannot work is refused here, before any engine starts (``SizingR
 
 Measure only what the fit needs: the context terms are per layer, so a forecast measures
 its runs at long context (the long prompt, the ladder: most of a run's time) on its
-shallowest slice alone; every slice measures the short runs that tell the depth terms apart.
+shallowest slice alone, and the decodes past ``runs.DEPTH_BATCH`` there too; every slice
+measures the short runs that tell the depth terms apart (decodes of 1 and 8, a short prefill).
 """
 
 from __future__ import annotations
@@ -183,7 +184,7 @@ def _slice_engines(request: _Request, depths: Sequence[int]) -> list[EnginePlan]
             sliced = slices.slice_config(request.config, k)
         except slices.SliceError as exc:
             raise SizingRefused(f"--forecast-layers: {exc}") from None
-        measured = [r for r in request.runs if i == 0 or not r.long]
+        measured = [r for r in request.runs if i == 0 or r.every_slice]
         engines.append(_engine(request, sliced, k, measured))
     return engines
 

@@ -50,8 +50,11 @@ class Run:
 
     name: str
     waves: tuple[Wave, ...]
-    #: at long context (the long prompt, the ladder): a forecast measures it on its shallowest slice only
+    #: at long context (the long prompt, the ladder): warmed up by a cheap twin at short context
     long: bool = False
+    #: measured on every slice of a forecast (False: on the shallowest only; what tells the depth terms
+    #: apart is measured on every slice, what a term per layer needs once)
+    every_slice: bool = True
 
     @property
     def seqs(self) -> int:
@@ -72,9 +75,13 @@ SIZING_STEPS = 4
 MIXED_DECODES = 8
 #: sequences and prompt length of the short-prefill run
 PREFILL_SEQS, PREFILL_LEN = 8, 16
-#: the longest context measured (the context run's prompt), when the model's length allows: 16x
-#: the shortest of the ladder (``LADDER``), and what a depth slice prefills in a minute or two
-LONG_CONTEXT = 16384
+#: the longest context measured (the context run's prompt), when the model's length allows: 32x the
+#: shortest of the ladder (``LADDER``).  Past the last-level cache a decode's reads cost the same per
+#: key at 8K as at 256K, and 8K is what a slice of the 26B prefills in ~5 minutes on 2 AVX2 cores
+#: (16K took 11: most of the run); ``bench/sizing.py validate`` checks the forecast at 16K keys
+LONG_CONTEXT = 8192
+#: the decode batches every slice measures (larger ones: the shallowest only)
+DEPTH_BATCH = 8
 #: the ladder of decode contexts, as fractions of the longest: a factor 32 between its ends (16 and
 #: more once each decode's few tokens of its own are counted)
 LADDER = (32, 4, 1)
@@ -128,7 +135,8 @@ def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], ste
       prompts going on past the long prompt (found in the prefix cache): the keys read,
       a factor 16 apart, for a few tokens of prefill each.
     """
-    runs = [Run(f"decode batch {n}", (Wave((1,) * n, steps + 1),)) for n in batch_sizes]
+    runs = [Run(f"decode batch {n}", (Wave((1,) * n, steps + 1),), every_slice=n <= DEPTH_BATCH)
+            for n in batch_sizes]
     if limits.max_num_seqs >= PREFILL_SEQS and limits.max_model_len > PREFILL_LEN + 2:
         runs.append(
             Run(f"prefill {PREFILL_SEQS} x {PREFILL_LEN} tokens", (Wave((PREFILL_LEN,) * PREFILL_SEQS, 1),))
@@ -139,12 +147,13 @@ def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], ste
     chunk_steps = -(-ctx // max(1, budget - mixed))
     waves = ((Wave((1,) * mixed, chunk_steps + steps + 2),) if mixed else ()) + (
         Wave((ctx,), steps + 1, shared=ctx),)
-    runs.append(Run(f"context {ctx} beside {mixed} decodes", waves, long=True))
+    runs.append(Run(f"context {ctx} beside {mixed} decodes", waves, long=True, every_slice=False))
     n = min(LADDER_SEQS, limits.max_num_seqs)
     for c in ladder(ctx):
         if c + LADDER_TAIL + steps + 1 <= limits.max_model_len:
             runs.append(Run(f"{n} decodes at {c} tokens of context",
-                            (Wave((c + LADDER_TAIL,) * n, steps + 1, shared=c),), long=True))
+                            (Wave((c + LADDER_TAIL,) * n, steps + 1, shared=c),), long=True,
+                            every_slice=False))
     return runs
 
 
@@ -152,31 +161,34 @@ def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], ste
 WARM_UP_TOKENS = 6
 
 
-def warm_up(run: Run, budget: int) -> Run:
-    """The cheap twin of a run at long context, measured first and thrown away: the same tokens per
-    step at short context, so that the engine builds the kernels its steps need (the first step of
-    every token count builds its oneDNN primitives, on CPU, and cost up to 2x the next one).
+def warm_up(run: Run, budget: int, whole_chunk: bool = True) -> Run:
+    """The cheap twin of a run, measured first and thrown away: the same tokens per step, at short
+    context, for few steps, so that the engine builds the kernels the run's steps need (the first step
+    of every token count builds its oneDNN primitives, on CPU, and cost up to 2x the next one).
 
-    A prompt that goes on past a shared prefix keeps its own tokens only (the prefix-cache hit
-    prefills no more); the long prompt itself is cut to one whole chunk and its last, shorter one;
-    decodes run ``WARM_UP_TOKENS`` tokens at most.  A short run is its own warm-up.
+    Decodes run two tokens (the prompts' step and one decode; ``WARM_UP_TOKENS`` beside a long
+    prompt, to overlap its chunks); a prompt that goes on past a shared prefix keeps its own tokens
+    only (the prefix-cache hit prefills no more); the long prompt is cut to its last, shorter chunk and,
+    with ``whole_chunk``, one whole chunk before it (a step long enough that its kernels' building is
+    lost in it needs no warming: a whole chunk of a large model's slice takes a minute on 2 cores).
     """
     if not run.long:
-        return run
+        return Run(f"warm-up: {run.name}", tuple(Wave(w.prompts, min(w.max_tokens, 2), w.prefix)
+                                                  for w in run.waves))
     waves, running = [], 0
     for wave in run.waves:
         chunk = max(1, budget - running)
-        prompts = tuple(_short_prompt(p, wave.shared, chunk) for p in wave.prompts)
+        prompts = tuple(_short_prompt(p, wave.shared, chunk, whole_chunk) for p in wave.prompts)
         waves.append(Wave(prompts, min(wave.max_tokens, WARM_UP_TOKENS)))
         running += len(wave.prompts)
     return Run(f"warm-up: {run.name}", tuple(waves))
 
 
-def _short_prompt(prompt: int, shared: int, chunk: int) -> int:
+def _short_prompt(prompt: int, shared: int, chunk: int, whole_chunk: bool) -> int:
     if shared and shared < prompt:
         return prompt - shared // BLOCK_TOKENS * BLOCK_TOKENS
     if prompt > chunk:
-        return chunk + (prompt % chunk or chunk)
+        return (chunk if whole_chunk else 0) + (prompt % chunk or chunk)
     return prompt
 
 

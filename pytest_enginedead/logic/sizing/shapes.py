@@ -1,4 +1,4 @@
-"""Which steps a serving configuration can form, and which ones to form to measure it.
+"""Which steps vLLM's scheduler can form under a serving configuration, and the heaviest of them.
 
 ``Limits`` are vLLM's own serving flags; ``limits_problem`` refuses what vLLM would
 refuse.  ``worst_step`` is the heaviest step vLLM's V1 scheduler can form under them

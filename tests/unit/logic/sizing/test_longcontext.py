@@ -23,26 +23,54 @@ from tests.support.sizing import COEF, GEMMA_26B, config_26b, priced
 # --- the runs: contexts with leverage ------------------------------------------------------------------
 
 
-def test_the_runs_measure_contexts_a_factor_16_apart() -> None:
-    """At the report's limits: the context run's prompt is 16K tokens (its chunks attend from one
-    chunk's keys to all 16K), and 8 decodes run at 512, 4K and 16K tokens of context, their prompts
+def test_the_runs_measure_contexts_a_factor_32_apart() -> None:
+    """At the report's limits: the context run's prompt is 8K tokens (its chunks attend from one
+    chunk's keys to all 8K), and 8 decodes run at 256, 2K and 8K tokens of context, their prompts
     going on past the long prompt (found in the prefix cache: a short prefill each)."""
     runs = runs_.fit_runs(Limits(128, 2048, 262144), 1024, (1, 8, 32), 4)
     names = [r.name for r in runs]
-    assert "context 16384 beside 8 decodes" in names
+    assert "context 8192 beside 8 decodes" in names
     rungs = [r for r in runs if r.name.startswith("8 decodes at")]
-    assert [r.waves[0].shared for r in rungs] == [512, 4096, 16384]
-    assert max(r.waves[0].shared for r in rungs) / min(r.waves[0].shared for r in rungs) >= 16
+    assert [r.waves[0].shared for r in rungs] == [256, 2048, 8192]
+    assert max(r.waves[0].shared for r in rungs) / min(r.waves[0].shared for r in rungs) >= 32
     assert all(r.prefill_tokens == 8 * runs_.LADDER_TAIL for r in rungs)  # the shared part is cached
     context_run = next(r for r in runs if r.name.startswith("context"))
-    assert context_run.prefill_tokens == 8 + 16384  # the long prompt itself is prefilled
+    assert context_run.prefill_tokens == 8 + 8192  # the long prompt itself is prefilled
     assert runs_.ladder(512) == [16, 128, 512]
+
+
+def test_a_forecast_measures_what_a_term_per_layer_needs_once() -> None:
+    """The runs at long context and the decodes past 8 on the shallowest slice; the decodes of 1 and 8
+    and the short prefill, which tell the depth terms apart, on every slice."""
+    plan = plan_sizing(str(GEMMA_26B), Limits(128, 2048, 262144), forecast_depths=(2, 1),
+                       available_bytes=1 << 40)
+    shallow, deep = plan.engines
+    assert (shallow.depth, deep.depth) == (1, 2)
+    assert [r.name for r in shallow.runs] == [r.name for r in plan.runs]
+    assert [r.name for r in deep.runs] == ["decode batch 1", "decode batch 8", "prefill 8 x 16 tokens"]
+    assert deep.limits.max_model_len < shallow.limits.max_model_len  # no long prompt: a smaller cache
+
+
+def test_a_twin_warms_each_run_up_at_short_context() -> None:
+    """A decode batch's twin runs its prompts' step and one decode; the long prompt's twin is its last
+    chunk (and a whole one before it, unless a whole chunk is long enough to need no warming); a rung's
+    twin prefills its own tokens only."""
+    runs = runs_.fit_runs(Limits(128, 2048, 262144), 1024, (1, 8, 32), 4)
+    by_name = {r.name: r for r in runs}
+    assert runs_.warm_up(by_name["decode batch 8"], 2048).waves[0] == runs_.Wave((1,) * 8, 2)
+    context = runs_.warm_up(by_name["context 8192 beside 8 decodes"], 2048)
+    assert [w.prompts for w in context.waves] == [(1,) * 8, (2040 + 8192 % 2040,)]
+    quick = runs_.warm_up(by_name["context 8192 beside 8 decodes"], 2048, whole_chunk=False)
+    assert quick.waves[1].prompts == (8192 % 2040,)
+    rung = runs_.warm_up(by_name["8 decodes at 8192 tokens of context"], 2048)
+    assert rung.waves[0].prompts == (runs_.LADDER_TAIL,) * 8 and rung.waves[0].shared == 0
 
 
 def test_a_short_model_measures_what_its_length_allows() -> None:
     runs = runs_.fit_runs(Limits(8, 256, 256), None, (1, 8), 4)
     assert all(r.longest <= 256 for r in runs)
     assert runs_.context_length(Limits(8, 2048, 8192), 1024, 4) == 8064  # whole blocks, room for the ladder
+    assert runs_.context_length(Limits(8, 2048, 32768), 1024, 4) == 8192
 
 
 def test_the_recorded_keys_read_are_the_plans() -> None:
