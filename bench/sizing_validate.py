@@ -1,15 +1,16 @@
 """``python bench/sizing.py validate``: the forecast against full-depth steps it never saw.
 
-    flock /work/engine.lock python bench/sizing.py validate:tiny validate:moe          # one rank
-    flock /work/engine.lock python bench/sizing.py validate:tiny:tp2 validate:moe:tp2  # two ranks
+    flock /work/engine.lock python bench/sizing.py validate:tiny validate:moe:slices   # one rank
+    flock /work/engine.lock python bench/sizing.py validate:moe                        # one rank
+    flock /work/engine.lock python bench/sizing.py validate:tiny:tp2 ...               # two ranks
     python bench/sizing.py validate                                  # the figures, from what was recorded
 
-Each ``validate:MODEL[:tp2]`` part is one engine run under the lock (the shrunk Gemma-4 MoE ~30 min
-on a 2-core AVX2 box, the tiny Llama a few): the model at a 32K context measured with the runs
-``calibrate`` fits (decodes at 1, 8 and 32, a short prefill, a 16K prompt beside 8 decodes, 8
-decodes at 512, 4K and 16K keys) and then with the held-out runs of
-``logic.sizing.validation.held_out_runs``, never fitted; and, for a model deep enough to slice, its
-depth slices with the fit's runs alone (``--forecast-layers``).  Every step recorded is kept in
+Each ``validate:MODEL[:slices][:tp2]`` part is one run under the lock: the model at a 32K context
+measured with the runs ``calibrate`` fits (decodes at 1, 8 and 32, a short prefill, an 8K prompt
+beside 8 decodes, 8 decodes at 256, 2K and 8K keys) and then with the held-out runs of
+``logic.sizing.validation.held_out_runs``, never fitted (one engine: the 8K prompt taken on to
+16K, the held-out steps at long context sharing it from the prefix cache); or, with ``:slices``,
+its depth slices as ``calibrate --forecast-layers`` measures them.  Every step recorded is kept in
 ``bench/sizing-results.json`` (``validate.runs``), with the machine, date, vLLM release and
 command.  ``validate`` alone (no engine) fits them again with this checkout's code: per model,
 ranks and source (the forecast from depth slices; the model's own fit), each held-out group's
@@ -74,29 +75,42 @@ def _engines(measured: Sequence[Any]) -> list[dict[str, Any]]:
                       for name, steps in m.runs.items()}} for m in measured]
 
 
-def measure(key: str, tp: int, argv: Sequence[str]) -> dict[str, Any]:
-    """Measure one model at ``tp`` ranks: the model itself (fit runs, then held out), then its slices."""
+def measure(key: str, tp: int, which: str, argv: Sequence[str]) -> dict[str, Any]:
+    """Measure one model at ``tp`` ranks: the model itself (fit runs, then held out), or its slices."""
     from pytest_enginedead.compat import versions
     from pytest_enginedead.harness.measure import measure_plan
     from pytest_enginedead.logic.sizing.plan import plan_sizing
 
     preset, depths = MODELS[key]
     model = long_model(preset, Path(tempfile.mkdtemp(prefix="enginedead-validate-")))
-    held = validation.held_out_runs(LIMITS.max_num_seqs, LIMITS.max_num_batched_tokens, LONGEST, STEPS)
     t0 = time.monotonic()
-    own = plan_sizing(model, LIMITS, FIT_BATCHES, STEPS, validate=False, tensor_parallel=tp,
-                      longest_context=LONGEST, held_out=held)
-    engines = _engines(measure_plan(own, _say))
-    own_s = time.monotonic() - t0
-    if depths is not None:
-        sliced = plan_sizing(model, LIMITS, FIT_BATCHES, STEPS, depths, validate=False, tensor_parallel=tp,
-                             longest_context=LONGEST)
-        engines += _engines(measure_plan(sliced, _say))
+    if which == "model":
+        held = validation.held_out_runs(LIMITS.max_num_seqs, LIMITS.max_num_batched_tokens, LONGEST, STEPS)
+        plan = plan_sizing(model, LIMITS, FIT_BATCHES, STEPS, validate=False, tensor_parallel=tp,
+                           held_out=held)
+    else:  # as calibrate --forecast-layers measures them
+        assert depths is not None, f"{preset} is too shallow to slice"
+        plan = plan_sizing(model, LIMITS, FIT_BATCHES, STEPS, depths, validate=False, tensor_parallel=tp)
+    engines = _engines(measure_plan(plan, _say))
     return {"model": preset, "context": CONTEXT, "tensor_parallel": tp, "depths": depths,
             "limits": LIMITS.as_dict(), "engines": engines, "wall_s": time.monotonic() - t0,
-            "model_wall_s": own_s, "vllm": versions.installed_version(), "machine": this_machine(),
+            "vllm": versions.installed_version(), "machine": this_machine(),
             "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": "flock /work/engine.lock python bench/sizing.py " + " ".join(map(shlex.quote, argv))}
+
+
+def merged(before: dict[str, Any] | None, part: dict[str, Any], which: str) -> dict[str, Any]:
+    """A record with one part (the model, or its slices) measured again; the other part kept."""
+    if not before:
+        return {**part, "parts": {which: _when(part)}}
+    keep = [e for e in before["engines"] if (e["depth"] is None) != (which == "model")]
+    parts = {**before.get("parts", {}), which: _when(part)}
+    return {**part, "engines": [*keep, *part["engines"]], "parts": parts,
+            "wall_s": sum(p["wall_s"] for p in parts.values())}
+
+
+def _when(part: dict[str, Any]) -> dict[str, Any]:
+    return {k: part[k] for k in ("when", "wall_s", "command", "vllm")}
 
 
 # --- the figures, from what was recorded ------------------------------------------------------------
@@ -188,8 +202,9 @@ def part(name: str, results: dict[str, Any], argv: Sequence[str]) -> dict[str, A
     runs = dict(found.get("runs", {}))
     if name != "validate":
         _, key, *rest = name.split(":")
-        tp = 2 if rest == ["tp2"] else 1
-        runs[f"{key}:tp{tp}"] = measure(key, tp, argv)
+        tp = 2 if "tp2" in rest else 1
+        which = "slices" if "slices" in rest else "model"
+        runs[f"{key}:tp{tp}"] = merged(runs.get(f"{key}:tp{tp}"), measure(key, tp, which, argv), which)
     result = table(runs) if runs else {"rows": [], "checks": [], "targets": {}}
     print_table(result)
     return {**found, "runs": runs, "table": result, "ok": all(result["targets"].values()) if runs else None}

@@ -145,19 +145,23 @@ def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: 
     return out
 
 
-#: a prefill chunk that takes this long or more is not warmed up (its kernels' building is lost in it)
-WARM_CHUNK_S = 10.0
+#: a step that takes this long or more is not warmed up: its kernels' building is lost in it (a whole
+#: chunk of a large model's slice takes a minute on 2 cores; the first step of a tiny model's 2x the next)
+WARM_STEP_S = 10.0
 
 
-def _chunk_s(out: Measured, budget: int) -> float:
-    """What a whole chunk of ``budget`` tokens costs by the steps this engine measured so far (0 before
-    any: then it is warmed up)."""
+def _twin(out: Measured, run: runs_.Run, budget: int) -> runs_.Run | None:
+    """A run's warm-up twin (``runs.warm_up``), or None when the steps this engine measured so far say
+    the run's steps are long enough to need none; before any, every run is warmed up."""
     samples = [x for steps in out.runs.values() for x in samples_of(steps)]
     try:
         fitted = fit_steps(samples, ("fixed", "per_seq", "per_token"))
     except FitError:
-        return 0.0
-    return fitted.predict(Step(1, budget, 0))
+        return runs_.warm_up(run, budget)
+    if not run.long and fitted.predict(runs_.heaviest(run, budget)) >= WARM_STEP_S:
+        return None
+    twin = runs_.warm_up(run, budget, whole_chunk=fitted.predict(Step(1, budget, 0)) < WARM_STEP_S)
+    return twin if twin.waves else None
 
 
 def _measure_runs(plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measured, progress: Progress | None,
@@ -166,20 +170,21 @@ def _measure_runs(plan: SizingPlan, ep: EnginePlan, engine: Engine, out: Measure
 
     The first step of every shape (tokens in the step) builds its kernels (oneDNN primitives, on CPU)
     and cost up to 2x the next one: a run is warmed up by its cheap twin at short context
-    (``runs.warm_up``: a short run's few first steps; for a run at long context, its twin at short
-    context, without the whole chunk when the steps so far say a chunk takes ``WARM_CHUNK_S`` or
-    more, its kernels' building lost in it).  The rounds of a run follow each other before the next
+    (``runs.warm_up``: a short run's first two steps; a run at long context, its twin at short
+    context), unless the steps so far say its steps take ``WARM_STEP_S`` or more, their kernels'
+    building lost in them.  The rounds of a run follow each other before the next
     run starts: what else the machine does meanwhile weighs on every round alike.  Each round has its
     own long prompt (nothing cached across rounds), which the ladder's prompts of that round share.
     """
-    bases = [engine.prompts([max(1, plan.longest)], BASE_SEED + rep)[0] for rep in range(1, repeats + 1)]
+    longest = max([plan.longest, *(w.shared for r in ep.held_out for w in r.waves)])
+    bases = [engine.prompts([max(1, longest)], BASE_SEED + rep)[0] for rep in range(1, repeats + 1)]
     every = [(run, False) for run in ep.runs] + [(run, True) for run in ep.held_out]
     for i, (run, held) in enumerate(every):
-        if progress:
-            progress(f"{ep.short}: warm-up: {run.name}")
-        budget = ep.limits.max_num_batched_tokens
-        twin = runs_.warm_up(run, budget, whole_chunk=_chunk_s(out, budget) < WARM_CHUNK_S)
-        _run_one(engine, twin, i + 1, bases[0])
+        twin = _twin(out, run, ep.limits.max_num_batched_tokens)
+        if twin is not None:
+            if progress:
+                progress(f"{ep.short}: warm-up: {run.name}")
+            _run_one(engine, twin, i + 1, bases[0])
         for rep, base in enumerate(bases, start=1):
             if progress:
                 rounds = f" (round {rep}/{repeats})" if repeats > 1 else ""

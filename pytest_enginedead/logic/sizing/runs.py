@@ -178,18 +178,33 @@ def warm_up(run: Run, budget: int, whole_chunk: bool = True) -> Run:
     waves, running = [], 0
     for wave in run.waves:
         chunk = max(1, budget - running)
-        prompts = tuple(_short_prompt(p, wave.shared, chunk, whole_chunk) for p in wave.prompts)
-        waves.append(Wave(prompts, min(wave.max_tokens, WARM_UP_TOKENS)))
+        short = (_short_prompt(p, wave.shared, chunk, whole_chunk) for p in wave.prompts)
+        prompts = tuple(p for p in short if p)
+        if prompts:
+            waves.append(Wave(prompts, min(wave.max_tokens, WARM_UP_TOKENS)))
         running += len(wave.prompts)
     return Run(f"warm-up: {run.name}", tuple(waves))
 
 
 def _short_prompt(prompt: int, shared: int, chunk: int, whole_chunk: bool) -> int:
+    """A twin's prompt: the tokens past a cached prefix, or a long prompt's last chunk (and one whole
+    before it); 0 when nothing is left to warm (a long prompt of whole chunks, whole ones not wanted)."""
     if shared and shared < prompt:
         return prompt - shared // BLOCK_TOKENS * BLOCK_TOKENS
     if prompt > chunk:
-        return (chunk if whole_chunk else 0) + (prompt % chunk or chunk)
+        return (chunk if whole_chunk else 0) + (prompt % chunk or (chunk if whole_chunk else 0))
     return prompt
+
+
+def heaviest(run: Run, budget: int) -> Step:
+    """The step of a run with the most tokens, roughly: a wave's new tokens (at most a chunk) beside the
+    sequences sent before it (context left out: for what a step costs at short context)."""
+    steps, running = [], 0
+    for wave in run.waves:
+        new = sum(p - wave.cached(i) for i, p in enumerate(wave.prompts))
+        steps.append(Step(running + len(wave.prompts), min(budget, new + running), 0))
+        running += len(wave.prompts)
+    return max(steps, key=lambda s: (s.tokens, s.seqs))
 
 
 def worst_run(plan: StepPlan, limits: Limits) -> Run:

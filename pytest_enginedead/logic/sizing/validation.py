@@ -2,7 +2,8 @@
 
 ``held_out_runs`` are the steps measured on the full model and kept out of every fit:
 decode batches the fit did not measure (2 to 128 at short context), prompts whole and
-chunked, decodes at long context (2K to 16K keys), a chunk at long context, and steps of
+chunked, the fit's long prompt (8K) taken on to 16K (chunks at contexts the fit never saw),
+decodes at long context (2K to 16K keys), a chunk at long context, and steps of
 the shape of the scheduler's worst (all but one sequence decoding beside one prefill
 chunk), at short and long context.  Each group of like steps (its median time) is one
 ``Check`` against a fit: the forecast from depth slices, or the model's own fit on its
@@ -46,7 +47,9 @@ def held_out_runs(max_num_seqs: int, budget: int, longest: int, steps: int) -> l
 
 def _long_runs(max_num_seqs: int, budget: int, longest: int, steps: int) -> list[Run]:
     rungs = sorted({c for c in (longest // 8, longest // 2, longest) if c >= 256})
-    runs = []
+    # the fit's long prompt (``runs.LONG_CONTEXT``, its start) taken on to ``longest``: its chunks past
+    # the fit's are held out, and every run after it finds it in the prefix cache
+    runs = [Run(f"the long prompt on to {longest} tokens", (Wave((longest,), 1, shared=longest),), long=True)]
     for c, n in zip(rungs, (4, 16, 16), strict=False):
         n = min(n, max_num_seqs)
         runs.append(Run(f"{n} decodes at {c} tokens of context", (Wave((c + 1,) * n, steps + 1, shared=c),),
