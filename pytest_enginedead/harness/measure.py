@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-from ..compat import versions
+from ..compat import llm_api, versions
 from ..contract.steps import StepTime
 from ..logic.planning.engines import EngineSpec, Instructions
 from ..logic.sizing import runs as runs_
@@ -124,12 +124,26 @@ def _run_one(engine: Engine, run: runs_.Run, seed: int, base: list[int] | None =
     return engine.evidence.steps()[seen:]
 
 
+#: the engine argument that keeps a sliding-window layer's blocks in the prefix cache
+RETENTION_ARG = "prefix_cache_retention_interval"
+
+
+def retention() -> tuple[tuple[str, Any], ...]:
+    """Dense prefix-cache retention, where this vLLM has the setting (0.32.0: ``None``; its default 0
+    keeps a sliding-window layer's blocks only at a prompt's end).  The ladder's prompts go on past the
+    first 256, 2K or 8K tokens of the long prompt: with the default, only the rung at its end found it
+    cached, and the others prefilled theirs (8 x 4K tokens: minutes on a slice of the 26B).
+    """
+    names = llm_api.engine_argument_names()
+    return ((RETENTION_ARG, None),) if names is not None and RETENTION_ARG in names else ()
+
+
 def _measure_engine(plan: SizingPlan, ep: EnginePlan, model_dir: str, progress: Progress | None,
                     reaper: Reaper, repeats: int = 1) -> Measured:
     lim = ep.limits
-    spec = EngineSpec(model_dir, lim.max_num_seqs, extra_args=(
-        ("max_model_len", lim.max_model_len), ("max_num_batched_tokens", lim.max_num_batched_tokens)),
-        kv_cache_gib=ep.kv_cache_gib, tensor_parallel=plan.tensor_parallel)
+    args = (("max_model_len", lim.max_model_len), ("max_num_batched_tokens", lim.max_num_batched_tokens))
+    spec = EngineSpec(model_dir, lim.max_num_seqs, extra_args=args + retention(),
+                      kv_cache_gib=ep.kv_cache_gib, tensor_parallel=plan.tensor_parallel)
     deadline = TimeoutPolicy.reference().timeout_s(Backend.CPU, lim.max_num_seqs, lim.max_num_batched_tokens)
     engine = Engine(spec, reaper=reaper)
     out = Measured(ep, {}, rounds=repeats)

@@ -64,6 +64,10 @@ def test_a_twin_warms_each_run_up_at_short_context() -> None:
     assert quick.waves[1].prompts == (8192 % 2040,)
     rung = runs_.warm_up(by_name["8 decodes at 8192 tokens of context"], 2048)
     assert rung.waves[0].prompts == (runs_.LADDER_TAIL,) * 8 and rung.waves[0].shared == 0
+    whole = runs_.Run("whole chunks", (runs_.Wave((8192,), 1, shared=8192),), long=True)
+    assert runs_.warm_up(whole, 2048, whole_chunk=False).waves == ()  # nothing left worth warming
+    assert runs_.heaviest(by_name["context 8192 beside 8 decodes"], 2048) == Step(9, 2048, 0)
+    assert runs_.heaviest(by_name["decode batch 32"], 2048) == Step(32, 32, 0)
 
 
 def test_a_short_model_measures_what_its_length_allows() -> None:
