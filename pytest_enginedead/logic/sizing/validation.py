@@ -1,9 +1,9 @@
 """How far forecasts were from steps they never saw: the validation set and its figures.
 
 ``held_out_runs`` are the steps measured on the full model and kept out of every fit:
-decode batches the fit did not measure (2 to 128 at short context), prompts whole and
-chunked, the fit's long prompt (8K) taken on to 16K (chunks at contexts the fit never saw),
-decodes at long context (2K to 16K keys), a chunk at long context, and steps of
+decode batches the fit did not measure (2 to 128 at short context), prompts whole and a full
+chunk, the fit's long prompt (8K) taken on to 16K (chunks at contexts the fit never saw),
+decodes at long context (2K to 16K keys), and steps of
 the shape of the scheduler's worst (all but one sequence decoding beside one prefill
 chunk), at short and long context.  Each group of like steps (its median time) is one
 ``Check`` against a fit: the forecast from depth slices, or the model's own fit on its
@@ -35,8 +35,7 @@ def held_out_runs(max_num_seqs: int, budget: int, longest: int, steps: int) -> l
     context, found in its prefix cache) is ``longest`` tokens."""
     out = [Run(f"decode batch {n}", (Wave((1,) * n, steps + 1),)) for n in HELD_OUT_BATCHES
            if n <= max_num_seqs]
-    out += [Run("a prompt of 512 tokens", (Wave((512,), 1),)),
-            Run("4 prompts of 256 tokens", (Wave((256,) * 4, 1),)),
+    out += [Run("4 prompts of 256 tokens", (Wave((256,) * 4, 1),)),
             Run(f"a prompt of {budget} tokens", (Wave((budget,), 1),))]
     out += _long_runs(max_num_seqs, budget, longest, steps)
     seqs = min(32, max_num_seqs)  # the worst step at short context: all but one decoding beside a chunk
@@ -54,10 +53,6 @@ def _long_runs(max_num_seqs: int, budget: int, longest: int, steps: int) -> list
         n = min(n, max_num_seqs)
         runs.append(Run(f"{n} decodes at {c} tokens of context", (Wave((c + 1,) * n, steps + 1, shared=c),),
                         long=True))
-    at = longest * 3 // 4 // 128 * 128
-    chunk = min(1024, budget)
-    runs.append(Run(f"a {chunk}-token chunk after {at} tokens", (Wave((at + chunk,), 2, shared=at),),
-                    long=True))
     seqs = min(16, max_num_seqs)  # the worst step at long context
     after = (longest - 512) // 128 * 128
     runs.append(Run(f"{seqs - 1} decodes at {longest} tokens beside a 512-token chunk after {after}",
