@@ -439,7 +439,7 @@ def import_rules() -> str:
 
 
 def sizing_validation() -> str:
-    """The forecast's validation figures, from ``bench/sizing-results.json`` (``bench/sizing.py validate``)."""
+    """The forecast's validation figures, from ``bench/sizing-results.json`` (``bench/sizing.py``)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("sizing_validate", ROOT / "bench" / "sizing_validate.py")
