@@ -126,10 +126,11 @@ def _fitted(engine: dict[str, Any]) -> list[tuple[Step, float]]:
     return [x for name, rows in engine["runs"].items() if fitted_name(name) for x in _samples(rows)]
 
 
-def _held(engine: dict[str, Any]) -> list[tuple[Step, float]]:
+def _held(engine: dict[str, Any]) -> list[list[tuple[Step, float]]]:
+    """The held-out steps, run by run."""
     from pytest_enginedead.logic.sizing.result import HELD_OUT
 
-    return [x for name, rows in engine["runs"].items() if name.startswith(HELD_OUT) for x in _samples(rows)]
+    return [_samples(rows) for name, rows in engine["runs"].items() if name.startswith(HELD_OUT)]
 
 
 def fits(record: dict[str, Any]) -> dict[str, Fit]:

@@ -142,17 +142,21 @@ def group_steps(samples: Iterable[tuple[Step, float]], bucket: float = 0.05) -> 
     """
     out = []
     for members in _grouped(samples, bucket).values():
-        shapes = [s for s, _ in members]
-        shape = Step(
-            shapes[0].seqs,
-            shapes[0].tokens,
-            _mean([s.context_tokens for s in shapes]) or 0,
-            _mean([s.window_context_tokens for s in shapes]),
-            _mean([s.read_tokens for s in shapes]),
-            _mean([s.window_read_tokens for s in shapes]),
-        )
+        shape = mean_shape([s for s, _ in members])
         out.append((shape, statistics.median(t for _, t in members), len(members)))
     return sorted(out, key=lambda g: (g[0].seqs, g[0].tokens, g[0].context_tokens))
+
+
+def mean_shape(shapes: Sequence[Step]) -> Step:
+    """Like steps' mean shape: the first's sequences and tokens, their keys averaged."""
+    return Step(
+        shapes[0].seqs,
+        shapes[0].tokens,
+        _mean([s.context_tokens for s in shapes]) or 0,
+        _mean([s.window_context_tokens for s in shapes]),
+        _mean([s.read_tokens for s in shapes]),
+        _mean([s.window_read_tokens for s in shapes]),
+    )
 
 
 def _mean(values: Sequence[int | None]) -> int | None:

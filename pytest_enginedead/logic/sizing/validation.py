@@ -16,11 +16,12 @@ Pure.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .fit import LEVEL, Fit, group_steps
+from .fit import LEVEL, Fit, mean_shape
 from .runs import Run, Wave
 from .terms import Step
 
@@ -96,12 +97,41 @@ class Check:
         return self.interval_s[0] <= self.measured_s <= self.interval_s[1]
 
 
-def checks(fit: Fit, samples: Iterable[tuple[Step, float]]) -> list[Check]:
-    """Each group of like held-out steps (its median time) against ``fit``'s forecast and interval."""
+#: keys per token under which a step's context is short (it measures the batch, not attention), and the
+#: relative width of the context buckets over it: like steps of one run are pooled into one check
+SHORT_KEYS, CONTEXT_BUCKET = 64, 0.25
+
+
+def pooled(samples: Iterable[tuple[Step, float]]) -> list[tuple[Step, float, int]]:
+    """Like steps pooled into one check each: the same sequences and tokens, keys per token within
+    ``CONTEXT_BUCKET`` (or all short); each group's mean shape and median time.  A decode batch's steps
+    at contexts 3, 5, 7, 9 are one check, not four single steps, each as noisy as one step is."""
+    groups: dict[tuple[int, int, int], list[tuple[Step, float]]] = {}
+    for step, seconds in samples:
+        keys = step.context_tokens / max(1, step.tokens)
+        bucket = 0 if keys < SHORT_KEYS else 1 + int(math.log(keys) / math.log1p(CONTEXT_BUCKET))
+        groups.setdefault((step.seqs, step.tokens, bucket), []).append((step, seconds))
     out = []
-    for step, seconds, n in group_steps(samples):
-        out.append(Check(kind_of(step), step, n, seconds, fit.predict(step), fit.interval(step)))
-    return out
+    for members in groups.values():
+        seconds = statistics.median(t for _, t in members)
+        out.append((mean_shape([s for s, _ in members]), seconds, len(members)))
+    return sorted(out, key=lambda g: (g[0].seqs, g[0].tokens, g[0].context_tokens))
+
+
+def designed(step: Step, steps: int) -> bool:
+    """Whether a group is a step the run was made to form: two or more like decodes, or a step with a
+    prefill chunk (one each by design: a long prompt's chunks, the worst step).  A lone decode step is a
+    transition, its batch's requests still arriving: one step, of a shape the run did not ask for, and
+    the first of a request pays its admission (on the tiny Llama a 1-sequence first step took 10 ms
+    against 6 ms for the same shape decoding)."""
+    return steps >= 2 or step.tokens > step.seqs
+
+
+def checks(fit: Fit, runs: Iterable[Sequence[tuple[Step, float]]]) -> list[Check]:
+    """Each group of like held-out steps of a run (its median time) that the run was made to form
+    (``designed``), against ``fit``'s forecast and interval."""
+    return [Check(kind_of(step), step, n, seconds, fit.predict(step), fit.interval(step))
+            for samples in runs for step, seconds, n in pooled(samples) if designed(step, n)]
 
 
 @dataclass(frozen=True)
