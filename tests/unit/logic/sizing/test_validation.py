@@ -64,7 +64,8 @@ def test_the_figures_of_known_errors() -> None:
     assert [round(c.error, 6) for c in found] == [0.10, -0.20, 0.05]
     assert [c.inside for c in found] == [True, False, True]  # +- 1.645 x 6 %: 9.9 % of the forecast
     s = validation.summary(found)
-    assert s.checks == 3 and found[0].steps == 2 and s.mape == pytest.approx(0.35 / 3) and s.mean_signed == pytest.approx(-0.05 / 3)
+    assert s.checks == 3 and found[0].steps == 2
+    assert s.mape == pytest.approx(0.35 / 3) and s.mean_signed == pytest.approx(-0.05 / 3)
     assert s.worst == pytest.approx(-0.20) and s.most_short == pytest.approx(-0.20)
     assert s.coverage == pytest.approx(2 / 3) and s.level == 0.90
     assert validation.summary([c for c in found if c.error > 0]).most_short == 0.0
