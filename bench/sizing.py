@@ -124,13 +124,13 @@ def part_forecast() -> dict[str, Any]:
     window = out["layout"]["sliding_window"]
     rows = []
     for r in full:
-        n = r["batch_size"]
+        n = r.batch_size
         # measure() decodes one-token prompts for a few tokens: contexts of 2..6
         predicted = model.predict(StepPlan(n, 4).step(window))
-        rows.append({"batch_size": n, "measured_p50_s": r["p50_s"], "forecast_s": predicted,
-                     "ratio": predicted / r["p50_s"]})
-        print(f"batch {n}: full depth measured p50 {r['p50_s']:.3f} s, forecast from slices "
-              f"{predicted:.3f} s (ratio {predicted / r['p50_s']:.3f})")
+        rows.append({"batch_size": n, "measured_p50_s": r.p50_s, "forecast_s": predicted,
+                     "ratio": predicted / r.p50_s})
+        print(f"batch {n}: full depth measured p50 {r.p50_s:.3f} s, forecast from slices "
+              f"{predicted:.3f} s (ratio {predicted / r.p50_s:.3f})")
     ok = all(abs(row["ratio"] - 1) <= 0.25 for row in rows)
     return {"wall_s": wall, "measure_wall_s": measured_wall, "rows": rows, "target": "within 25 %", "ok": ok,
             "output": out}

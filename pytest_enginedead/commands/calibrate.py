@@ -26,7 +26,7 @@ from ..logic.inputs.values import BadValue, parse_batch_sizes
 from ..logic.machine import meminfo, this_machine
 from ..logic.sizing import kvcache, shapes
 from ..logic.sizing.answer import MoeKernel
-from ..logic.sizing.decode import calibration, format_calibration
+from ..logic.sizing.decode import calibration, calibration_json, format_calibration
 from ..logic.sizing.jsonout import answer_json
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
 from ..logic.sizing.slices import GIB
@@ -268,24 +268,21 @@ def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     with output_to(log, args.verbose) as progress:
         results = measure(args.model, args.batch_sizes, args.steps or 64, progress,
                           tensor_parallel=args.tensor_parallel_size)
-    out, policy = calibration(
-        results, args.headroom, versions.stock_deadline_s(),
-        vllm=versions.installed_version(), model=args.model, machine=this_machine(),
-    )
+    answer = calibration(results, args.headroom, versions.stock_deadline_s(), versions.installed_version(),
+                         args.model, this_machine())
     if "plot" in claimed:
         try:
-            plot(claimed["plot"], results, out["results"][0]["stock_deadline_s"], policy)
+            plot(claimed["plot"], answer)
         except outputs.OutputError as exc:  # proven writable at the start; it changed since
             print(f"enginedead calibrate: error: the plot was not written: {exc}", file=sys.stderr)
             return 2
-        out["plot"] = args.plot
-    log_path = log.path
-    out["log"] = log_path
+        answer = dataclasses.replace(answer, plot=args.plot)
+    answer = dataclasses.replace(answer, log=log.path)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(calibration_json(answer), indent=2))
         return 0
-    print(format_calibration(out, policy))
+    print(format_calibration(answer))
     if args.plot:
         print(f"plot: {args.plot}")
-    print(f"log: {log_path}")
+    print(f"log: {log.path}")
     return 0

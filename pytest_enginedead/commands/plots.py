@@ -10,29 +10,24 @@ from typing import Any
 from ..harness.outputs import Output, claim
 from ..logic.sizing import advice, kvcache
 from ..logic.sizing.answer import SizingAnswer
+from ..logic.sizing.decode import Calibration
 from ..logic.sizing.shapes import Limits, StepPlan
-from ..logic.timeouts.policies import TimeoutPolicy
 
 
-def plot(out: Output | str, results: list[dict[str, Any]], stock: float, policy: TimeoutPolicy) -> None:
+def plot(out: Output | str, answer: Calibration) -> None:
     """Step time against batch size, drawn in the format the file name's extension names.
 
-    Drawn in memory and written through the one writer (``outputs``).
+    Drawn in memory from the typed answer and written through the one writer (``outputs``).
     """
     target = out if isinstance(out, Output) else claim(out, repr(out))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RuntimeError("--plot needs matplotlib: pip install matplotlib") from None
-    sizes = [r["batch_size"] for r in results]
+    plt = _pyplot()
+    sizes = [r.measured.batch_size for r in answer.rows]
+    stock = answer.rows[0].stock_deadline_s if answer.rows else 300.0
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(sizes, [r["p50_s"] for r in results], "o-", label="step time p50")
-    ax.plot(sizes, [r["p99_s"] for r in results], "s--", label="step time p99")
+    ax.plot(sizes, [r.measured.p50_s for r in answer.rows], "o-", label="step time p50")
+    ax.plot(sizes, [r.measured.p99_s for r in answer.rows], "s--", label="step time p99")
     ax.axhline(stock, color="red", linestyle=":", label=f"vLLM stock deadline ({stock:g} s)")
-    ax.plot(sizes, [r["recommended_s"] for r in results], "^-", color="green", label="recommended deadline")
+    ax.plot(sizes, [r.recommended_s for r in answer.rows], "^-", color="green", label="recommended deadline")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("batch size (concurrent sequences)")

@@ -23,6 +23,7 @@ from ..logic.planning.engines import EngineSpec, Instructions
 from ..logic.sizing import runs as runs_
 from ..logic.sizing import shapes, slices
 from ..logic.sizing.answer import SizingAnswer
+from ..logic.sizing.decode import DecodeSteps
 from ..logic.sizing.fit import FitError, Step, fit_steps
 from ..logic.sizing.plan import EnginePlan, SizingPlan
 from ..logic.sizing.result import (
@@ -44,7 +45,7 @@ from .threads import Progress
 def measure(
     model: str, batch_sizes: Sequence[int], steps: int, progress: Progress | None = None, rounds: int = 4,
     tensor_parallel: int = 1,
-) -> list[dict[str, Any]]:
+) -> list[DecodeSteps]:
     """Time ``steps`` decode steps per batch size, on one engine sized for the largest.
 
     Each size is warmed up first (not measured), then the sizes take turns in
@@ -85,14 +86,9 @@ def measure(
     for n in sizes:
         if not measured[n]:
             raise RuntimeError(f"no full decode step at batch {n} was recorded")
-        results.append({
-            "batch_size": n,
-            "steps": len(measured[n]),
-            "p50_s": statistics.median(measured[n]),
-            "p99_s": quantile(measured[n], 0.99),
-            "max_s": max(measured[n]),
-            "start_s": start_s,
-        })
+        times = measured[n]
+        results.append(DecodeSteps(n, len(times), statistics.median(times), quantile(times, 0.99), max(times),
+                                   start_s))
     return results
 
 
