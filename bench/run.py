@@ -256,6 +256,58 @@ def bench_guard(rounds: int = 12, n: int = 64, tokens: int = 192, repeats: int =
     return {"batch": n, "deadline_s": 300, "pairs": pairs, **s, "target": "<= 1.01"}
 
 
+def layer_note_cost(calls: int = 200_000) -> float:
+    """Seconds one layer's note takes in the worker (``ProgressWriter.layer_begins``), measured directly."""
+    from pytest_enginedead.contract.stepprogress import ProgressWriter
+
+    with tempfile.TemporaryDirectory() as scratch:
+        writer = ProgressWriter(scratch, layers=2)
+        writer.begin_step(1, time.monotonic())
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            writer.layer_begins(time.monotonic())
+        took = time.perf_counter() - t0
+        writer.remove()
+    return took / calls
+
+
+def bench_layers(rounds: int = 12, n: int = 1, tokens: int = 192, repeats: int = 2) -> dict[str, Any]:
+    """The per-layer progress hook on vs off (the step record on in both), paired, at batch 1 on the
+    tiny model, the cheapest step there is: what seeing each layer costs."""
+    pairs = _paired("rec", "nolayers", rounds, n, tokens, repeats)
+    s = _summary(pairs, "rec", "nolayers")
+    per_layer = layer_note_cost()
+    layers = 2  # tiny-llama's
+    print(f"  layers on/off over {len(s['pair_ratios'])} pairs, start order cancelled: {s['ratio']:.3f} "
+          f"(pairs {min(s['pair_ratios']):.3f}-{max(s['pair_ratios']):.3f}); identical engines differ by "
+          f"{s['control_ratio']:.3f}; directly {per_layer * 1e6:.2f} us a layer, "
+          f"{per_layer * layers / s['median_off_s'] * 100:.3f} % of a step", flush=True)
+    return {"batch": n, "pairs": pairs, **s, "direct_s_per_layer": per_layer, "layers": layers,
+            "direct_share": per_layer * layers / s["median_off_s"], "target": "<= 1.01",
+            "machine": fingerprint.this_machine(), "command": "python bench/run.py layers"}
+
+
+def bench_estimate() -> dict[str, Any]:
+    """The end of a step foreseen halfway through it, on natural steps of the shrunk Gemma-4 MoE:
+    128 decodes a step, and prefill chunks of a 16K-token prompt (``scripts/estimate.py``)."""
+    found: dict[str, Any] = {}
+    for kind in ("decode", "prefill"):
+        out = subprocess.run([PY, str(SCRIPTS / "estimate.py"), kind], capture_output=True, text=True,
+                             timeout=1800)
+        line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+        if not line:
+            raise RuntimeError(f"estimate bench ({kind}) failed:\n{out.stderr[-3000:]}")
+        data = json.loads(line[-1])
+        errors = [r["error"] for r in data["steps"]]
+        data["worst_error"] = max(errors, key=abs) if errors else None
+        data["median_abs_error"] = statistics.median(abs(e) for e in errors) if errors else None
+        found[kind] = data
+        print(f"  {kind}: {len(errors)} steps, estimate at half the layers vs the step's end: median "
+              f"{data['median_abs_error'] or 0:.1%} off, worst {data['worst_error'] or 0:+.1%}", flush=True)
+    return {**found, "target": "within +-15 %", "machine": fingerprint.this_machine(),
+            "command": "python bench/run.py estimate"}
+
+
 # --- downstream suites ------------------------------------------------------------------
 
 def downstream(example: str, *args: str) -> tuple[float, dict[str, Any], int]:
@@ -327,7 +379,13 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
     """By pid, as the harness stops its own: SIGTERM to the server, then TERM/KILL what remains."""
     import psutil
 
-    from pytest_enginedead.harness.cleanup import ProcRef, mapped_shm, terminate, unlink_shm
+    from pytest_enginedead.harness.cleanup import (
+        ProcessesSurvived,
+        ProcRef,
+        mapped_shm,
+        terminate,
+        unlink_shm,
+    )
 
     refs: list[ProcRef] = []
     with contextlib.suppress(psutil.Error):
@@ -343,7 +401,7 @@ def _stop_bare(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.wait(timeout=5)
     if leftover:
-        raise RuntimeError(f"bare server processes survived SIGKILL: {leftover}")
+        raise ProcessesSurvived(leftover)
 
 
 def bench_server(rounds: int = 3, cold_rounds: int = 2, n: int = 8) -> dict[str, Any]:
@@ -550,6 +608,7 @@ def bench_preloads() -> dict[str, Any]:
 
 
 BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "guard": bench_guard,
+           "layers": bench_layers, "estimate": bench_estimate,
            "verdict": bench_verdict, "server": bench_server, "check": bench_check, "suite": bench_suite,
            "xdist": bench_xdist, "preloads": bench_preloads}
 

@@ -7,7 +7,9 @@ MODES is the engines in start order, e.g. ``on,off``:
 - ``on``: step record + liveness sampler (``assert_no_false_death`` around each batch);
 - ``off``: the ``vllm.general_plugins`` entry inert (no run directory), no sampler;
 - ``guard``: step record + the guard (hang_s 60 s, reference policy), no sampler;
-- ``rec``: step record alone (the guard bench's "off"), no sampler.
+- ``rec``: step record alone (the guard bench's "off"), no sampler;
+- ``nolayers``: step record alone, its workers without the per-layer progress hook
+  (``ENGINEDEAD_LAYER_PROGRESS=0``): the layers bench's "off".
 
 Prints one JSON line: the modes, each engine's per-token step times, the steps each
 recorded, what each engine core said at start, the guard's decisions.
@@ -23,7 +25,7 @@ from typing import Any
 
 from pytest_enginedead import assert_no_false_death
 from pytest_enginedead.contract.guardfiles import core_ready_path
-from pytest_enginedead.contract.names import ENV_DIR
+from pytest_enginedead.contract.names import ENV_DIR, LAYERS_ENV
 from pytest_enginedead.face.handles import EngineHandle
 from pytest_enginedead.harness.offline import Engine
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
@@ -43,6 +45,13 @@ class Inert(Engine):
         """An inert engine core writes nothing, and has no control file to read."""
 
 
+class NoLayers(Engine):
+    """The same engine, its workers without the per-layer progress hook."""
+
+    def environment(self, first: Instructions) -> dict[str, str]:
+        return {**super().environment(first), LAYERS_ENV: "0"}
+
+
 def core_says(engine: Engine) -> Any:
     """What the engine core wrote once its side of the plugin was in place (None: inert)."""
     path = core_ready_path(engine.run_dir)
@@ -60,7 +69,8 @@ def main(rounds: int, n: int, tokens: int, modes: list[str]) -> None:
         for i, mode in enumerate(modes):
             guard = GuardSpec(60.0, "reference") if mode == "guard" else None
             instructions = Instructions(300.0, f"bench {i}")
-            engine = (Inert if mode == "off" else Engine)(EngineSpec(BUNDLED_MODEL, n, guard=guard))
+            kind = {"off": Inert, "nolayers": NoLayers}.get(mode, Engine)
+            engine = kind(EngineSpec(BUNDLED_MODEL, n, guard=guard))
             engines.append(engine)
             engine.start(instructions)
             handles.append(EngineHandle(engine, n, instructions))

@@ -104,6 +104,25 @@ def step_shape(scheduler_output: Any, window: int | None = None) -> tuple[int, i
     return (unknown[0], full, capped, read, read_capped)
 
 
+def attention_layers(worker: Any) -> list[Any]:
+    """The attention layers a worker's model runs, in the order the model registered them.
+
+    Every attention layer registers itself (its name -> the layer) in
+    ``vllm_config.compilation_config.static_forward_context`` and computes through its
+    ``impl.forward(layer, query, ...)``: on CPU from inside the ``vllm.unified_attention_with_output``
+    custom op, which runs Python at every layer, compiled graph or not (0.27.1-0.32.0).  Other
+    entries (MoE, Mamba) have no ``impl``.
+    """
+    try:
+        context = worker.vllm_config.compilation_config.static_forward_context
+    except AttributeError:
+        return []
+    if not isinstance(context, Mapping):
+        return []
+    return [layer for layer in context.values()
+            if callable(getattr(getattr(layer, "impl", None), "forward", None))]
+
+
 def sliding_window(worker: Any) -> int | None:
     """The sliding window of the model a worker runs (``vllm_config.model_config.hf_text_config``)."""
     try:

@@ -60,6 +60,11 @@ class CollectiveMark:
         if self._depth == 0:
             struct.pack_into(_FORMAT, self._map, 0, 0.0)
 
+    def since(self) -> float | None:
+        """When this process entered the collective it is in, None if in none."""
+        (value,) = struct.unpack_from(_FORMAT, self._map, 0)
+        return value or None
+
     def remove(self) -> None:
         with contextlib.suppress(OSError):
             os.remove(self.path)

@@ -17,9 +17,13 @@ CRASH_EXIT_CODE = 86
 class Injection:
     """Faults applied in the worker; steps are counted from 1, empty steps skipped."""
 
+    #: each step burns CPU for this many seconds per sequence, spread over its layers (it advances)
     slow_s_per_seq: float = 0.0
+    #: at this step the worker blocks idle forever, inside its middle layer
     hang_at_step: int | None = None
     crash_at_step: int | None = None
+    #: at this step the worker spins at 100 % CPU inside its middle layer, never advancing (a livelock)
+    spin_at_step: int | None = None
     #: the ranks (vLLM's global worker ranks) the faults apply to; None: every rank
     ranks: tuple[int, ...] | None = None
     #: the nodes (vLLM's ``--node-rank``) whose ranks the faults apply to; None: every node
@@ -33,7 +37,7 @@ class Injection:
 
     @property
     def active(self) -> bool:
-        return bool(self.slow_s_per_seq or self.hang_at_step or self.crash_at_step)
+        return bool(self.slow_s_per_seq or self.hang_at_step or self.crash_at_step or self.spin_at_step)
 
     def applies_to(self, rank: int, node: int = 0) -> bool:
         """Whether a worker of this rank, on this node, runs these faults."""
@@ -47,6 +51,8 @@ class Injection:
             parts.append(f"hang at step {self.hang_at_step}")
         if self.crash_at_step:
             parts.append(f"crash at step {self.crash_at_step}")
+        if self.spin_at_step:
+            parts.append(f"spin at step {self.spin_at_step}")
         if parts and self.nodes is not None:
             parts.append(f"on node{'s' if len(self.nodes) != 1 else ''} {', '.join(map(str, self.nodes))}")
         if parts and self.ranks is not None:

@@ -22,6 +22,20 @@ DEFAULT_INTERVAL_S = 0.1
 DEFAULT_WINDOW_S = 1.0
 
 
+def busy(cores: float, span_s: float = DEFAULT_WINDOW_S, threshold: float = BUSY_CORES) -> bool:
+    """Whether CPU use of ``cores`` (1.0 = one core flat out), measured over ``span_s`` seconds,
+    counts as computing: ``threshold`` of a core over a whole window (``DEFAULT_WINDOW_S``).
+
+    The kernel counts a process's CPU time in clock ticks of 10 ms.  A process that sleeps
+    still wakes now and then (a library's polling thread, our own deadline sampler) and is
+    charged a tick or two: over a quarter of a second that reads as 4-8 % of a core, over a
+    second as 1-2 %.  So a span shorter than a window must hold the CPU time a whole window
+    would (``threshold × DEFAULT_WINDOW_S``): a worker that computes shows it in a quarter of a
+    second, a sleeper's stray ticks never add up to it.
+    """
+    return cores * span_s >= threshold * max(span_s, DEFAULT_WINDOW_S)
+
+
 class Verdict(str, enum.Enum):
     """What an engine process was doing when the engine was declared dead.
 

@@ -183,6 +183,13 @@ class GuardState:
     node: int | None = None
     #: on several nodes: a rank whose progress stopped arriving, in words (``node 1 TP1``)
     silent: str | None = None
+    #: what the judged rank was found doing, in words (``contract.judge``'s reason)
+    reason: str = ""
+    #: its step's layers finished, of how many (0 of 0: its layers are not seen)
+    layer: int = 0
+    layers: int = 0
+    #: when its step's forward pass ends at its pace so far, in seconds from ``updated`` (None: not known)
+    ends_in_s: float | None = None
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -24,6 +24,11 @@ ENV_FRONT_PID = "ENGINEDEAD_FRONT_PID"
 PROGRESS_DIR_ENV = "ENGINEDEAD_PROGRESS_DIR"
 
 
+#: ``0`` in an engine's environment: its workers keep no per-layer progress (``contract.stepprogress``);
+#: the judge then decides by CPU inside the layers too, and a spinning worker reads as computing.
+LAYERS_ENV = "ENGINEDEAD_LAYER_PROGRESS"
+
+
 #: The guard: on (1), its policy (the hard cap), its idle grace in seconds (default 60, at least
 #: 0.25: the guard looks at the worker every 0.25 s).
 GUARD_ENV = "ENGINEDEAD_GUARD"

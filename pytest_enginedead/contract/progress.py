@@ -36,6 +36,7 @@ from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any
 
 from .control import write_whole
+from .stepprogress import Phase, StepProgress
 
 #: A rank rewrites its record this often.
 PUBLISH_EVERY_S = 0.5
@@ -73,6 +74,31 @@ class RankProgress:
     ran_s: float = 0.0  # how long it has run (running) or took (finished)
     steps: int = 0  # steps it finished
     ended: bool = False  # the worker is exiting: its last record
+    #: its step's progress inside its layers (``contract.stepprogress``), each time as an age at
+    #: publishing (machines share no monotonic clock); ``layered`` False: it keeps none
+    layered: bool = False
+    phase: int = 0  # a ``stepprogress.Phase``
+    layer: int = 0
+    layers: int = 0
+    forward_done: bool = False
+    stalled_s: float = 0.0  # since its step last advanced
+    forward_s: float = 0.0  # since its first layer began (0.0: none yet)
+    pace_s: float = 0.0
+    tail: float = 1.0
+    #: how long it had sat in one collective (-1.0: in none, or it keeps no mark)
+    in_collective_s: float = -1.0
+
+    def step_progress(self, age_s: float, now: float) -> StepProgress | None:
+        """Its step's progress on a reader's clock: the record is ``age_s`` old at the reader's ``now``
+        (None: it keeps none)."""
+        if not self.layered or self.phase not in set(Phase):
+            return None
+        at = now - age_s  # when it was published, on the reader's clock
+        return StepProgress(
+            self.step, Phase(self.phase), self.layer, self.layers, at - self.ran_s,
+            at - self.forward_s if self.forward_s else 0.0, at - self.stalled_s, self.pace_s,
+            self.forward_done, self.tail,
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -17,10 +17,12 @@ DOCS = (
     "enginedead_guard(hang_s=None, policy=None): run this test's engine with the guard on: "
     "vLLM's deadline becomes the point of suspicion; a busy worker gets up to the policy's "
     "cap, a worker idle for hang_s (default 60, at least 0.25) ends the wait.",
-    "enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None, ranks=None, "
-    "nodes=None): fault injection inside the engine's worker: each step first burns CPU for "
-    "slow_s_per_seq x its batch size; at step N (from 1) it blocks idle forever, or "
-    "exits the worker process; ranks=[...] applies them to those worker ranks only "
+    "enginedead_inject(slow_s_per_seq=0.0, hang_at_step=None, crash_at_step=None, spin_at_step=None, "
+    "ranks=None, nodes=None): fault injection inside the engine's worker: each step burns CPU for "
+    "slow_s_per_seq x its batch size, spread over its layers (it advances, as real compute does); "
+    "at step N (from 1) it blocks idle forever in its middle layer (hang), exits the worker process "
+    "(crash), or spins at 100 % CPU in its middle layer without advancing (spin, a livelock); "
+    "ranks=[...] applies them to those worker ranks only "
     "(tensor parallel; default every rank), nodes=[...] to the ranks on those nodes "
     "(several nodes; default every node).",
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..harness.cleanup import KILL_WAIT_S
 from ..harness.outputs import Output, claim
 from ..logic.machine import this_machine
 from ..logic.reporting.report import (
@@ -23,10 +24,20 @@ from ..logic.words import plural
 
 
 def terminal_summary(tr: Any, results: Results, policy_name: str) -> None:
-    """Only when engines ran: a line per engine configuration, then the count."""
+    """Only when engines ran: a line per engine configuration, then the count; last, any process
+    an engine left behind."""
     rows = results.engines
     if not rows:
         return
+    _engine_lines(tr, results, policy_name)
+    for label, who in results.survivors():
+        tr.write_line(f"enginedead: ERROR: a process of engine {label} outlived SIGKILL by "
+                      f"{KILL_WAIT_S:g} s: {who}; the run fails.  Stop it by its pid once the kernel "
+                      "lets go of it (/proc/PID/stack says where it waits)", red=True)
+
+
+def _engine_lines(tr: Any, results: Results, policy_name: str) -> None:
+    rows = results.engines
     false = sum(r["false_deaths"] for r in rows)
     genuine = sum(r["genuine_deaths"] for r in rows)
     if tr.config.getoption("verbose") < 0:

@@ -23,7 +23,7 @@ from ..contract.guardfiles import CoreReady, read_core_ready
 from ..contract.names import GUARD_ENV
 from ..logic.planning.engines import EngineSpec, GuardSpec, Instructions
 from . import cleanup, ledger
-from .cleanup import ProcRef, Reaper, mapped_shm, started_children, terminate, unlink_shm
+from .cleanup import ProcessesSurvived, ProcRef, Reaper, mapped_shm, started_children, terminate, unlink_shm
 from .environment import engine_environment
 from .evidence import RunEvidence
 from .liveness import ProcessEvidence, snapshot
@@ -210,7 +210,7 @@ class EngineBase(OnNodes):
                 self._reaper.forget(self.run_dir)
             ledger.stopped(self, cut=fast())
             if leftover:
-                raise RuntimeError(f"engine processes survived SIGKILL: {leftover}")
+                raise ProcessesSurvived(leftover)
         if not cleanup.held.holding and cleanup.held.take():
             raise KeyboardInterrupt  # what the user pressed, now that nothing is half-stopped
 

@@ -33,6 +33,38 @@ SHM_DIR = "/dev/shm"
 KMP_REGISTRATION = "__KMP_REGISTERED_LIB_"
 
 
+#: How long the kernel may take to end a process after SIGKILL: one that frees gigabytes of memory
+#: takes seconds on a loaded box, and a PID namespace's first process waits for every other one
+#: of its namespace to go first.
+KILL_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Survivor:
+    """A process of ours still there after SIGKILL and the wait for the kernel to take it."""
+
+    pid: int
+    title: str
+    status: str  # psutil's word: ``disk-sleep`` is uninterruptible, inside the kernel
+
+    @classmethod
+    def of(cls, proc: psutil.Process) -> Survivor:
+        return cls(proc.pid, reading.title(proc), reading.status(proc))
+
+    def describe(self) -> str:
+        state = ("in uninterruptible sleep (D state): the kernel holds it and no signal ends it"
+                 if self.status == psutil.STATUS_DISK_SLEEP else self.status)
+        return f"pid {self.pid} ({self.title}: {state})"
+
+
+class ProcessesSurvived(RuntimeError):
+    """An engine's processes outlived SIGKILL (``survivors``): said once, never thrown at pytest."""
+
+    def __init__(self, survivors: list[Survivor]) -> None:
+        self.survivors = survivors
+        super().__init__("engine processes survived SIGKILL: " + "; ".join(s.describe() for s in survivors))
+
+
 @dataclass(frozen=True)
 class ProcRef:
     """A process we started: pid plus creation time, so a reused pid is never touched."""
@@ -138,8 +170,9 @@ def _forget_segment(name: str) -> None:
 
 def terminate(
     refs: Iterable[ProcRef], grace_s: float = 3.0, at_once: bool = False, shm: set[str] | None = None
-) -> list[ProcRef]:
-    """SIGTERM, then SIGKILL after ``grace_s``; return the refs still alive (should be none).
+) -> list[Survivor]:
+    """SIGTERM, then SIGKILL after ``grace_s``; return the processes still there once the kernel
+    had ``KILL_WAIT_S`` to take them (should be none).
 
     ``at_once`` (a run that was interrupted): no grace.  The processes and everything
     below them are first stopped (SIGSTOP), which keeps a process that is spawning one
@@ -163,7 +196,7 @@ def terminate(
     for proc in tree:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    return [ProcRef.of(p) for p in _wait_gone(tree, 5.0)]
+    return [Survivor.of(p) for p in _wait_gone(tree, KILL_WAIT_S)]
 
 
 def _listed(procs: Iterable[psutil.Process]) -> list[psutil.Process]:

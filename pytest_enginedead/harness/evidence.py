@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 import psutil
 
 from ..compat import versions
-from ..contract.collectives import waiting_for_a_peer
+from ..contract.collectives import in_collective_since, waiting_for_a_peer
 from ..contract.dumps import STACK_SIGNAL, DeadlineStack, deadline_stack_path, read_deadline_stack, stack_path
 from ..contract.guardfiles import GuardEvent, guard_events_path, read_guard_events
+from ..contract.stepprogress import StepProgress, read_step_progress
 from ..contract.steps import StepTime, read_steps, steps_path
 from ..process.remote import RemoteLook, RemoteRanks
 from .cleanup import ProcRef
@@ -65,6 +66,15 @@ class RunEvidence:
     def waiting_for_a_peer(self, pid: int) -> bool:
         """Worker ``pid`` sits in a collective, waiting for a peer rank (its mark says so)."""
         return waiting_for_a_peer(self.run_dir, pid)
+
+    def in_collective_s(self, pid: int, now: float) -> float | None:
+        """How long worker ``pid`` has sat in the collective it is in at ``now`` (None: in none)."""
+        since = in_collective_since(self.run_dir, pid)
+        return None if since is None else now - since
+
+    def step_progress(self, pid: int) -> StepProgress | None:
+        """Worker ``pid``'s step progress as its record stands (None: it keeps none)."""
+        return read_step_progress(self.run_dir, pid)
 
     def steps(self) -> list[StepTime]:
         """Every step the engine's workers recorded, oldest first."""

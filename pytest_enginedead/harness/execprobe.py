@@ -29,17 +29,22 @@ from dataclasses import dataclass
 import psutil
 
 from ..compat import versions
+from ..contract.collectives import in_collective_since
 from ..contract.decisions import GuardAction, Verdict
 from ..contract.guardfiles import GuardState, guard_state_path, read_guard_state, state_dir
+from ..contract.judge import EngineJudgement, RankEvidence, judge_ranks
 from ..contract.names import PROGRESS_DIR_ENV
+from ..contract.stepprogress import read_step_progress
 from ..process import reading
 from ..process.remote import RemoteLook, RemoteRanks
 
 #: The guard rewrites its state every 0.25 s while a step runs long: older is stale.
 STALE_S = 2.0
 
-#: How long the probe looks at a worker's CPU when it must judge for itself.
-LOOK_S = 0.2
+#: How long the probe looks at a worker's CPU when it must judge for itself: a look shorter than a
+#: second must hold a second's busy share (``decisions.busy``), a tenth of a core here, which a
+#: computing worker shows on a loaded box and a sleeper's stray ticks do not
+LOOK_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -134,39 +139,49 @@ def _worker(state: GuardState) -> str:
     return f"VLLM::Worker pid {state.worker}{node}"
 
 
-def answer_for(state: GuardState | None, now: float, busy: bool | None) -> Answer:
+def _doing(state: GuardState) -> str:
+    """What the guard found the judged rank doing: its judge's words, else (an older guard) its CPU."""
+    return state.reason or f"at {state.cores * 100:.0f} % CPU"
+
+
+def answer_for(state: GuardState | None, now: float, look: EngineJudgement | None) -> Answer:
     """The answer for one engine core from its guard state (None: the guard is off).
 
-    ``busy`` is the probe's own look at the worker's CPU, taken only when the state
-    cannot say (off, or stale); None when not taken.
+    ``look`` is the probe's own judgement of the ranks (``contract.judge``), taken only when the
+    state cannot say (off, or stale); None when not taken.
     """
-    if state is None:
-        doing = "computing" if busy else "idle"
+    seen = look.busiest() if look is not None else None
+    if state is None:  # without the guard no progress is kept: its CPU is all the probe sees
+        doing = "computing" if seen is not None and seen.evidence.busy else "idle"
         return Answer(True, f"alive: the worker is {doing}; the guard is off here, so slow and hung "
                             "look alike (set ENGINEDEAD_GUARD=1 on the server)")
     if state.ended is GuardAction.END:
         if state.verdict is Verdict.DEAD and state.silent:
             return Answer(False, f"dead: the guard ended step {state.step}: {state.silent} sent no progress "
                                  f"and no rank computed for {state.updated - state.busy_at:.1f} s")
-        return Answer(False, f"hung: the guard ended step {state.step} after {_worker(state)} "
-                             f"sat idle {state.updated - state.busy_at:.1f} s in it")
+        return Answer(False, f"hung: the guard ended step {state.step} after {_worker(state)} showed no "
+                             f"work for {state.updated - state.busy_at:.1f} s ({_doing(state)})")
     if state.ended is GuardAction.CAP:
         return Answer(False, f"dead: step {state.step} outlived the guard's {state.cap_s:g} s cap")
     if not state.in_step:
         return Answer(True, "alive: no step is running long")
     ran = now - state.sent
     stale = now - state.updated > STALE_S
-    busy_at = now if (stale and busy) else state.busy_at  # the probe saw it computing just now
-    if not stale and state.verdict is Verdict.SLOW:
+    busy_at, doing = state.busy_at, _doing(state)
+    if stale and look is not None:  # the engine core stopped rewriting it: the probe's own look
+        busy_at = max(busy_at, look.active_at or busy_at)
+        doing = seen.reason if seen is not None else doing
+    elif not stale and state.verdict is Verdict.SLOW:
         busy_at = max(busy_at, state.updated)
     idle = now - busy_at
     where = f"step {state.step} (batch {state.batch}) has run {ran:.1f} s (deadline {state.deadline_s:g} s)"
     if idle < state.hang_s:
         if idle < 1.0:
-            return Answer(True, f"alive, computing: {where}; {_worker(state)} "
-                                f"at {state.cores * 100:.0f} % CPU; the guard waits up to {state.cap_s:g} s")
-        return Answer(True, f"alive: {where}; its worker idle {idle:.1f} s, hung at {state.hang_s:g} s")
-    return Answer(False, f"hung: {where}; {_worker(state)} idle {idle:.1f} s "
+            return Answer(True, f"alive, computing: {where}; {_worker(state)} {doing}; "
+                                f"the guard waits up to {state.cap_s:g} s")
+        return Answer(True, f"alive: {where}; {_worker(state)} {doing}; no work for {idle:.1f} s, hung at "
+                            f"{state.hang_s:g} s")
+    return Answer(False, f"hung: {where}; {_worker(state)} {doing}; no work for {idle:.1f} s "
                          f"(hang_s {state.hang_s:g} s)")
 
 
@@ -205,9 +220,27 @@ def _answer_for_core(core: psutil.Process) -> Answer:
         return silent
     state = _state_of(core)
     now = time.monotonic()
-    busy = None
+    look = None
     if state is None or (state.in_step and now - state.updated > STALE_S):
-        busy = reading.busy(sum(reading.look(procs, LOOK_S)))  # their compilers' CPU too
-        busy = busy or any(lk.verdict is Verdict.SLOW for lk in remote)
+        look = own_look(core, procs, remote, state)
         now = time.monotonic()
-    return answer_for(state, now, busy)
+    return answer_for(state, now, look)
+
+
+def own_look(core: psutil.Process, procs: list[psutil.Process], remote: list[RemoteLook],
+             state: GuardState | None) -> EngineJudgement:
+    """The probe's own judgement of an engine core's ranks, when its guard's state cannot say: each
+    worker's CPU over a short look (its compilers' counted), its step progress and collective where
+    it keeps them (under the guard), and the other nodes' ranks as they published them."""
+    cores = reading.look(procs, LOOK_S)
+    now = time.monotonic()
+    directory = state_dir(_environ_of(core))
+    evidence = []
+    for proc, used in zip(procs, cores, strict=True):
+        progress = read_step_progress(directory, proc.pid)
+        since = in_collective_since(directory, proc.pid)
+        evidence.append(RankEvidence(
+            reading.title(proc), True, used, LOOK_S, progress.in_step if progress is not None else True,
+            progress, now - since if since is not None else None))
+    window = state.hang_s if state is not None else None
+    return judge_ranks([*evidence, *(lk.judgement.evidence for lk in remote)], now, window)

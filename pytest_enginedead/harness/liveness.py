@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from ..contract.decisions import BUSY_CORES, DEFAULT_INTERVAL_S, DEFAULT_WINDOW_S, Verdict
+from ..contract.decisions import BUSY_CORES, DEFAULT_INTERVAL_S, DEFAULT_WINDOW_S, Verdict, busy
 from ..logic.inputs.liveness import LivenessSettings as LivenessSettings  # defined with the options
 from ..process import reading
 
@@ -61,7 +61,7 @@ def classify(evidence: ProcessEvidence, threshold: float = BUSY_CORES) -> Verdic
     """SLOW if alive and computing, HUNG if alive and idle, DEAD if gone or zombie."""
     if not evidence.alive:
         return Verdict.DEAD
-    return Verdict.SLOW if reading.busy(evidence.cpu_cores, threshold) else Verdict.HUNG
+    return Verdict.SLOW if busy(evidence.cpu_cores, evidence.window_s, threshold) else Verdict.HUNG
 
 
 #: a process this old has exec'd its program: its title is its own

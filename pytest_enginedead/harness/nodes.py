@@ -40,7 +40,7 @@ from ..logic.planning.engines import EngineSpec, Instructions
 from ..logic.planning.nodes import node_arguments, node_bindings
 from ..logic.planning.ranks import BIND_ENV
 from ..process import reading
-from .cleanup import ProcRef, Reaper, mapped_shm, terminate, unlink_shm
+from .cleanup import ProcRef, Reaper, Survivor, mapped_shm, terminate, unlink_shm
 from .environment import engine_arguments, owned_cores, process_environment
 from .evidence import RunEvidence
 
@@ -233,7 +233,7 @@ class NodeSet:
                              + (f" ({inside} in its namespace)" if inside is not None else ""))
         return ", ".join(parts)
 
-    def stop(self) -> list[ProcRef]:
+    def stop(self) -> list[Survivor]:
         """Kill each node by its namespace's first process (the kernel ends the rest of the
         namespace), after stopping the whole tree to read the memory it maps; return what
         survived (none)."""
@@ -293,7 +293,7 @@ class OnNodes:
         if self.nodes is not None:
             self.nodes.instruct(control)
 
-    def stop_nodes(self) -> list[ProcRef]:
+    def stop_nodes(self) -> list[Survivor]:
         """Stop every headless node by pid; what survived (none)."""
         return self.nodes.stop() if self.nodes is not None else []
 

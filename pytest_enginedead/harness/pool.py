@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ..logic.planning.engines import EngineSpec, Instructions
 from . import cleanup
 from .base import EngineBase, GuardRefused
-from .cleanup import Reaper
+from .cleanup import ProcessesSurvived, Reaper, Survivor
 from .offline import Engine
 from .server import Server
 from .threads import Progress
@@ -28,8 +28,8 @@ class EngineRecord:
     tests: list[str] = field(default_factory=list)
     #: started because the engine before it for this spec had died
     restart: bool = False
-    #: why stopping it failed (processes that survived SIGKILL), else None
-    stop_error: str | None = None
+    #: its processes that outlived SIGKILL (none, unless the kernel could not take them)
+    survivors: list[Survivor] = field(default_factory=list)
 
 
 class EnginePool:
@@ -111,9 +111,9 @@ class EnginePool:
     def _stop(self, engine: EngineBase) -> None:
         try:
             engine.stop()
-        except RuntimeError as exc:  # processes that survived SIGKILL: keep stopping the rest
+        except ProcessesSurvived as exc:  # the summary names them; the other engines still stop
             record = next(r for r in self._records if r.engine is engine)
-            record.stop_error = str(exc)
+            record.survivors = exc.survivors
 
     def hurry(self) -> None:
         """The run was interrupted: engines stop without vLLM's graceful shutdown."""

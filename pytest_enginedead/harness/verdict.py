@@ -10,19 +10,22 @@ from __future__ import annotations
 import shlex
 import statistics
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..compat import versions
-from ..contract.decisions import Verdict, overall
+from ..contract.decisions import Verdict
 from ..contract.dumps import DeadlineStack
+from ..contract.judge import Judgement, RankState, combine
+from ..contract.stepprogress import StepProgress
 from ..contract.steps import StepTime
 from ..logic.planning.nodes import node_label
 from ..logic.planning.ranks import rank_label
 from ..process.remote import RemoteLook
 from . import slowpaths, stacks
-from .liveness import LivenessSettings, ProcessEvidence, Sampler, classify
+from .liveness import LivenessSettings, ProcessEvidence, Sampler
+from .rankjudge import judge_workers
 from .remoteverdict import computing, remote_dicts, remote_lines, remote_looks, remote_where
 from .stacks import Where, innermost_frames
 
@@ -59,6 +62,10 @@ class Evidence(Protocol):
     def has_record(self, pid: int) -> bool: ...
 
     def waiting_for_a_peer(self, pid: int) -> bool: ...
+
+    def in_collective_s(self, pid: int, now: float) -> float | None: ...
+
+    def step_progress(self, pid: int) -> StepProgress | None: ...
 
     def deadline_stack(
         self, pid: int, step: StepTime, deadline_s: float, wait_s: float | None = 0.5
@@ -113,6 +120,8 @@ class Finding:
     remote: list[RemoteLook] = field(default_factory=list)
     #: the rank ``where`` was read from, when it is another node's (``node 1 TP1``)
     where_rank: str | None = None
+    #: pid -> the judge's word on it (``contract.judge``): what it was doing, and why
+    judgements: dict[int, Judgement] = field(default_factory=dict)
 
     @property
     def false_death(self) -> bool:
@@ -164,6 +173,8 @@ class Finding:
         """One judged process: its evidence, its rank, its running step, whether it was judged
         as of the deadline."""
         lines = [f"  process:    {ev.describe()}"]
+        if pid in self.judgements:
+            lines.append(f"  judged:     {self.judgements[pid].reason}")
         if pid in self.ranks:
             lines.append(f"  rank:       {self.ranks[pid][0]}: {self.ranks[pid][1]}")
         step = self.steps.get(pid)
@@ -185,7 +196,7 @@ class Finding:
         in, and its innermost frames."""
         lines = []
         if self.where:
-            busy = [rank for rank, state in self.ranks.values() if state == COMPUTING]
+            busy = [rank for rank, state in self.ranks.values() if state == RankState.COMPUTING.value]
             rank = (f"rank {self.where_rank}: " if self.where_rank else f"rank {busy[0]}: " if busy else "")
             lines.append(f"  where:      {rank}{self.where.describe()}")
         lines.extend(f"  slow path:  {path}" for path in self.slow_paths)
@@ -260,80 +271,32 @@ def step_summary(steps: Sequence[StepTime]) -> str:
 def judge_death(
     engine: Watchable, sampler: Sampler, started: float, error: str, settings: LivenessSettings
 ) -> Finding:
-    """Decide SLOW / HUNG / DEAD from the evidence as it stands right now."""
+    """Decide SLOW / HUNG / DEAD from the evidence as it stands right now (the one judge's rules,
+    ``contract.judge``: a worker in its layers computes while its step advances)."""
     t0 = time.monotonic()
     inspectable = engine if isinstance(engine, Inspectable) else None
     evidence = sampler.evidence(fresh=True)
     workers = [p for p in (inspectable.evidence.worker_pids if inspectable else ()) if p in evidence]
     judged = {pid: evidence[pid] for pid in (workers or evidence)}
-    found = _Judgements()
-    for pid, ev in list(judged.items()):
-        v = classify(ev, settings.threshold)
-        if inspectable is not None and inspectable.evidence.has_record(pid):
-            v = _judge_by_step(inspectable, sampler, pid, v, judged, settings.threshold, found)
-        found.verdicts.append(v)
+    found = judge_workers(inspectable, sampler, judged, settings.threshold)
     remote = remote_looks(inspectable)  # the other nodes' ranks: their progress, never /proc
-    finding = Finding(overall([*found.verdicts, *(lk.verdict for lk in remote)]), error, t0 - started, judged,
-                      settings, found.steps, at_deadline=found.at_deadline, remote=remote)
+    whole = combine([*found.judgements.values(), *(lk.judgement for lk in remote)])
+    local = dict(zip(found.judgements, whole.ranks, strict=False))  # as combined (a peer waits)
+    finding = Finding(whole.verdict, error, t0 - started, judged, settings, found.steps,
+                      at_deadline=found.at_deadline, remote=remote, judgements=local)
     if inspectable is not None and (len(workers) > 1 or remote):  # several ranks: what each was doing
-        verdicts = dict(zip(judged, found.verdicts, strict=True))
-        finding.ranks = rank_states(judged, verdicts, found.in_step, found.waiting,
-                                    node=0 if remote else None, peer_computes=bool(computing(remote)))
+        node = 0 if remote else None
+        finding.ranks = {pid: (_rank_of(judged[pid], pid, node), j.state.value) for pid, j in local.items()}
     finding.verdict_s = time.monotonic() - t0  # the verdict; the evidence below takes longer
     if inspectable is not None:
         _add_evidence(finding, inspectable)
     return finding
 
 
-@dataclass
-class _Judgements:
-    """What judging the processes found, in the order they were judged."""
-
-    verdicts: list[Verdict] = field(default_factory=list)
-    #: pid -> the step a SLOW worker was computing
-    steps: dict[int, StepTime] = field(default_factory=dict)
-    #: pid -> what a worker judged as of the deadline was doing at the verdict
-    at_deadline: dict[int, str] = field(default_factory=dict)
-    #: the workers inside a step (now, or at the deadline)
-    in_step: set[int] = field(default_factory=set)
-    #: the workers inside a collective, waiting for a peer rank (their mark says so)
-    waiting: set[int] = field(default_factory=set)
-
-
-def _judge_by_step(
-    engine: Inspectable, sampler: Sampler, pid: int, verdict: Verdict,
-    judged: dict[int, ProcessEvidence], threshold: float, found: _Judgements,
-) -> Verdict:
-    """The verdict on a worker that keeps a step record, given ``verdict`` from its CPU now.
-
-    Busy inside a model step is SLOW.  Any other worker (its step ended, it sat idle, it is
-    gone, or it is busy outside a step) is judged as of the deadline when its own dump then
-    proves it was in the step: its evidence in ``judged`` becomes that.  Failing that, busy
-    outside a step is HUNG.
-    """
-    ev = judged[pid]
-    running = engine.evidence.running_step(pid)
-    if running is not None:
-        found.in_step.add(pid)
-        if verdict is Verdict.SLOW and engine.evidence.waiting_for_a_peer(pid):
-            found.waiting.add(pid)  # its CPU is a spin in a collective: a wait, not work
-            return Verdict.HUNG
-    step = running if verdict is Verdict.SLOW else None
-    then = None if step is not None else as_of_the_deadline(engine, sampler, pid)
-    if then is not None:
-        found.in_step.add(pid)
-        judged[pid], step = then
-        verdict = classify(then[0], threshold)
-        found.at_deadline[pid] = (
-            "the worker was gone (vLLM stops its workers once it declares the engine dead)"
-            if not ev.alive else "it sat idle in its step" if running is not None
-            else "its step had ended"
-        )
-    elif step is None and verdict is Verdict.SLOW:
-        verdict = Verdict.HUNG  # busy, but not in a model step
-    if verdict is Verdict.SLOW and step is not None:
-        found.steps[pid] = step
-    return verdict
+def _rank_of(ev: ProcessEvidence, pid: int, node: int | None) -> str:
+    """A worker's rank as the evidence names it: from its title, with its node on several."""
+    rank = rank_label(ev.title) or f"pid {pid}"
+    return node_label(node, rank) if node is not None else rank
 
 
 def _add_evidence(finding: Finding, engine: Inspectable) -> None:
@@ -351,64 +314,6 @@ def _add_evidence(finding: Finding, engine: Inspectable) -> None:
     summary = step_summary(engine.step_times_since_start())
     facts = {**engine.death_facts(), "step_summary": summary}
     finding.facts = {k: v for k, v in facts.items() if v not in (None, "")}
-
-
-#: what a rank was doing, as the verdict says it
-COMPUTING = "computing"
-WAITING = "waiting for a peer rank inside its step (a collective waits for the rank that computes)"
-
-
-def rank_states(
-    judged: dict[int, ProcessEvidence], verdicts: dict[int, Verdict], in_step: set[int],
-    waiting: Collection[int] = (), node: int | None = None, peer_computes: bool = False,
-) -> dict[int, tuple[str, str]]:
-    """Per worker of a multi-rank engine: its rank (from its title) and what it was doing.
-
-    A rank idle inside its step while a peer computes is waiting for it in a collective
-    (tensor parallel ranks meet at every all-reduce): not hung.  So is one whose collective
-    mark says it has sat in one (``waiting``), whatever its CPU: on CPU the wait spins.  On
-    several nodes the ranks are named with their ``node``, and a peer on another node that
-    computes (``peer_computes``) counts as well.
-    """
-    someone_computes = peer_computes or any(v is Verdict.SLOW for v in verdicts.values())
-    out = {}
-    for pid, ev in judged.items():
-        rank = rank_label(ev.title) or f"pid {pid}"
-        rank = node_label(node, rank) if node is not None else rank
-        if not ev.alive:
-            state = "gone"
-        elif pid in waiting:
-            state = WAITING
-        elif verdicts[pid] is Verdict.SLOW:
-            state = COMPUTING
-        elif pid in in_step:
-            state = WAITING if someone_computes else "idle inside its step"
-        else:
-            state = "idle between steps"
-        out[pid] = (rank, state)
-    return out
-
-
-def as_of_the_deadline(
-    engine: Inspectable, sampler: Sampler, pid: int
-) -> tuple[ProcessEvidence, StepTime] | None:
-    """The worker as it was when its last step reached the deadline, if it did.
-
-    A server's clients hear of the death only after vLLM has declared it, and by then
-    the step may have ended or vLLM may have stopped the worker: "gone" or "idle" then
-    is not what it was doing when vLLM gave up.  The worker's own dump at the deadline
-    proves it was in the step; the samples up to that moment say whether it was
-    computing.  A worker that died or hung before the deadline wrote no such dump.
-    """
-    mine = [s for s in engine.step_times_since_start() if s.pid == pid]
-    if not mine:
-        return None
-    step = max(mine, key=lambda s: s.started)
-    dump = engine.evidence.deadline_stack(pid, step, engine.timeout_s, None)
-    then = sampler.evidence_at(pid, dump.at) if dump is not None else None
-    if then is None or not then.alive:
-        return None
-    return then, step
 
 
 def where_it_was(

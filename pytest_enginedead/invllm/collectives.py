@@ -32,6 +32,11 @@ def _get_mark() -> CollectiveMark | None:
     return _mark
 
 
+def since() -> float | None:
+    """When this worker entered the collective it is in (``time.monotonic()``), None if in none."""
+    return _mark.since() if _mark is not None else None
+
+
 def _wrap(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def collective(*args: Any, **kwargs: Any) -> Any:

@@ -32,7 +32,7 @@ from ..contract.decisions import GuardAction
 from ..contract.guardfiles import guard_state_pid, read_guard_state, state_dir
 from ..contract.names import ENV_FRONT_PID, EXIT_DEAD, EXIT_ENV, EXIT_HUNG
 from ..logic.inputs.guardconfig import guard_asked
-from .guard import remove_stale_states
+from .stale import remove_stale_states
 
 logger = logging.getLogger("vllm.enginedead")
 

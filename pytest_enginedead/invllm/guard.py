@@ -42,17 +42,14 @@ from typing import Any
 import psutil
 
 from ..compat import in_core, in_worker, versions
-from ..contract.collectives import mark_pid, waiting_for_a_peer
 from ..contract.control import ControlReader
-from ..contract.decisions import GuardAction, Verdict
+from ..contract.decisions import GuardAction
 from ..contract.guardfiles import (
     CoreReady,
     GuardEvent,
     GuardState,
     guard_events_path,
     guard_state_path,
-    guard_state_pid,
-    read_guard_state,
     state_dir,
     write_core_ready,
     write_guard_state,
@@ -61,167 +58,12 @@ from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV, PROGRESS_
 from ..contract.steps import steps_path
 from ..logic.inputs.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
 from ..logic.timeouts.policies import Backend
-from ..process import reading
 from ..process.remote import RemoteLook
 from .guardnodes import OtherNodes
-
-#: The wait loop runs thousands of times a second; the worker is looked at this often.
-PROBE_EVERY_S = 0.25
-
-#: A healthy step is over before this: no probe, no cost.
-FIRST_PROBE_S = 0.5
+from .stale import remove_stale_states
+from .watch import Watch
 
 logger = logging.getLogger("vllm.enginedead")
-
-
-class Watch:
-    """One step RPC in flight: when it was sent, its deadlines, what the worker did since."""
-
-    def __init__(
-        self, core: Core, method: str, step: int, batch: int, deadline_s: float, cap_s: float
-    ) -> None:
-        self.core = core
-        self.method = method
-        self.step = step
-        self.batch = batch
-        self.deadline_s = deadline_s
-        self.cap_s = cap_s
-        self.sent = time.monotonic()
-        self._next_probe = self.sent + FIRST_PROBE_S
-        self._last: tuple[float, tuple[float, ...], tuple[int, ...]] | None = None  # t, cpu, sizes
-        self._remote_steps: tuple[tuple[int, bool], ...] = ()  # remote ranks' (step, running) last seen
-        self._busy_at = self.sent  # the last time a worker showed progress
-        self._cores = 0.0  # the busiest rank's CPU use at the last look
-        self._busiest: int | RemoteLook = 0  # its index among the local workers, or a remote rank
-        self._gone: RemoteLook | None = None  # a remote rank whose progress stopped arriving
-        self._said_deadline = False
-        self._said_dead = False
-        self._wrote_state = False
-
-    def observe(self) -> None:
-        """Look at the worker (rate-limited); raise ``TimeoutError`` when it has been HUNG too long."""
-        now = time.monotonic()
-        if now < self._next_probe:
-            return
-        self._next_probe = now + PROBE_EVERY_S
-        verdict = self._probe(now)
-        ran = now - self.sent
-        hang_s = self.core.guard.hang_s if self.core.guard else math.inf
-        self._state(now, verdict)
-        if verdict is Verdict.DEAD and self._gone is None:
-            if not self._said_dead:
-                self._said_dead = True
-                self._decide(now, verdict, GuardAction.MONITOR, "left to vLLM's worker monitor", "is gone")
-        elif verdict is not Verdict.SLOW and now - self._busy_at >= hang_s:
-            idle = now - self._busy_at
-            why = f"idle for {idle:.1f} s (no CPU, no step progress)"
-            if self._gone is not None:
-                why = (f"{why}; {self._gone.label} sent no progress for {self._gone.silent_s:.1f} s "
-                       "(vLLM's worker monitor cannot see another node)")
-            self._decide(now, verdict, GuardAction.END, "ending the wait", why)
-            self._state(now, verdict, ended=GuardAction.END)
-            raise TimeoutError(
-                f"enginedead guard: {self.method} worker idle for {idle:.1f} s (hang_s {hang_s:g} s)"
-            )
-        elif ran >= self.deadline_s and not self._said_deadline:
-            self._said_deadline = True
-            if verdict is Verdict.SLOW:
-                self._decide(now, verdict, GuardAction.WAIT, f"waiting up to {self.cap_s:.0f} s",
-                             f"computing ({self._cores * 100:.0f} % CPU)")
-            else:
-                idle = now - self._busy_at
-                self._decide(now, verdict, GuardAction.WARN,
-                             f"ending the wait if it stays idle {hang_s - idle:.0f} s more",
-                             f"idle for {idle:.1f} s")
-
-    def past_cap(self) -> None:
-        """vLLM's wait is about to raise at the guard's cap: say so, once."""
-        now = time.monotonic()
-        verdict = self._probe(now)
-        self._decide(now, verdict, GuardAction.CAP, "past the cap: the engine dies as stock vLLM would",
-                     f"still {'computing' if verdict is Verdict.SLOW else 'idle'}")
-        self._state(now, verdict, ended=GuardAction.CAP)
-
-    def finish(self) -> None:
-        """The step's reply is in (or its wait ended): a probe must not see it running."""
-        if self._wrote_state:
-            self.core.write_state(None)
-
-    def _state(self, now: float, verdict: Verdict, ended: GuardAction | None = None) -> None:
-        procs = self.core.worker_procs()
-        self._wrote_state = True
-        pid, _, _, node = self._judged()
-        self.core.write_state(dict(
-            in_step=ended is None, method=self.method, step=self.step, batch=self.batch,
-            deadline_s=self.deadline_s, cap_s=round(self.cap_s, 3), sent=self.sent,
-            busy_at=self._busy_at, verdict=verdict, cores=round(self._cores, 3),
-            worker=pid if procs else 0, ended=ended, updated=now, node=node,
-            silent=self._gone.label if self._gone is not None else None,
-        ))
-
-    def _probe(self, now: float) -> Verdict:
-        """SLOW while any rank computes or records progress; HUNG when none does; DEAD if one is gone.
-
-        Each rank is judged on its own CPU (its compiler children counted): ranks of one step
-        meet in collectives, so one that computes keeps the others waiting — on CPU spinning,
-        a core busy with nothing but the wait, which its collective mark tells apart.  Another
-        node's ranks are judged from the progress they publish; one that stopped publishing
-        is gone (``DEAD`` once no rank shows progress), left to no monitor.
-        """
-        procs = self.core.worker_procs()
-        if not procs or any(not reading.alive(p) for p in procs):
-            self._gone = None
-            return Verdict.DEAD
-        remote = self.core.remote_looks()
-        self._gone = next((lk for lk in remote if lk.gone), None)
-        steps = tuple((lk.record.step, lk.record.running) for lk in remote)
-        moved, self._remote_steps = steps != self._remote_steps, steps
-        cpu = tuple(reading.cpu_seconds(p) for p in procs)
-        sizes = self.core.record_sizes(procs)
-        last, self._last = self._last, (now, cpu, sizes)
-        if last is None or len(last[1]) != len(cpu):
-            return Verdict.SLOW  # the first look: no rate yet
-        rates = reading.cores_between(last[1], cpu, now - last[0])
-        # a rank that spins in a collective waits for a peer: its CPU is not work
-        working = [i for i, p in enumerate(procs) if not waiting_for_a_peer(self.core.marks_dir, p.pid, now)]
-        self._busiest = max(working or range(len(rates)), key=rates.__getitem__)
-        self._cores = rates[self._busiest] if working else 0.0
-        alive = [lk for lk in remote if not lk.gone]
-        busiest = max(alive, key=lambda lk: lk.record.cores, default=None)
-        if busiest is not None and busiest.record.cores > self._cores:
-            self._busiest, self._cores = busiest, busiest.record.cores
-        if reading.busy(self._cores) or sizes != last[2] or moved:
-            self._busy_at = now
-            return Verdict.SLOW
-        return Verdict.DEAD if self._gone is not None else Verdict.HUNG
-
-    def _judged(self) -> tuple[int, int | None, str, int | None]:
-        """(pid, rank, name, node) of the worker the last look judged: the busiest rank (node None
-        on one node; on several, a remote rank's pid is its pid on its own node)."""
-        workers = self.core.workers()
-        count = self.core.rank_count()
-        node = self.core.nodes.node if self.core.remote_looks(cached=True) else None
-        if isinstance(self._busiest, RemoteLook):
-            r = self._busiest.record
-            return r.pid, r.rank, f"VLLM::Worker rank {r.rank} of {count} on node {r.node}", r.node
-        if not workers:
-            return 0, None, "VLLM::Worker", node
-        rank, pid = workers[min(self._busiest, len(workers) - 1)]
-        name = f"VLLM::Worker rank {rank} of {count}" if count > 1 else "VLLM::Worker"
-        return pid, rank, name + (f" on node {node}" if node is not None else ""), node
-
-    def _decide(self, now: float, verdict: Verdict, action: GuardAction, outcome: str, state: str) -> None:
-        pid, rank, name, node = self._judged()
-        ran = now - self.sent
-        logger.warning(
-            "enginedead guard: %s has run %.1f s (deadline %g s); %s pid %d %s, "
-            "step %d batch %d; %s",
-            self.method, ran, self.deadline_s, name, pid, state, self.step, self.batch, outcome,
-        )
-        self.core.note(GuardEvent(
-            self.method, self.step, self.batch, round(ran, 3), self.deadline_s,
-            round(self.cap_s, 3), verdict, action, outcome, pid, now, rank, self.core.rank_count(), node,
-        ))
 
 
 class Core:
@@ -315,22 +157,24 @@ class Core:
                 sizes.append(-1)
         return tuple(sizes)
 
-    def write_state(self, fields: dict[str, Any] | None) -> None:
-        """Rewrite the guard's state: a step's fields while it runs long, None when none runs.
+    def state_base(self, now: float) -> GuardState:
+        """The guard's state with no step running long: this engine core's own fields."""
+        assert self.guard is not None
+        return GuardState(pid=os.getpid(), front=self.front, hang_s=self.guard.hang_s,
+                          policy=self.guard.policy_name, updated=now)
+
+    def write_state(self, state: GuardState | None) -> None:
+        """Rewrite the guard's state: a step's while it runs long, None when none runs.
 
         Once the guard has ended a wait (``ended``), that stays: the engine is dying of it.
         """
         if self.state_path is None or self.guard is None:
             return
-        if fields is None:
-            fields = {"updated": time.monotonic()}
-        if self._ended and not fields.get("ended"):
+        if state is None:
+            state = self.state_base(time.monotonic())
+        if self._ended and not state.ended:
             return
-        self._ended = fields.get("ended") or self._ended
-        state = GuardState(
-            pid=os.getpid(), front=self.front, hang_s=self.guard.hang_s,
-            policy=self.guard.policy_name, **fields,
-        )
+        self._ended = state.ended or self._ended
         with contextlib.suppress(OSError):
             write_guard_state(self.state_path, state)
 
@@ -397,7 +241,7 @@ def _guarded_read_timeout(base: type[Any]) -> type[Any]:
             except TimeoutError:
                 watch.past_cap()
                 raise
-            return min(wait_ms, int(PROBE_EVERY_S * 1000))
+            return min(wait_ms, watch.ms_to_next_look())
 
     return GuardedReadTimeout
 
@@ -414,29 +258,6 @@ def _install(core: Core) -> None:
         base = getattr(queue_cls, attr)
         if not getattr(base, "__enginedead__", False):
             setattr(queue_cls, attr, _guarded_read_timeout(base))
-
-
-def remove_stale_states(directory: str, front: int | None = None) -> None:
-    """Remove guard states whose engine core is gone (or, given ``front``, that front's), and
-    collective marks whose worker is gone (a killed worker leaves its mark)."""
-    with contextlib.suppress(OSError):
-        for name in os.listdir(directory):
-            worker = mark_pid(name)
-            if worker is not None and front is None and not reading.exists(worker):
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(directory, name))
-            pid = guard_state_pid(name)
-            if pid is None:
-                continue
-            path = os.path.join(directory, name)
-            if front is not None:
-                state = read_guard_state(path)
-                if state is None or state.front != front:
-                    continue
-            elif reading.exists(pid):
-                continue
-            with contextlib.suppress(OSError):
-                os.remove(path)
 
 
 def in_engine_core() -> bool:

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 
@@ -35,7 +35,9 @@ from ..contract.progress import (
     write_progress,
     write_stack_answer,
 )
+from ..contract.stepprogress import StepProgress
 from ..process import reading
+from . import collectives
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class StepState:
 
 class StepSource(Protocol):
     def step_state(self) -> StepState: ...
+
+    def step_progress(self) -> StepProgress | None: ...
 
 
 def thread_stacks(main_ident: int | None = None) -> str:
@@ -71,6 +75,20 @@ def thread_stacks(main_ident: int | None = None) -> str:
             depth += 1
         out.append("\n")
     return "".join(out)
+
+
+def _layer_fields(p: StepProgress | None, now: float) -> dict[str, Any]:
+    """A rank's step progress and collective as a record carries them: ages, not its clock's times."""
+    since = collectives.since()
+    fields: dict[str, Any] = {"in_collective_s": round(now - since, 3) if since else -1.0}
+    if p is None:
+        return fields
+    return fields | {
+        "layered": True, "phase": int(p.phase), "layer": p.layer, "layers": p.layers,
+        "forward_done": p.forward_done, "stalled_s": round(p.stalled_s(now), 3),
+        "forward_s": round(now - p.forward_at, 3) if p.forward_at else 0.0, "pace_s": round(p.pace_s, 3),
+        "tail": round(p.tail, 3),
+    }
 
 
 class Publisher:
@@ -118,6 +136,7 @@ class Publisher:
             seq=self.seq, wall=self._wall(), mono=now, cpu_s=round(cpu, 3), cores=round(cores, 3),
             window_s=round(window, 3), step=state.step, batch=state.batch, running=state.running,
             ran_s=round(max(0.0, ran), 3), steps=state.finished, ended=ended,
+            **_layer_fields(self.source.step_progress(), now),
         )
 
     def publish(self, ended: bool = False) -> None:

@@ -47,19 +47,14 @@ from ..contract.dumps import (
     sample_block,
     stack_path,
 )
-from ..contract.names import ENV_DIR, PROGRESS_DIR_ENV
+from ..contract.guardfiles import state_dir
+from ..contract.names import ENV_DIR, LAYERS_ENV, PROGRESS_DIR_ENV
+from ..contract.stepprogress import Phase, ProgressWriter, StepProgress
 from ..contract.steps import BEGIN_SHAPE_LINE, END_LINE, SAMPLE_BEGIN_LINE, SAMPLE_END_LINE, steps_path
+from ..logic.inputs.guardconfig import guard_asked
+from . import layers
+from .faults import StepFaults
 from .progress import Publisher, StepState
-
-
-def burn(seconds: float) -> None:
-    """Keep one core busy for ``seconds``, in Python, like a slow step would."""
-    end = time.monotonic() + seconds
-    x = 0
-    while time.monotonic() < end:
-        for _ in range(2000):
-            x += 1
-
 
 #: The watchdog looks at the armed phase at least this often (a deadline is >= 1 s).
 WATCH_EVERY_S = 0.25
@@ -159,12 +154,19 @@ class StepRecorder:
     (on several nodes) the publisher of the rank's progress."""
 
     def __init__(self, run_dir: str | None, deadline_stacks: bool = True,
-                 progress_dir: str | None = None) -> None:
+                 progress_dir: str | None = None, layers_dir: str | None = None) -> None:
         pid = os.getpid()
         control_dir = progress_dir or run_dir
         self.control = ControlReader(control_dir) if control_dir else None
         self.progress_dir = progress_dir
         self.publisher: Publisher | None = None
+        #: where this worker's step progress is mapped (``contract.stepprogress``), once its layers are seen
+        self.layers_dir = layers_dir
+        self.progress: ProgressWriter | None = None
+        self._hooked = False
+        self._faults = StepFaults()  # the running step's
+        self._layer = 0  # layers begun in the running step's forward pass (0: not in one)
+        self._in_forward = False
         self.step = 0  # every recorded step of this worker
         self.epoch = -1  # the control epoch the fault steps count from
         self.fault_step = 0  # steps since that epoch began: what the faults count
@@ -195,6 +197,8 @@ class StepRecorder:
     def close(self) -> None:
         if self.publisher is not None:
             self.publisher.close()
+        if self.progress is not None:
+            self.progress.remove()
         if self._watch is not None:
             self._watch.close()
         if self._fd is None:
@@ -212,6 +216,30 @@ class StepRecorder:
         if self._fd is not None:
             os.write(self._fd, line)
 
+    def hook_layers(self, worker: Any) -> None:
+        """See each layer of this worker's steps begin (once); its progress record from then on."""
+        if self._hooked:
+            return
+        self._hooked = True
+        wanted = os.environ.get(LAYERS_ENV, "").strip() != "0"
+        count = layers.install(worker, self.layer_begins) if wanted else 0
+        if self.layers_dir:
+            with contextlib.suppress(OSError):
+                self.progress = ProgressWriter(self.layers_dir, count)
+
+    def layer_begins(self) -> None:
+        """A layer of the running step begins (``layers``): noted, then its share of the faults."""
+        if not self._in_forward:
+            return  # a forward pass outside a recorded step (vLLM's own warm-up)
+        self._layer += 1
+        if self.progress is not None:
+            self.progress.layer_begins(time.monotonic())
+        self._faults.at(self._layer)
+
+    def step_progress(self) -> StepProgress | None:
+        """Where this rank's step stands inside its layers (``progress.StepSource``)."""
+        return self.progress.snapshot() if self.progress is not None else None
+
     def publish_as(self, node: int, rank: int) -> None:
         """Start publishing this rank's progress (once), if there is a directory for it; at a clean
         exit its last record says so."""
@@ -226,6 +254,8 @@ class StepRecorder:
             return call()
         began = time.monotonic()
         self._write(SAMPLE_BEGIN_LINE % (step, began))
+        if self.progress is not None:
+            self.progress.phase_begins(Phase.SAMPLE, began)
         self._arm(step, "sample_tokens", began)
         state = self._state  # the step's execute_model has ended: it runs again, sampling
         self._state = StepState(state.step, state.batch, True, state.began, state.last_s, state.finished)
@@ -235,6 +265,8 @@ class StepRecorder:
             self._disarm()
             ended = time.monotonic()
             self._write(SAMPLE_END_LINE % (step, ended))
+            if self.progress is not None:
+                self.progress.phase_begins(Phase.IDLE, ended)
             self._state = StepState(state.step, state.batch, False, state.began, ended - state.began,
                                     state.finished)
 
@@ -272,20 +304,25 @@ class StepRecorder:
         self._write(BEGIN_SHAPE_LINE % shape)
         finished = self._state.finished
         self._state = StepState(step, batch, True, began, 0.0, finished)
+        if self.progress is not None:
+            self.progress.begin_step(step, began)
         self._deadline_s = control.deadline_s or self._stock_deadline_s
         self._arm(step, "execute_model", began)
         inj = control.injection if control.injection.applies_to(rank, node) else Injection()
         if inj.crash_at_step == self.fault_step:
             os._exit(CRASH_EXIT_CODE)
-        if inj.hang_at_step == self.fault_step:
-            threading.Event().wait()  # idle forever: alive, not computing
-        if inj.slow_s_per_seq:
-            burn(inj.slow_s_per_seq * batch)
+        seen = self.progress.layers if self.progress is not None else 0
+        self._faults = StepFaults.plan(inj, self.fault_step, batch, seen)
+        self._layer, self._in_forward = 0, True
         try:
+            self._faults.before_forward()
             return call()
         finally:
+            self._in_forward, self._faults = False, StepFaults()
             self._disarm()
             ended = time.monotonic()
+            if self.progress is not None:
+                self.progress.forward_ends(ended)
             self._write(END_LINE % (step, ended))
             self._state = StepState(step, batch, False, began, ended - began, finished + 1)
             self._sample_for = step
@@ -316,7 +353,8 @@ def _get_recorder() -> StepRecorder:
     global _recorder
     if _recorder is None:
         _recorder = StepRecorder(os.environ.get(ENV_DIR) or None,
-                                 progress_dir=os.environ.get(PROGRESS_DIR_ENV) or None)
+                                 progress_dir=os.environ.get(PROGRESS_DIR_ENV) or None,
+                                 layers_dir=state_dir(os.environ))
     return _recorder
 
 
@@ -325,6 +363,7 @@ def wrap_execute_model(method: Callable[..., Any]) -> Callable[..., Any]:
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
         batch = in_worker.step_batch_size(scheduler_output)
         recorder = _get_recorder()
+        recorder.hook_layers(self)
         rank, node = in_worker.worker_rank(self), in_worker.worker_node(self)
         recorder.publish_as(node, rank)  # from its first call on, empty steps included
         if batch == 0:
@@ -349,8 +388,9 @@ def wrap_sample_tokens(name: str, method: Callable[..., Any] | None) -> Callable
 
 
 def register() -> None:
-    """In a worker process: wrap the worker's step when the harness asks, or to publish its progress."""
-    if not (os.environ.get(ENV_DIR) or os.environ.get(PROGRESS_DIR_ENV)):
+    """In a worker process: wrap the worker's step when the harness asks, to publish its progress, or
+    for the guard to judge its steps by their progress."""
+    if not (os.environ.get(ENV_DIR) or os.environ.get(PROGRESS_DIR_ENV) or guard_asked(os.environ)):
         return
     target = in_worker.worker_step_target(versions.installed_version())
     module_name, class_name, method_name = target

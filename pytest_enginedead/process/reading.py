@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 
 import psutil
 
-from ..contract.decisions import BUSY_CORES
+from ..contract.decisions import DEFAULT_WINDOW_S
 
 #: the statuses of a process that has ended (a zombie has ended; its parent has not reaped it)
 GONE_STATUSES = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
@@ -65,9 +66,8 @@ def _descendants(proc: psutil.Process, apart: Collection[int]) -> float:
     return total
 
 
-def busy(cores: float, threshold: float = BUSY_CORES) -> bool:
-    """Whether CPU use of ``cores`` (1.0 = one core flat out) counts as computing."""
-    return cores >= threshold
+#: CPU use is judged over at least this much time (``decisions.busy``)
+WINDOW_S = DEFAULT_WINDOW_S
 
 
 def cores_between(before: Sequence[float], after: Sequence[float], seconds: float) -> list[float]:
@@ -75,6 +75,33 @@ def cores_between(before: Sequence[float], after: Sequence[float], seconds: floa
     if seconds <= 0:
         return [0.0 for _ in after]
     return [max(0.0, (a - b) / seconds) for b, a in zip(before, after, strict=True)]
+
+
+class CpuTrail:
+    """Readings of the same processes' CPU seconds over time, kept for one window: their CPU use
+    over the last ``window_s`` (or since the first reading, while that is shorter)."""
+
+    def __init__(self, window_s: float = WINDOW_S) -> None:
+        self.window_s = window_s
+        self._readings: deque[tuple[float, tuple[float, ...]]] = deque()
+
+    def add(self, t: float, cpu: Sequence[float]) -> None:
+        """A reading at ``t``; a reading of another set of processes starts the trail again."""
+        if self._readings and len(self._readings[-1][1]) != len(cpu):
+            self._readings.clear()
+        self._readings.append((t, tuple(cpu)))
+        while len(self._readings) > 2 and t - self._readings[1][0] >= self.window_s:
+            self._readings.popleft()
+
+    @property
+    def span_s(self) -> float:
+        """How much time the trail covers (0.0 with fewer than two readings)."""
+        return self._readings[-1][0] - self._readings[0][0] if self._readings else 0.0
+
+    def cores(self) -> list[float]:
+        """Each process's CPU use over the trail's span, in cores."""
+        (t0, first), (t1, last) = self._readings[0], self._readings[-1]
+        return cores_between(first, last, t1 - t0)
 
 
 def look(procs: Iterable[psutil.Process], seconds: float) -> list[float]:

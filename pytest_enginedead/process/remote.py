@@ -2,10 +2,11 @@
 
 The sibling of ``reading`` for the ranks this machine cannot see (vLLM's multi-node
 executor: a headless node's workers).  Every reader of a remote rank asks here — the
-harness's verdict, the guard inside the head's engine core, the exec probe — so they judge
-it alike: computing (``SLOW``) when its published CPU use is busy, idle (``HUNG``) when
-not, and gone (``DEAD``) once its record has not changed for ``SILENT_AFTER_S`` or it
-said it was exiting.  See ``contract.progress`` for the records and the clocks.
+harness's verdict, the guard inside the head's engine core, the exec probe — and its record
+is judged by the one judge (``contract.judge``), from the same kinds of evidence as a local
+rank: its step's progress through its layers, its CPU use, its collective, each as it published
+them; gone (``DEAD``) once its record has not changed for ``SILENT_AFTER_S`` or it said it was
+exiting.  See ``contract.progress`` for the records and the clocks.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..contract.decisions import BUSY_CORES, Verdict
+from ..contract.decisions import BUSY_CORES, DEFAULT_WINDOW_S, Verdict
+from ..contract.judge import Judgement, RankEvidence, judge_rank
 from ..contract.progress import (
     PUBLISH_EVERY_S,
     SILENT_AFTER_S,
@@ -23,33 +25,48 @@ from ..contract.progress import (
     read_stack_answer,
     request_stack,
 )
-from . import reading
-
-#: what a remote rank was found doing, in words
-COMPUTING, IDLE_IN_STEP, IDLE_BETWEEN, GONE = (
-    "computing", "idle inside its step", "idle between steps", "gone")
 
 
-def judge(record: RankProgress, silent_s: float, threshold: float = BUSY_CORES) -> Verdict:
-    """A remote rank's verdict: ``DEAD`` once silent ``SILENT_AFTER_S`` (or exiting), else by its CPU.
+def evidence(
+    record: RankProgress, silent_s: float, now: float, threshold: float = BUSY_CORES
+) -> RankEvidence:
+    """A remote rank's evidence on the reader's clock (``now``), from its record, ``silent_s`` since
+    the reader saw it change.  Gone once silent ``SILENT_AFTER_S`` or exiting.  A record too young for
+    a CPU rate (its first) counts as computing while its step runs, as the guard's first look does."""
+    gone = record.ended or silent_s >= SILENT_AFTER_S
+    why = "it said it was exiting" if record.ended else f"no progress for {silent_s:.1f} s"
+    cores, span = record.cores, record.window_s
+    if span <= 0:
+        cores, span = (1.0 if record.running else 0.0), DEFAULT_WINDOW_S
+    waited = record.in_collective_s + silent_s if record.in_collective_s >= 0 else None
+    return RankEvidence(record.label(), not gone, cores, span, record.running,
+                        record.step_progress(silent_s, now), waited, why, threshold)
 
-    A record too young for a rate (its first) counts as computing while its step runs,
-    as the guard's first look does.
-    """
-    if record.ended or silent_s >= SILENT_AFTER_S:
-        return Verdict.DEAD
-    if record.window_s <= 0:
-        return Verdict.SLOW if record.running else Verdict.HUNG
-    return Verdict.SLOW if reading.busy(record.cores, threshold) else Verdict.HUNG
+
+def judge(
+    record: RankProgress, silent_s: float, now: float = 0.0, threshold: float = BUSY_CORES
+) -> Judgement:
+    """A remote rank's judgement by the one judge (``contract.judge``), from what it published."""
+    return judge_rank(evidence(record, silent_s, now, threshold), now)
 
 
 @dataclass(frozen=True)
 class RemoteLook:
-    """A remote rank as its latest record shows it, and how long it has been silent."""
+    """A remote rank as its latest record shows it, how long it has been silent, and its judgement."""
 
     record: RankProgress
     silent_s: float
-    verdict: Verdict
+    judgement: Judgement
+
+    @classmethod
+    def of(cls, record: RankProgress, silent_s: float, now: float = 0.0,
+           threshold: float = BUSY_CORES) -> RemoteLook:
+        """``record``, ``silent_s`` since it changed, judged at the reader's ``now``."""
+        return cls(record, silent_s, judge(record, silent_s, now, threshold))
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.judgement.verdict
 
     @property
     def key(self) -> tuple[int, int]:
@@ -65,12 +82,8 @@ class RemoteLook:
 
     @property
     def state(self) -> str:
-        """What it was doing, in words (``COMPUTING`` ...)."""
-        if self.gone:
-            return GONE
-        if self.verdict is Verdict.SLOW:
-            return COMPUTING
-        return IDLE_IN_STEP if self.record.running else IDLE_BETWEEN
+        """What it was doing, in words (``RankState``'s)."""
+        return self.judgement.state.value
 
     def describe(self) -> str:
         """One line of evidence, as a local process's ``ProcessEvidence.describe`` reads."""
@@ -137,7 +150,7 @@ class RemoteRanks:
         looks = []
         for key, record in sorted(self._last.items()):
             silent = max(0.0, now - self._seen[key][1])
-            looks.append(RemoteLook(record, silent, judge(record, silent, self.threshold)))
+            looks.append(RemoteLook.of(record, silent, now, self.threshold))
         return looks
 
     def fresh(
@@ -160,7 +173,8 @@ class RemoteRanks:
             for lk in looks:
                 if lk.key not in first and start.get(lk.key) != lk.record.seq:
                     alive = replace(lk.record, ended=False)  # it spoke after the death
-                    first[lk.key] = RemoteLook(lk.record, lk.silent_s, judge(alive, 0.0, self.threshold))
+                    first[lk.key] = RemoteLook(lk.record, lk.silent_s,
+                                               judge(alive, 0.0, self._clock(), self.threshold))
             waiting = [lk for lk in looks if lk.key not in first and not lk.gone]
             if not waiting or self._clock() >= until:
                 return [first.get(lk.key, lk) for lk in looks]

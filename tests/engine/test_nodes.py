@@ -19,7 +19,7 @@ import pytest
 
 from pytest_enginedead.contract.progress import PUBLISH_EVERY_S, SILENT_AFTER_S
 from pytest_enginedead.harness.nodes import HEADLESS_MODULE
-from pytest_enginedead.invllm.guard import FIRST_PROBE_S, PROBE_EVERY_S
+from pytest_enginedead.invllm.watch import FIRST_PROBE_S, PROBE_EVERY_S
 from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 

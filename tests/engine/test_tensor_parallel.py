@@ -14,7 +14,7 @@ import re
 import psutil
 import pytest
 
-from pytest_enginedead.invllm.guard import FIRST_PROBE_S, PROBE_EVERY_S
+from pytest_enginedead.invllm.watch import FIRST_PROBE_S, PROBE_EVERY_S
 from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 

@@ -23,7 +23,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-MODES = ("busy", "idle", "exit")
+MODES = ("busy", "idle", "exit", "stray")
+
+#: a "stray" worker sleeps, waking once a second to use this much CPU: under 5 % of a core
+#: over any second, as a sleeping vLLM worker's housekeeping (its polling threads, the
+#: plugin's deadline sampler) is
+STRAY_BURST_S, STRAY_EVERY_S = 0.015, 1.0
 
 
 class StandInError(RuntimeError):
@@ -146,6 +151,12 @@ def main(argv: list[str]) -> int | str:
             x += 1
     elif mode == "idle":
         time.sleep(seconds)
+    elif mode == "stray":
+        while time.monotonic() < end:
+            woke = time.process_time()
+            while time.process_time() - woke < STRAY_BURST_S:
+                pass
+            time.sleep(STRAY_EVERY_S)
     else:
         return f"unknown mode {mode!r}"
     sys.stdout.write("reply\n")

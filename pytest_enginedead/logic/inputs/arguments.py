@@ -49,7 +49,7 @@ def whole_seconds(what: str, name: str, value: Any) -> float:
     return seconds
 
 
-INJECT_ARGS = ("slow_s_per_seq", "hang_at_step", "crash_at_step", "ranks", "nodes")
+INJECT_ARGS = ("slow_s_per_seq", "hang_at_step", "crash_at_step", "spin_at_step", "ranks", "nodes")
 
 
 def injection(what: str, kwargs: Mapping[str, Any]) -> Injection:
@@ -64,6 +64,7 @@ def injection(what: str, kwargs: Mapping[str, Any]) -> Injection:
         slow_s_per_seq=number(what, "slow_s_per_seq", kwargs.get("slow_s_per_seq", 0.0)),
         hang_at_step=step_number(what, "hang_at_step", kwargs.get("hang_at_step")),
         crash_at_step=step_number(what, "crash_at_step", kwargs.get("crash_at_step")),
+        spin_at_step=step_number(what, "spin_at_step", kwargs.get("spin_at_step")),
         ranks=rank_list(what, kwargs.get("ranks")),
         nodes=rank_list(what, kwargs.get("nodes"), "nodes", "nodes (vLLM's --node-rank)", "nodes=[1]"),
     )

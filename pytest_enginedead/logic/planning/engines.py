@@ -125,8 +125,9 @@ class Instructions:
 
     @property
     def fatal(self) -> bool:
-        """Whether these faults end the engine (a crash, or a hang the deadline ends)."""
-        return bool(self.injection.crash_at_step or self.injection.hang_at_step)
+        """Whether these faults end the engine (a crash, or a hang or a spin the deadline ends)."""
+        inj = self.injection
+        return bool(inj.crash_at_step or inj.hang_at_step or inj.spin_at_step)
 
     def describe(self) -> str:
         text = f"deadline {self.deadline_env} s"

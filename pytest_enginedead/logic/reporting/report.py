@@ -117,6 +117,12 @@ class Started(Protocol):
     def node_shm(self) -> set[str]: ...
 
 
+class Described(Protocol):
+    """Something the summary names in one phrase (``harness.cleanup.Survivor``)."""
+
+    def describe(self) -> str: ...
+
+
 class StartRecord(Protocol):
     """One start and the tests that used it (``harness.pool.EngineRecord``)."""
 
@@ -128,6 +134,9 @@ class StartRecord(Protocol):
 
     @property
     def restart(self) -> bool: ...
+
+    @property
+    def survivors(self) -> Sequence[Described]: ...
 
 
 class RunFacts(Protocol):
@@ -198,6 +207,8 @@ class EngineRow(TypedDict, total=False):
     tests: list[str]
     pids: list[dict[str, float]]
     shm: list[str]
+    #: its processes that outlived SIGKILL, each in a phrase (none, unless the kernel could not take them)
+    survived_kill: list[str]
     worker: str
 
 @dataclass
@@ -251,7 +262,7 @@ class Results:
 
     def add_engines(self, records: Iterable[StartRecord]) -> None:
         """One row per engine this process started, with the tests that used it."""
-        self.engines.extend(engine_row(r.engine, r.tests, r.restart) for r in records)
+        self.engines.extend(engine_row(r.engine, r.tests, r.restart, r.survivors) for r in records)
 
     def to_wire(self) -> str:
         return json.dumps(
@@ -259,6 +270,10 @@ class Results:
              "shard": self.shard, "test_s": self.test_s},
             default=str,
         )
+
+    def survivors(self) -> list[tuple[str, str]]:
+        """(engine label, process) for every process an engine left after SIGKILL."""
+        return [(row["label"], who) for row in self.engines for who in row.get("survived_kill", [])]
 
     def absorb(self, wire: str | None, worker: str) -> None:
         if not wire:
@@ -317,7 +332,9 @@ def death_counts(deaths: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
             genuine += 1
     return false, genuine
 
-def engine_row(engine: Started, tests: Sequence[str], restart: bool = False) -> EngineRow:
+def engine_row(
+    engine: Started, tests: Sequence[str], restart: bool = False, survivors: Sequence[Described] = ()
+) -> EngineRow:
     """One engine as the summary, the report and junitxml show it."""
     stats = summarize(engine.evidence.steps())
     used = engine.instructions
@@ -346,6 +363,7 @@ def engine_row(engine: Started, tests: Sequence[str], restart: bool = False) -> 
         tests=list(tests),
         pids=[{"pid": r.pid, "create_time": r.create_time} for r in [*engine.procs, *engine.node_procs]],
         shm=sorted(engine.shm | engine.node_shm),
+        survived_kill=[s.describe() for s in survivors],
     )
 
 def _r(x: float | None, nd: int = 4) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_enginedead import Verdict
-from pytest_enginedead.contract.decisions import BUSY_CORES, GuardAction, overall
+from pytest_enginedead.contract.decisions import BUSY_CORES, GuardAction, busy, overall
 from pytest_enginedead.contract.guardfiles import GuardEvent
 from pytest_enginedead.logic.reporting.report import guard_tally
 
@@ -67,3 +67,27 @@ def test_the_tally_counts_each_decision_by_its_action_not_its_words() -> None:
         event(Verdict.SLOW, GuardAction.CAP, "past the cap: the engine dies as stock vLLM would"),
     ]
     assert guard_tally(events) == "1 SLOW (waited), 1 HUNG (warned), 1 HUNG (ended), 1 SLOW (cap)"
+
+
+@pytest.mark.parametrize(
+    ("cores", "expected"), [(0.0, False), (0.049, False), (BUSY_CORES, True), (1.0, True)]
+)
+def test_busy_is_at_least_the_one_threshold(cores: float, expected: bool) -> None:
+    assert busy(cores) is expected
+
+
+@pytest.mark.parametrize(
+    ("cpu_s", "span_s", "expected"),
+    [
+        (0.02, 0.25, False),  # two ticks in a quarter second: 8 % of a core there, a sleeper's strays
+        (0.25, 0.25, True),  # a quarter second flat out shows at once
+        (0.04, 1.0, False),
+        (0.05, 1.0, True),
+        (0.09, 2.0, False),  # a longer span: its own share
+        (0.10, 2.0, True),
+    ],
+)
+def test_a_span_shorter_than_a_window_must_hold_a_whole_windows_cpu(
+    cpu_s: float, span_s: float, expected: bool
+) -> None:
+    assert busy(cpu_s / span_s, span_s) is expected

@@ -23,6 +23,7 @@ import pytest
 from pytest_enginedead import Verdict, assert_no_false_death
 from pytest_enginedead.compat import versions
 from pytest_enginedead.contract.dumps import DeadlineStack
+from pytest_enginedead.contract.stepprogress import StepProgress
 from pytest_enginedead.contract.steps import StepTime
 from pytest_enginedead.harness.liveness import LivenessSettings
 from tests.support import examples, procs
@@ -249,6 +250,12 @@ class RichEngine:
 
     def waiting_for_a_peer(self, pid: int) -> bool:
         return False  # one rank: no collective to wait in
+
+    def in_collective_s(self, pid: int, now: float) -> float | None:
+        return None
+
+    def step_progress(self, pid: int) -> StepProgress | None:
+        return None  # its layers not seen: its CPU decides
 
     def running_step(self, pid: int) -> StepTime | None:
         return self.step

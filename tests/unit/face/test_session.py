@@ -102,6 +102,46 @@ def test_a_report_path_that_stops_taking_output_is_one_line_at_the_end(downstrea
     result.assert_outcomes(passed=1)
 
 
+def test_a_process_that_outlives_sigkill_is_one_line_and_a_failed_run(downstream: Downstream) -> None:
+    """An engine whose stop leaves a process the kernel would not take (here one its stop names as
+    held in uninterruptible sleep): the summary names it in one line, the run's exit status says it
+    failed, and no traceback comes out of pytest's session end (it was a RuntimeError from
+    pytest_sessionfinish, and an INTERNALERROR)."""
+    downstream.pytester.makeconftest("""
+        import pytest
+        from pytest_enginedead.face.run import run_of
+        from pytest_enginedead.harness.base import EngineBase
+        from pytest_enginedead.harness.cleanup import ProcessesSurvived, Survivor
+        from pytest_enginedead.logic.planning.engines import EngineSpec, Instructions
+
+        class Held(EngineBase):
+            def start(self, first, progress=None):
+                self.instruct(first)
+                return self
+
+            def stop(self):
+                super().stop()
+                raise ProcessesSurvived([Survivor(4242, "VLLM::Worker_TP1", "disk-sleep")])
+
+        @pytest.fixture
+        def held(request, monkeypatch):
+            import pytest_enginedead.harness.pool as pool_module
+            monkeypatch.setattr(pool_module, "Engine", Held)
+            return run_of(request.config).pool.acquire(EngineSpec("/m", 8), Instructions(2.0, "test"))
+    """)
+    downstream.pytester.makepyfile(test_held="""
+        def test_uses_an_engine(held):
+            assert held.instructions
+    """)
+    result = downstream.run()
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.text[-3000:]
+    assert "Traceback" not in result.text and "INTERNALERROR" not in result.text, result.text[-3000:]
+    (line,) = [ln for ln in result.stdout.lines if "outlived SIGKILL" in ln]
+    assert line.startswith("enginedead: ERROR: a process of engine bs8, model m outlived SIGKILL by 30 s: "
+                           "pid 4242 (VLLM::Worker_TP1: in uninterruptible sleep (D state)"), line
+
+
 def test_a_report_through_a_symlink_replaces_the_file_not_the_link(downstream: Downstream) -> None:
     """``latest.json -> runs/1.json``: the file the link names gets the report; the link stays."""
     downstream.copy(examples.PLAIN)

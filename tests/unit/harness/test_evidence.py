@@ -26,12 +26,12 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
         """
         import sys, threading
         from pytest_enginedead.contract.control import Control, write_control
-        from pytest_enginedead.invllm import worker
+        from pytest_enginedead.invllm import faults, worker
 
         threading.Thread(target=threading.Event().wait, daemon=True).start()  # another thread
         write_control(sys.argv[1], Control(1, 1.0))
         rec = worker.StepRecorder(sys.argv[1])
-        rec.run_step(8, lambda: worker.burn(60))
+        rec.run_step(8, lambda: faults.burn(60))
         """
     )
     engine = Engine(EngineSpec(BUNDLED_MODEL, 8))
@@ -60,6 +60,6 @@ def test_the_harness_reads_a_live_workers_step_and_stack() -> None:
     main = stack.splitlines()[0].split()[1]
     frames = innermost_frames(stack)
     assert main in frames[0]  # the main thread's block, busy in the step
-    assert "in burn" in frames[1] and "worker.py" in frames[1]
+    assert "in burn" in frames[1] and "faults.py" in frames[1]
     assert any("in run_step" in f for f in frames)
     assert not any("threading.py" in f for f in frames)  # not the other thread's frames

@@ -21,6 +21,7 @@ import pytest
 
 from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.contract.guardfiles import guard_state_path, write_guard_state
+from pytest_enginedead.contract.judge import RankEvidence, judge_ranks
 from pytest_enginedead.contract.names import ENV_DIR, STATE_DIR_ENV
 from pytest_enginedead.harness import execprobe
 from pytest_enginedead.process import reading
@@ -32,42 +33,56 @@ from tests.support.standins import free_port
 
 
 def test_a_slow_step_past_its_deadline_is_alive() -> None:
-    answer = execprobe.answer_for(in_step(), now=100.3, busy=None)
+    answer = execprobe.answer_for(in_step(), now=100.3, look=None)
     assert answer.alive and answer.exit_code == 0
     assert "alive, computing: step 5 (batch 64) has run 10.3 s (deadline 2 s)" in answer.why
     assert "98 % CPU" in answer.why and "waits up to 1240 s" in answer.why
+    judged = in_step(reason="computing: layer 17 of 30 after 300.0 s, advanced 0.4 s ago (99 % CPU); "
+                            "ends in ~230 s", layer=16, layers=30)
+    answer = execprobe.answer_for(judged, now=100.3, look=None)
+    assert answer.why == ("alive, computing: step 5 (batch 64) has run 10.3 s (deadline 2 s); VLLM::Worker "
+                          "pid 11 computing: layer 17 of 30 after 300.0 s, advanced 0.4 s ago (99 % CPU); "
+                          "ends in ~230 s; the guard waits up to 1240 s")
 
 
 def test_idle_inside_a_step_is_alive_until_hang_s_then_hung() -> None:
     idle = in_step(verdict=Verdict.HUNG, busy_at=100.0, updated=104.0)
-    early = execprobe.answer_for(idle, now=104.2, busy=None)
-    assert early.alive and "idle 4.2 s, hung at 5 s" in early.why
+    early = execprobe.answer_for(idle, now=104.2, look=None)
+    assert early.alive and "no work for 4.2 s, hung at 5 s" in early.why
     hung = in_step(verdict=Verdict.HUNG, busy_at=100.0, updated=105.0)
-    late = execprobe.answer_for(hung, now=105.2, busy=None)
+    late = execprobe.answer_for(hung, now=105.2, look=None)
     assert not late.alive and late.exit_code == 1
-    assert "hung: step 5 (batch 64)" in late.why and "idle 5.2 s (hang_s 5 s)" in late.why
+    assert "hung: step 5 (batch 64)" in late.why and "no work for 5.2 s (hang_s 5 s)" in late.why
+    spinning = in_step(verdict=Verdict.HUNG, busy_at=100.0, updated=105.0,
+                       reason="spinning: 100 % CPU, no layer finished for 5.0 s, last layer 12 of 30")
+    assert "pid 11 spinning: 100 % CPU, no layer finished for 5.0 s, last layer 12 of 30; no work for 5.2 s" \
+        in execprobe.answer_for(spinning, now=105.2, look=None).why
 
 
 def test_a_wait_the_guard_ended_is_not_alive() -> None:
     ended = in_step(in_step=False, ended=GuardAction.END, verdict=Verdict.HUNG, busy_at=95.0)
     hung = execprobe.answer_for(ended, 101.0, None)
-    assert not hung.alive and "the guard ended step 5 after VLLM::Worker pid 11 sat idle 5.0 s" in hung.why
+    assert not hung.alive and "the guard ended step 5 after VLLM::Worker pid 11 showed no work for 5.0 s" \
+        in hung.why
     capped = execprobe.answer_for(in_step(in_step=False, ended=GuardAction.CAP), 101.0, None)
     assert not capped.alive and "outlived the guard's 1240 s cap" in capped.why
 
 
 def test_no_long_step_and_guard_off_are_alive() -> None:
     assert execprobe.answer_for(state(), 200.0, None).why == "alive: no step is running long"
-    off = execprobe.answer_for(None, 200.0, busy=True)
-    assert off.alive and "computing" in off.why and "ENGINEDEAD_GUARD=1" in off.why
+    busy = judge_ranks([RankEvidence("VLLM::Worker", True, 1.0, 0.2, True)], 200.0)
+    off = execprobe.answer_for(None, 200.0, look=busy)
+    assert off.alive and "the worker is computing" in off.why and "ENGINEDEAD_GUARD=1" in off.why
 
 
 def test_a_stale_state_is_judged_by_the_probes_own_look() -> None:
     """The engine core stopped rewriting its state: the worker's CPU decides."""
     stale = in_step(verdict=Verdict.SLOW, busy_at=100.0, updated=100.0)
-    assert execprobe.answer_for(stale, now=110.0, busy=True).alive
-    gone_quiet = execprobe.answer_for(stale, now=110.0, busy=False)
-    assert not gone_quiet.alive and "idle 10.0 s" in gone_quiet.why
+    busy = judge_ranks([RankEvidence("VLLM::Worker", True, 1.0, 0.2, True)], 110.0)
+    assert execprobe.answer_for(stale, now=110.0, look=busy).alive
+    idle = judge_ranks([RankEvidence("VLLM::Worker", True, 0.0, 0.2, True)], 110.0)
+    gone_quiet = execprobe.answer_for(stale, now=110.0, look=idle)
+    assert not gone_quiet.alive and "no work for 10.0 s" in gone_quiet.why
 
 
 # --- probe on real process trees -------------------------------------------------------
@@ -184,11 +199,11 @@ def test_without_the_guard_an_idle_worker_is_idle(tmp_path: Path) -> None:
 
 
 def test_the_answer_names_the_node_of_the_worker_the_guard_judged() -> None:
-    answer = execprobe.answer_for(in_step(node=1, worker=9), now=100.3, busy=None)
+    answer = execprobe.answer_for(in_step(node=1, worker=9), now=100.3, look=None)
     assert answer.alive and "VLLM::Worker pid 9 on node 1 at 98 % CPU" in answer.why
     ended = state(ended=GuardAction.END, verdict=Verdict.DEAD, silent="node 1 TP1", step=5, busy_at=90.0,
                   updated=96.0)
-    dead = execprobe.answer_for(ended, now=100.0, busy=None)
+    dead = execprobe.answer_for(ended, now=100.0, look=None)
     assert not dead.alive
     assert dead.why == ("dead: the guard ended step 5: node 1 TP1 sent no progress and no rank computed "
                         "for 6.0 s")

@@ -96,8 +96,8 @@ def test_a_gone_process_keeps_what_it_did_before_it_went() -> None:
     death, and a server's clients hear of the death seconds later)."""
     with procs.worker("busy", 30.0) as proc:
         procs.wait_for_cpu(proc.pid)
-        sampler = Sampler([proc.pid], interval_s=0.02, window_s=0.3).start()
-        time.sleep(0.5)
+        sampler = Sampler([proc.pid], interval_s=0.02, window_s=1.0).start()
+        time.sleep(1.2)  # a whole window of it computing
         busy_at = time.monotonic()
         proc.kill()
         proc.wait(timeout=10)
@@ -111,7 +111,7 @@ def test_a_gone_process_keeps_what_it_did_before_it_went() -> None:
     assert classify(now) is Verdict.DEAD
     assert then is not None and then.alive and then.at <= busy_at, then
     assert classify(then) is Verdict.SLOW, then.describe()
-    assert then.window_s >= 0.25
+    assert then.window_s >= 0.95
     assert sampler.evidence_at(proc.pid, busy_at - 10) is None  # before its first sample
     assert Sampler([proc.pid]).evidence_at(proc.pid + 10**7, busy_at) is None  # not watched
 

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_enginedead.harness import pool as pool_module
 from pytest_enginedead.harness.base import EngineBase, EngineStartError, GuardRefused
+from pytest_enginedead.harness.cleanup import ProcessesSurvived, Survivor
 from pytest_enginedead.harness.pool import EnginePool
 from pytest_enginedead.harness.threads import Progress
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
@@ -32,10 +33,14 @@ class FakeEngine(EngineBase):
         return self
 
 
+#: a worker the kernel holds in uninterruptible sleep: SIGKILL waits until it lets go
+HELD = Survivor(4242, "VLLM::Worker_TP1", "disk-sleep")
+
+
 class StubbornEngine(FakeEngine):
     def stop(self) -> None:
         super().stop()
-        raise RuntimeError("engine processes survived SIGKILL: [...]")
+        raise ProcessesSurvived([HELD])
 
 
 @pytest.fixture
@@ -112,8 +117,10 @@ def test_a_failed_stop_is_recorded_and_the_rest_still_stop(
     monkeypatch.setattr(pool_module, "Engine", FakeEngine)
     fine = pool.acquire(B, POLICY)
     records = pool.close()
-    assert records[0].stop_error == "engine processes survived SIGKILL: [...]"
-    assert records[1].stop_error is None and fine.stopped and stubborn.stopped
+    assert records[0].survivors == [HELD]
+    assert records[1].survivors == [] and fine.stopped and stubborn.stopped
+    assert HELD.describe() == ("pid 4242 (VLLM::Worker_TP1: in uninterruptible sleep (D state): the kernel "
+                               "holds it and no signal ends it)")
 
 
 def test_the_reaper_lives_while_engines_may(pool: EnginePool) -> None:

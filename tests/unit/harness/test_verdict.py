@@ -5,21 +5,18 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from pytest_enginedead.contract.decisions import Verdict, overall
+from pytest_enginedead.contract.decisions import Verdict
+from pytest_enginedead.contract.judge import RankState, combine
+from pytest_enginedead.contract.stepprogress import Phase, StepProgress
 from pytest_enginedead.contract.steps import StepTime
-from pytest_enginedead.harness.liveness import LivenessSettings, ProcessEvidence, Sampler, classify
+from pytest_enginedead.harness.liveness import LivenessSettings, ProcessEvidence, Sampler
+from pytest_enginedead.harness.rankjudge import judge_workers
 from pytest_enginedead.harness.remoteverdict import remote_lines
-from pytest_enginedead.harness.verdict import (
-    COMPUTING,
-    WAITING,
-    Finding,
-    _judge_by_step,
-    _Judgements,
-    judge_death,
-    rank_states,
-    step_summary,
-)
+from pytest_enginedead.harness.verdict import Finding, judge_death, step_summary
 from pytest_enginedead.process.remote import RemoteLook
+
+COMPUTING, WAITING = RankState.COMPUTING.value, RankState.WAITING.value
+IDLE, SPINNING = RankState.IDLE_IN_STEP.value, RankState.SPINNING.value
 
 
 def test_step_summary() -> None:
@@ -39,23 +36,48 @@ def evidence(pid: int, title: str, cores: float, alive: bool = True) -> ProcessE
     return ProcessEvidence(pid, title, alive, "running" if alive else "gone", cores, 1.0, 0, time.monotonic())
 
 
+def judged_by_records(
+    records: _Records, cores: dict[int, float]
+) -> tuple[Verdict, dict[int, str], list[int]]:
+    """Two ranks judged after a death from their records and CPU: the engine's verdict, each rank's
+    state (as combined: a peer waits for the one computing), and the ranks found computing a step."""
+    engine = SimpleNamespace(evidence=records, step_times_since_start=lambda: [], timeout_s=2.0)
+    judged = {pid: evidence(pid, f"VLLM::Worker_TP{pid - 10}", c) for pid, c in cores.items()}
+    found = judge_workers(engine, None, judged, 0.05)  # type: ignore[arg-type]
+    whole = combine(list(found.judgements.values()))
+    states = {pid: j.state.value for pid, j in zip(found.judgements, whole.ranks, strict=True)}
+    return whole.verdict, states, sorted(found.steps)
+
+
 def test_a_rank_idle_inside_its_step_while_a_peer_computes_is_waiting_not_hung() -> None:
     """Tensor-parallel ranks meet at every all-reduce: one computing keeps the other idle inside
     the same step.  That rank is named waiting; the one computing, computing; the engine SLOW."""
-    judged = {10: evidence(10, "VLLM::Worker_TP0", 0.01), 11: evidence(11, "VLLM::Worker_TP1", 0.98)}
-    verdicts = {10: Verdict.HUNG, 11: Verdict.SLOW}
-    states = rank_states(judged, verdicts, in_step={10, 11})
-    assert states == {10: ("TP0", WAITING), 11: ("TP1", COMPUTING)}
-    assert overall(verdicts.values()) is Verdict.SLOW
+    verdict, states, steps = judged_by_records(_Records(set()), {10: 0.01, 11: 0.98})
+    assert (verdict, states, steps) == (Verdict.SLOW, {10: WAITING, 11: COMPUTING}, [11])
 
 
-def test_ranks_with_nobody_computing_are_idle_and_a_gone_one_is_gone() -> None:
-    judged = {10: evidence(10, "VLLM::Worker_TP0", 0.0),
-              11: evidence(11, "VLLM::Worker_TP1", 0.0, alive=False)}
-    states = rank_states(judged, {10: Verdict.HUNG, 11: Verdict.DEAD}, in_step={10})
-    assert states == {10: ("TP0", "idle inside its step"), 11: ("TP1", "gone")}
-    idle = rank_states({10: evidence(10, "VLLM::Worker_TP0", 0.0)}, {10: Verdict.HUNG}, in_step=set())
-    assert idle == {10: ("TP0", "idle between steps")}
+def test_ranks_with_nobody_computing_are_idle_in_their_step_or_between_steps() -> None:
+    verdict, states, _ = judged_by_records(_Records(set()), {10: 0.0, 11: 0.0})
+    assert (verdict, states) == (Verdict.HUNG, {10: IDLE, 11: IDLE})
+    records = _Records(set())
+    records.running = {10}  # rank 1's step had ended
+    verdict, states, _ = judged_by_records(records, {10: 0.0, 11: 0.0})
+    assert states == {10: IDLE, 11: RankState.IDLE_BETWEEN.value}
+
+
+def test_a_rank_spinning_without_advancing_is_hung_and_an_advancing_one_computes() -> None:
+    """Both ranks at a whole core inside their layers: one's last layer began 60 s ago (a livelock,
+    past the stall window), the other's just now.  By CPU alone both computed."""
+    records = _Records(set())
+    now = time.monotonic()
+    records.progress = {10: StepProgress(3, Phase.FORWARD, 12, 30, now - 90, now - 89, now - 60, 0.5),
+                        11: StepProgress(3, Phase.FORWARD, 12, 30, now - 90, now - 89, now - 0.5, 0.5)}
+    verdict, states, steps = judged_by_records(records, {10: 1.0, 11: 1.0})
+    assert (verdict, states, steps) == (Verdict.SLOW, {10: SPINNING, 11: COMPUTING}, [11])
+    del records.progress[11]
+    records.progress[11] = records.progress[10]
+    verdict, states, steps = judged_by_records(records, {10: 1.0, 11: 1.0})
+    assert (verdict, states, steps) == (Verdict.HUNG, {10: SPINNING, 11: SPINNING}, [])
 
 
 def test_the_message_names_each_rank_and_where_the_computing_one_was() -> None:
@@ -88,6 +110,12 @@ class NodeEvidence:
 
     def has_record(self, pid: int) -> bool:
         return True
+
+    def in_collective_s(self, pid: int, now: float) -> float | None:
+        return None
+
+    def step_progress(self, pid: int) -> StepProgress | None:
+        return None
 
     def deadline_stack(self, pid: int, step: StepTime, deadline_s: float, wait_s: float | None = 0.5) -> None:
         return None
@@ -133,7 +161,7 @@ def test_a_false_death_whose_computing_rank_is_on_another_node_names_that_node_a
     from tests.support import procs
     from tests.unit.contract.test_progress import record
 
-    computing = RemoteLook(record(), 0.2, Verdict.SLOW)
+    computing = RemoteLook.of(record(), 0.2)
     with procs.worker("idle", 30.0) as idle:
         engine = NodeEngine(idle.pid, [computing], BURNING)
         with Sampler([idle.pid], 0.1, 0.5) as sampler:
@@ -155,7 +183,7 @@ def test_a_rank_on_another_node_that_fell_silent_is_a_genuine_death() -> None:
     from tests.support import procs
     from tests.unit.contract.test_progress import record
 
-    gone = RemoteLook(record(), 2.4, Verdict.DEAD)
+    gone = RemoteLook.of(record(), 2.4)
     with procs.worker("idle", 30.0) as idle:
         engine = NodeEngine(idle.pid, [gone])
         with Sampler([idle.pid], 0.1, 0.5) as sampler:
@@ -169,15 +197,30 @@ def test_a_rank_on_another_node_that_fell_silent_is_a_genuine_death() -> None:
 
 
 class _Records:
-    """Two ranks' records: both inside step 3; ``marked`` ranks sit in a collective."""
+    """Two ranks' records: both inside step 3 (those in ``running``); ``marked`` ranks sit in a
+    collective; ``progress`` their step progress (none: no layers seen)."""
 
     def __init__(self, marked: set[int]) -> None:
         self.marked = marked
         self.worker_pids = [10, 11]
+        self.running = {10, 11}
+        self.progress: dict[int, StepProgress] = {}
         self.step = StepTime(3, 64, time.monotonic() - 2.0, None, 10)
 
-    def running_step(self, pid: int) -> StepTime:
-        return self.step
+    def running_step(self, pid: int) -> StepTime | None:
+        return self.step if pid in self.running else None
+
+    def has_record(self, pid: int) -> bool:
+        return True
+
+    def in_collective_s(self, pid: int, now: float) -> float | None:
+        return 1.0 if pid in self.marked else None
+
+    def step_progress(self, pid: int) -> StepProgress | None:
+        return self.progress.get(pid)
+
+    def deadline_stack(self, pid: int, step: StepTime, deadline_s: float, wait_s: float | None = 0.5) -> None:
+        return None
 
     def waiting_for_a_peer(self, pid: int) -> bool:
         return pid in self.marked
@@ -188,19 +231,12 @@ def test_a_rank_busy_inside_a_collective_waits_and_the_peers_cpu_decides() -> No
     Its peer idle: HUNG, rank 0 waiting, rank 1 idle; its peer computing: SLOW on rank 1 alone.
     Without the mark, the spin is judged work and the hung rank said to wait for it (SLOW on
     rank 0: the misjudgement the mark ends)."""
-    engine = SimpleNamespace(evidence=None, step_times_since_start=lambda: [])
     out = {}
     for marked, peer in ((set(), 0.0), ({10}, 0.0), ({10}, 0.97)):
-        engine.evidence = _Records(marked)
-        judged = {10: evidence(10, "VLLM::Worker_TP0", 0.99), 11: evidence(11, "VLLM::Worker_TP1", peer)}
-        found = _Judgements()
-        verdicts = {pid: _judge_by_step(engine, None, pid, classify(ev, 0.05), judged, 0.05, found)  # type: ignore[arg-type]
-                    for pid, ev in judged.items()}
-        states = rank_states(judged, verdicts, found.in_step, found.waiting)
-        out[(bool(marked), peer)] = (
-            overall(verdicts.values()), states[10][1], states[11][1], sorted(found.steps))
+        verdict, states, steps = judged_by_records(_Records(marked), {10: 0.99, 11: peer})
+        out[(bool(marked), peer)] = (verdict, states[10], states[11], steps)
     assert out == {
         (False, 0.0): (Verdict.SLOW, COMPUTING, WAITING, [10]),  # backwards: the hung rank "waits"
-        (True, 0.0): (Verdict.HUNG, WAITING, "idle inside its step", []),
+        (True, 0.0): (Verdict.HUNG, WAITING, IDLE, []),
         (True, 0.97): (Verdict.SLOW, WAITING, COMPUTING, [11]),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -27,7 +28,9 @@ from pytest_enginedead.contract.guardfiles import (
     write_guard_state,
 )
 from pytest_enginedead.contract.names import ENV_DIR
-from pytest_enginedead.invllm import guard
+from pytest_enginedead.contract.stepprogress import ProgressWriter, layers_path
+from pytest_enginedead.invllm import guard, stale
+from pytest_enginedead.invllm import watch as watch_module
 from pytest_enginedead.logic.inputs.guardconfig import GuardConfig
 from tests.support import procs
 from tests.support.guards import NOT_IMPORTABLE, state
@@ -101,13 +104,13 @@ def test_stale_states_are_removed_and_a_fronts_own(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text("{}")
     for pid in (os.getpid(), gone.pid):  # collective marks: a killed worker leaves its own
         Path(mark_path(str(tmp_path), pid)).write_bytes(bytes(8))
-    guard.remove_stale_states(str(tmp_path))
+    stale.remove_stale_states(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [os.path.basename(mine), "other.json", os.path.basename(mark_path(str(tmp_path), os.getpid()))])
     os.remove(mark_path(str(tmp_path), os.getpid()))
-    guard.remove_stale_states(str(tmp_path), front=2)  # not that front's
+    stale.remove_stale_states(str(tmp_path), front=2)  # not that front's
     assert os.path.exists(mine)
-    guard.remove_stale_states(str(tmp_path), front=1)
+    stale.remove_stale_states(str(tmp_path), front=1)
     assert not os.path.exists(mine)
 
 
@@ -118,7 +121,7 @@ def test_the_guard_core_writes_its_state_and_keeps_an_ended_wait(tmp_path: Path)
     core.write_state(None)
     first = read_guard_state(path)
     assert first is not None and first.front == 77 and first.hang_s == 3.0 and not first.in_step
-    core.write_state(dict(in_step=False, step=3, ended=GuardAction.END, busy_at=1.0, updated=5.0, worker=8))
+    core.write_state(replace(core.state_base(5.0), step=3, ended=GuardAction.END, busy_at=1.0, worker=8))
     core.write_state(None)  # the step's end after the guard ended its wait: the ending stays
     last = read_guard_state(path)
     assert last is not None and last.ended is GuardAction.END and last.step == 3
@@ -137,7 +140,7 @@ def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) 
     with procs.worker("idle", 30.0) as idle, procs.worker("busy", 30.0) as busy:
         core = guard.Core(str(tmp_path), cfg)
         core._executor = executor(idle.pid, busy.pid)
-        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
+        watch = watch_module.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
         time.sleep(1.0)  # past their interpreters' start
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look: no rate yet
         time.sleep(0.5)
@@ -146,16 +149,36 @@ def test_the_guard_judges_each_rank_and_names_the_one_computing(tmp_path: Path) 
         watch.observe()
         (event,) = read_guard_events(guard_events_path(str(tmp_path)))
         assert (event.verdict, event.rank, event.ranks, event.pid) == (Verdict.SLOW, 1, 2, busy.pid)
-        assert watch._judged()[2] == "VLLM::Worker rank 1 of 2"
+        assert watch._named().name == "VLLM::Worker rank 1 of 2"
 
     with procs.worker("idle", 30.0) as first, procs.worker("idle", 30.0) as second:
         core = guard.Core(None, cfg)
         core._executor = executor(first.pid, second.pid)
-        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+        watch = watch_module.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
         time.sleep(1.0)  # past their interpreters' start
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
         time.sleep(0.5)
         assert watch._probe(time.monotonic()) is Verdict.HUNG
+
+
+def test_a_sleepers_stray_ticks_are_not_work() -> None:
+    """The kernel counts CPU time in 10 ms ticks: a worker asleep in a hung step that wakes once a
+    second for 15 ms (as a sleeping vLLM worker's polling threads and the plugin's own deadline
+    sampler do) shows two ticks in some quarter-seconds, 8 % of a core.  Judged over a whole
+    second, it never reads as computing: the hang's clock is never set back."""
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=60.0)  # type: ignore[arg-type]
+    with procs.worker("stray", 30.0) as stray:
+        procs.wait_until_idle(stray.pid)
+        core = guard.Core(None, cfg)
+        core._executor = executor(stray.pid)
+        watch = watch_module.Watch(core, "execute_model", 5, 1, deadline_s=100.0, cap_s=100.0)
+        assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look: no rate yet
+        verdicts = []
+        for _ in range(16):  # four seconds of looks, as often as the guard looks
+            time.sleep(watch_module.PROBE_EVERY_S)
+            verdicts.append(watch._probe(time.monotonic()))
+        assert verdicts == [Verdict.HUNG] * 16
+        assert watch._busy_at == watch.sent
 
 
 def remote_record(tmp_path: Path, seq: int, cores: float, wall: float | None = None) -> None:
@@ -178,7 +201,7 @@ def test_the_guard_waits_for_a_computing_rank_on_another_node_and_names_it(tmp_p
     with procs.worker("idle", 30.0) as idle:
         core = guard.Core(str(run_dir), cfg, progress_dir=str(progress_dir))
         core._executor = executor(idle.pid)
-        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
+        watch = watch_module.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
         remote_record(progress_dir, 1, 1.0)
         time.sleep(1.0)
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
@@ -190,7 +213,7 @@ def test_the_guard_waits_for_a_computing_rank_on_another_node_and_names_it(tmp_p
         (event,) = read_guard_events(guard_events_path(str(run_dir)))
         assert (event.verdict, event.action, event.rank, event.node, event.pid, event.ranks) == (
             Verdict.SLOW, GuardAction.WAIT, 1, 1, 9, 2)
-        assert watch._judged()[2] == "VLLM::Worker rank 1 of 2 on node 1"
+        assert watch._named().name == "VLLM::Worker rank 1 of 2 on node 1"
 
 
 def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tmp_path: Path) -> None:
@@ -204,14 +227,14 @@ def test_the_guard_ends_the_wait_on_a_silent_remote_rank_after_hang_s_as_dead(tm
         core = guard.Core(str(run_dir), cfg, str(tmp_path / "state.json"), progress_dir=str(progress_dir))
         core.nodes.born_wall -= 60.0  # the record below is this engine's
         core._executor = executor(idle.pid)
-        watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+        watch = watch_module.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
         remote_record(progress_dir, 1, 1.0, wall=time.time() - 10.0)  # silent for 10 s
         time.sleep(1.0)
         assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
         time.sleep(0.3)
         watch._busy_at -= 1.0
         watch._next_probe = 0.0
-        with pytest.raises(TimeoutError, match="idle"):
+        with pytest.raises(TimeoutError, match="no rank showed work"):
             watch.observe()
     (event,) = read_guard_events(guard_events_path(str(run_dir)))
     assert (event.verdict, event.action) == (Verdict.DEAD, GuardAction.END)
@@ -242,9 +265,70 @@ def test_a_rank_spinning_in_a_collective_waits_and_its_idle_peer_is_hung(tmp_pat
             if marked:  # the spinning rank's own mark: inside a collective for a second already
                 with open(path, "wb") as f:
                     f.write(struct.pack("d", time.monotonic() - 1.0))
-            watch = guard.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
+            watch = watch_module.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=100.0)
             time.sleep(0.6)  # past their interpreters' start
             watch._probe(time.monotonic())  # the first look: no rate yet
             time.sleep(0.5)
-            verdicts[marked] = (watch._probe(time.monotonic()), watch._judged()[1])
+            verdicts[marked] = (watch._probe(time.monotonic()), watch._named().rank)
         assert verdicts == {False: (Verdict.SLOW, 0), True: (Verdict.HUNG, 1)}
+
+
+def progress_of(directory: Path, pid: int, **at: float) -> ProgressWriter:
+    """Worker ``pid``'s step progress record, written here as its worker would (a record in layer 2
+    of 60 whose first layer began at ``forward`` and which last advanced at ``advanced``)."""
+    writer = ProgressWriter(str(directory), layers=60)
+    writer.begin_step(5, at["began"])
+    writer.layer_begins(at["forward"])
+    writer.layer_begins(at["advanced"])
+    os.replace(writer.path, layers_path(str(directory), pid))  # the map follows the file
+    return writer
+
+
+def test_a_spinning_rank_that_stopped_advancing_is_ended_after_hang_s(tmp_path: Path) -> None:
+    """A worker at 100 % CPU whose step has not finished a layer for longer than hang_s: a livelock.
+    The CPU rule alone called it computing and waited up to the cap; its progress says it is stuck."""
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=2.0)  # type: ignore[arg-type]
+    with procs.worker("busy", 30.0) as spinning:
+        now = time.monotonic()
+        progress_of(tmp_path, spinning.pid, began=now - 10.0, forward=now - 9.5, advanced=now - 9.0)
+        core = guard.Core(str(tmp_path), cfg, str(tmp_path / "state.json"))
+        core._executor = executor(spinning.pid)
+        watch = watch_module.Watch(core, "execute_model", 5, 64, deadline_s=100.0, cap_s=1000.0)
+        watch.sent = watch._busy_at = now - 10.5  # the RPC went out before its step began
+        procs.wait_for_cpu(spinning.pid)
+        assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look: no rate yet
+        time.sleep(0.3)
+        watch._next_probe = 0.0
+        with pytest.raises(TimeoutError, match="no rank showed work"):
+            watch.observe()
+    (event,) = read_guard_events(guard_events_path(str(tmp_path)))
+    assert (event.verdict, event.action) == (Verdict.HUNG, GuardAction.END)
+    state_now = read_guard_state(str(tmp_path / "state.json"))
+    assert state_now is not None and state_now.ended is GuardAction.END
+    assert re.match(r"spinning: \d+ % CPU, no layer finished for 9\.\d s, last layer 1 of 60",
+                    state_now.reason)
+
+
+def test_a_rank_that_advances_is_waited_for_and_its_end_foreseen(tmp_path: Path) -> None:
+    """At vLLM's deadline: layer 2 of 60 after its first took 20 s, the last advance just now: it
+    computes, and at its pace it ends ~1180 s on, past the cap of 100 s, which the decision says."""
+    cfg = GuardConfig(policy=object(), policy_name="reference", hang_s=60.0)  # type: ignore[arg-type]
+    with procs.worker("busy", 30.0) as computing:
+        now = time.monotonic()
+        progress_of(tmp_path, computing.pid, began=now - 21.0, forward=now - 20.0, advanced=now)
+        core = guard.Core(str(tmp_path), cfg, str(tmp_path / "state.json"))
+        core._executor = executor(computing.pid)
+        watch = watch_module.Watch(core, "execute_model", 5, 64, deadline_s=1.0, cap_s=100.0)
+        procs.wait_for_cpu(computing.pid)
+        assert watch._probe(time.monotonic()) is Verdict.SLOW  # the first look
+        time.sleep(0.3)
+        watch.sent -= 1.0
+        watch._next_probe = 0.0
+        watch.observe()
+    (event,) = read_guard_events(guard_events_path(str(tmp_path)))
+    assert (event.verdict, event.action) == (Verdict.SLOW, GuardAction.WAIT)
+    assert "past the cap: the engine will die at the cap unless the step speeds up" in event.outcome
+    state_now = read_guard_state(str(tmp_path / "state.json"))
+    assert state_now is not None and (state_now.layer, state_now.layers) == (1, 60)
+    assert state_now.ends_in_s is not None and 1100 < state_now.ends_in_s < 1200
+    assert re.match(r"computing: layer 2 of 60 after 2\d\.\d s, advanced \d\.\d s ago", state_now.reason)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pytest_enginedead.contract import progress
 from pytest_enginedead.contract.dumps import MAIN_THREAD_PREFIX
+from pytest_enginedead.contract.stepprogress import Phase, StepProgress
 from pytest_enginedead.harness import stacks
 from pytest_enginedead.invllm.progress import Publisher, StepState, thread_stacks
 from pytest_enginedead.invllm.worker import StepRecorder
@@ -16,9 +17,13 @@ from pytest_enginedead.invllm.worker import StepRecorder
 class Steps:
     def __init__(self) -> None:
         self.state = StepState()
+        self.progress: StepProgress | None = None
 
     def step_state(self) -> StepState:
         return self.state
+
+    def step_progress(self) -> StepProgress | None:
+        return self.progress
 
 
 class Fake:
@@ -57,6 +62,23 @@ def test_the_record_carries_the_step_and_the_cpu_use_over_its_own_last_window(tm
     source.state = StepState(step=4, batch=64, running=False, began=10.0, last_s=2.5, finished=4)
     rec = pub.record()
     assert (rec.running, rec.ran_s, rec.steps) == (False, 2.5, 4)
+    assert not rec.layered and rec.step_progress(0.0, 50.0) is None  # no layers seen: none published
+
+
+def test_the_record_carries_the_steps_progress_as_ages_a_reader_puts_on_its_own_clock(tmp_path: Path) -> None:
+    """Machines share no monotonic clock: the publisher sends how long ago its step advanced, began
+    and entered its layers, and a reader with its own clock gets the same progress back."""
+    source, fake = Steps(), Fake()
+    fake.now = 20.0
+    source.state = StepState(step=4, batch=64, running=True, began=12.0, finished=3)
+    source.progress = StepProgress(4, Phase.FORWARD, 7, 30, 12.0, 13.0, 19.5, 0.8)
+    rec = publisher(tmp_path, source, fake).record()
+    assert (rec.layered, rec.layer, rec.layers, rec.stalled_s, rec.forward_s) == (True, 7, 30, 0.5, 7.0)
+    assert rec.in_collective_s == -1.0  # no collective mark in this process
+    here = rec.step_progress(age_s=0.25, now=5000.0)  # its record seen 0.25 s after it was written
+    assert here == StepProgress(4, Phase.FORWARD, 7, 30, 5000.0 - 0.25 - 8.0, 5000.0 - 0.25 - 7.0,
+                                5000.0 - 0.25 - 0.5, 0.8)
+    assert here.stalled_s(5000.0) == 0.75
 
 
 def test_a_stack_request_is_answered_once_with_every_thread_and_the_main_one_named(tmp_path: Path) -> None:

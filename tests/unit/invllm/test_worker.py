@@ -19,9 +19,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import psutil
 import pytest
 
 from pytest_enginedead.contract.control import CRASH_EXIT_CODE, Control, Injection, write_control
+from pytest_enginedead.contract.decisions import busy as busy_rule
 from pytest_enginedead.contract.dumps import (
     SAMPLE_HEADER,
     DeadlineStack,
@@ -29,6 +31,7 @@ from pytest_enginedead.contract.dumps import (
     read_deadline_stack,
 )
 from pytest_enginedead.contract.names import ENV_DIR
+from pytest_enginedead.contract.stepprogress import Phase, read_step_progress
 from pytest_enginedead.contract.steps import (
     BEGIN,
     BEGIN_LINE,
@@ -45,7 +48,8 @@ from pytest_enginedead.contract.steps import (
     steps_path,
 )
 from pytest_enginedead.harness.stacks import innermost_frames
-from pytest_enginedead.invllm import worker
+from pytest_enginedead.invllm import faults, layers, worker
+from pytest_enginedead.process import reading
 from tests.support import procs
 
 ME = os.getpid()
@@ -136,16 +140,17 @@ def test_a_step_that_raises_is_still_ended(run_dir: str, recorder: worker.StepRe
 
 
 def test_slow_fault_burns_per_sequence_before_the_step(run_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """slow_s_per_seq x batch of busy CPU, inside the recorded step, before the model's call."""
+    """Where the worker's layers are not seen: slow_s_per_seq x batch of busy CPU, inside the
+    recorded step, before the model's call."""
     write_control(run_dir, Control(1, 2.0, Injection(slow_s_per_seq=0.02)))
     order: list[object] = []
-    real_burn = worker.burn
+    real_burn = faults.burn
 
     def burn(seconds: float) -> None:
         order.append(seconds)
         real_burn(seconds)
 
-    monkeypatch.setattr(worker, "burn", burn)
+    monkeypatch.setattr(faults, "burn", burn)
     rec = worker.StepRecorder(run_dir)
     try:
         rec.run_step(5, lambda: order.append("model"))
@@ -271,7 +276,7 @@ STEPPER = textwrap.dedent(
     """
     import sys
     from pytest_enginedead.contract.control import Control, Injection, write_control
-    from pytest_enginedead.invllm import worker
+    from pytest_enginedead.invllm import faults, layers, worker
 
     run_dir, before, after = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     rec = worker.StepRecorder(run_dir)
@@ -346,7 +351,7 @@ def test_faults_run_only_on_the_ranks_they_name(run_dir: str, monkeypatch: pytes
     """``inject(ranks=[1])``: rank 1 burns before its step, rank 0 runs its step at once."""
     write_control(run_dir, Control(1, 2.0, Injection(slow_s_per_seq=0.01, ranks=(1,))))
     burned: list[tuple[int, float]] = []
-    monkeypatch.setattr(worker, "burn", lambda seconds: burned.append((rank, seconds)))
+    monkeypatch.setattr(faults, "burn", lambda seconds: burned.append((rank, seconds)))
     rec = worker.StepRecorder(run_dir)
     try:
         for rank in (0, 1):
@@ -363,3 +368,112 @@ def test_a_workers_rank_is_vllms_global_rank() -> None:
     assert worker_rank(SimpleNamespace(rpc_rank=0, global_rank=3)) == 3
     assert worker_rank(SimpleNamespace(rpc_rank=2)) == 2
     assert worker_rank(object()) == 0
+
+
+# --- progress inside the step: each layer seen as it begins --------------------------------------
+
+
+class Impl:
+    """An attention implementation: vLLM's attention op calls ``impl.forward(layer, ...)`` per layer."""
+
+    def forward(self, layer: Any, query: int) -> int:
+        return query + 1
+
+
+def model_of(n: int) -> tuple[SimpleNamespace, Any]:
+    """A worker whose model has ``n`` attention layers, and its forward pass (each layer in turn)."""
+    attn = [SimpleNamespace(impl=Impl(), layer_name=f"model.layers.{i}.self_attn.attn") for i in range(n)]
+    context = {a.layer_name: a for a in attn} | {"model.layers.0.mlp.experts": SimpleNamespace(impl=None)}
+    wrapper = SimpleNamespace(vllm_config=SimpleNamespace(
+        compilation_config=SimpleNamespace(static_forward_context=context)))
+
+    def forward() -> int:
+        x = 0
+        for a in attn:
+            x = a.impl.forward(a, x)
+        return x
+
+    return wrapper, forward
+
+
+@pytest.fixture
+def restore_impl() -> Iterator[None]:
+    original = Impl.forward
+    yield
+    Impl.forward = original  # type: ignore[method-assign]
+    layers._on_layer = None
+
+
+def test_each_layer_is_seen_and_a_slow_step_advances_through_them(
+    run_dir: str, monkeypatch: pytest.MonkeyPatch, restore_impl: None
+) -> None:
+    """Four layers: the progress record counts them as they begin, and a slow step's burn is spread
+    over them (a quarter at each), so the step advances as real compute does."""
+    write_control(run_dir, Control(1, 2.0, Injection(slow_s_per_seq=0.01)))
+    burned: list[float] = []
+    monkeypatch.setattr(faults, "burn", burned.append)
+    wrapper, forward = model_of(4)
+    rec = worker.StepRecorder(run_dir, deadline_stacks=False, layers_dir=run_dir)
+    try:
+        rec.hook_layers(wrapper)
+        seen: list[tuple[int, Phase]] = []
+        original = rec.layer_begins
+
+        def noting() -> None:
+            original()
+            p = read_step_progress(run_dir, ME)
+            assert p is not None
+            seen.append((p.layer, p.phase))
+
+        layers._on_layer = noting
+        assert rec.run_step(8, forward) == 4  # the model's own result, through the wrapped layers
+        p = read_step_progress(run_dir, ME)
+        assert p is not None and (p.layers, p.finished_layers, p.forward_done) == (4, 4, True)
+        assert seen == [(1, Phase.FORWARD), (2, Phase.FORWARD), (3, Phase.FORWARD), (4, Phase.FORWARD)]
+        assert burned == [pytest.approx(0.02)] * 4  # 0.01 s x 8 sequences over 4 layers
+        rec.run_sample(lambda: None)
+        p = read_step_progress(run_dir, ME)
+        assert p is not None and p.phase is Phase.IDLE
+        forward()  # a forward pass outside a recorded step (vLLM's warm-up) is not a layer of one
+        assert read_step_progress(run_dir, ME) == p
+    finally:
+        rec.close()
+    assert read_step_progress(run_dir, ME) is None  # removed at the worker's exit
+
+
+SPINNER = """
+import sys, threading
+from types import SimpleNamespace
+sys.path.insert(0, {root!r})
+from pytest_enginedead.contract.control import Control, Injection, write_control
+from pytest_enginedead.invllm import worker
+from tests.unit.invllm.test_worker import model_of
+write_control({run_dir!r}, Control(1, 60.0, Injection({fault}=2)))
+wrapper, forward = model_of(6)
+rec = worker.StepRecorder({run_dir!r}, deadline_stacks=False, layers_dir={run_dir!r})
+rec.hook_layers(wrapper)
+rec.run_step(1, forward)
+print("first", flush=True)
+rec.run_step(1, forward)
+"""
+
+
+@pytest.mark.parametrize(("fault", "busy"), [("spin_at_step", True), ("hang_at_step", False)])
+def test_a_spin_and_a_hang_stop_the_step_in_its_middle_layer(run_dir: str, fault: str, busy: bool) -> None:
+    """At its second step the worker stops in layer 3 of 6: spinning at a whole core, or idle; its
+    progress record says so, and its CPU says which."""
+    root = str(Path(__file__).resolve().parents[3])
+    code = SPINNER.format(root=root, run_dir=run_dir, fault=fault)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "first"
+        time.sleep(1.0)
+        p = read_step_progress(run_dir, proc.pid)
+        assert p is not None and (p.step, p.phase, p.layer, p.finished_layers) == (2, Phase.FORWARD, 3, 2)
+        assert p.stalled_s(time.monotonic()) >= 0.9
+        (cores,) = reading.look([psutil.Process(proc.pid)], 0.5)
+        assert busy_rule(cores, 0.5) is busy, cores
+        assert proc.poll() is None  # it stays there
+    finally:
+        proc.kill()
+        proc.wait()

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from pytest_enginedead.contract.decisions import BUSY_CORES
+from pytest_enginedead.contract.decisions import BUSY_CORES, busy
 from pytest_enginedead.process import reading
 from tests.support.procs import wait_until_idle
 
@@ -44,7 +44,7 @@ def test_a_busy_child_is_its_idle_parents_work(
 ) -> None:
     parent, child = parent_of_a_busy_child
     parent_cores, child_cores = reading.look([parent, child], 0.5)
-    assert reading.busy(parent_cores) and reading.busy(child_cores)
+    assert busy(parent_cores) and busy(child_cores)
     assert parent_cores >= 0.5 * child_cores  # the child's CPU is the parent's
     # judged apart, the child's CPU is its own only
     alone = reading.cpu_seconds(parent, apart={child.pid})
@@ -59,7 +59,7 @@ def test_a_sleeper_is_idle_and_alive() -> None:
         assert reading.alive(sleeper)
         wait_until_idle(proc.pid)  # past its interpreter's start
         (cores,) = reading.look([sleeper], 0.3)
-        assert not reading.busy(cores)
+        assert not busy(cores)
     finally:
         proc.kill()
         proc.wait()
@@ -78,12 +78,20 @@ def test_a_process_that_exited_is_gone_and_a_zombie_is_not_alive() -> None:
     assert reading.cpu_seconds(exited) == 0.0
 
 
-@pytest.mark.parametrize(("cores", "busy"), [(0.0, False), (0.049, False), (BUSY_CORES, True), (1.0, True)])
-def test_busy_is_at_least_the_one_threshold(cores: float, busy: bool) -> None:
-    assert reading.busy(cores) is busy
-
-
 def test_cores_between_two_readings() -> None:
     assert reading.cores_between([1.0, 2.0], [1.5, 2.0], 0.5) == [1.0, 0.0]
     assert reading.cores_between([1.0], [0.5], 1.0) == [0.0]  # never negative
     assert reading.cores_between([1.0], [2.0], 0.0) == [0.0]
+
+
+def test_a_cpu_trail_measures_over_the_last_window() -> None:
+    trail = reading.CpuTrail(window_s=1.0)
+    assert trail.span_s == 0.0
+    trail.add(0.0, [0.0, 5.0])
+    assert trail.span_s == 0.0 and trail.cores() == [0.0, 0.0]
+    for i in range(1, 9):  # process 0 computes for the first second, then sleeps; 1 always computes
+        trail.add(i * 0.25, [min(i * 0.25, 1.0), 5.0 + i * 0.25])
+    assert trail.span_s == pytest.approx(1.0)
+    assert trail.cores() == pytest.approx([0.0, 1.0])  # the last second only
+    trail.add(2.5, [1.0])  # another set of processes: a trail of its own
+    assert trail.span_s == 0.0

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pytest_enginedead.contract import progress
 from pytest_enginedead.contract.decisions import Verdict
+from pytest_enginedead.contract.judge import RankState
 from pytest_enginedead.contract.progress import SILENT_AFTER_S
 from pytest_enginedead.process import remote
 from pytest_enginedead.process.remote import RemoteRanks
@@ -37,13 +38,26 @@ def reader(tmp_path: Path, clocks: Clocks, **kw: object) -> RemoteRanks:
 
 def test_judge_busy_idle_gone_and_a_first_record() -> None:
     busy, idle = record(cores=1.0), record(cores=0.01)
-    assert remote.judge(busy, 0.1) is Verdict.SLOW
-    assert remote.judge(idle, 0.1) is Verdict.HUNG
-    assert remote.judge(busy, SILENT_AFTER_S) is Verdict.DEAD  # silent: gone, never SLOW
-    assert remote.judge(replace(busy, ended=True), 0.0) is Verdict.DEAD
-    assert remote.judge(record(window_s=0.0, running=True), 0.0) is Verdict.SLOW  # no rate yet, in a step
-    assert remote.judge(record(window_s=0.0, running=False), 0.0) is Verdict.HUNG
-    assert remote.judge(idle, 0.1, threshold=0.005) is Verdict.SLOW
+    assert remote.judge(busy, 0.1).verdict is Verdict.SLOW
+    assert remote.judge(idle, 0.1).verdict is Verdict.HUNG
+    assert remote.judge(busy, SILENT_AFTER_S).verdict is Verdict.DEAD  # silent: gone, never SLOW
+    assert remote.judge(replace(busy, ended=True), 0.0).verdict is Verdict.DEAD
+    assert remote.judge(record(window_s=0.0, running=True), 0.0).verdict is Verdict.SLOW  # no rate yet
+    assert remote.judge(record(window_s=0.0, running=False), 0.0).verdict is Verdict.HUNG
+    assert remote.judge(idle, 0.1, threshold=0.005).verdict is Verdict.SLOW
+
+
+def test_a_remote_rank_is_judged_by_its_progress_as_a_local_one() -> None:
+    """The same rules as a local rank: spinning without advancing is HUNG, however busy its CPU;
+    a rank that advances computes; one sitting in a collective waits for a peer."""
+    spinning = record(cores=1.0, layered=True, phase=2, layer=3, layers=6, stalled_s=40.0, forward_s=41.0)
+    look = remote.RemoteLook.of(spinning, 0.2, now=500.0)
+    assert (look.verdict, look.judgement.state) == (Verdict.HUNG, RankState.SPINNING)
+    assert look.judgement.reason.startswith("spinning: 100 % CPU, no layer finished for 40.2 s")
+    advancing = replace(spinning, stalled_s=0.3)
+    assert remote.RemoteLook.of(advancing, 0.2, now=500.0).verdict is Verdict.SLOW
+    waiting = replace(advancing, in_collective_s=3.0)
+    assert remote.RemoteLook.of(waiting, 0.2, now=500.0).judgement.state is RankState.WAITING
 
 
 def test_silence_is_counted_from_the_last_change_on_the_readers_clock(tmp_path: Path) -> None:
@@ -60,7 +74,7 @@ def test_silence_is_counted_from_the_last_change_on_the_readers_clock(tmp_path: 
     assert ranks.look()[0].verdict is Verdict.SLOW
     clocks.sleep(0.1)
     (look,) = ranks.look()
-    assert look.verdict is Verdict.DEAD and look.gone and look.state == remote.GONE
+    assert look.verdict is Verdict.DEAD and look.gone and look.state == RankState.GONE.value
     assert "gone (no progress for 2.0 s; its last record: step 5, batch 64, running 2.0 s)" in look.describe()
 
 
@@ -115,14 +129,15 @@ def test_a_stack_asked_for_comes_back_or_none_after_the_timeout(tmp_path: Path) 
 
 
 def test_a_look_describes_a_computing_remote_rank() -> None:
-    look = remote.RemoteLook(record(), 0.2, Verdict.SLOW)
+    look = remote.RemoteLook.of(record(), 0.2)
     assert look.describe() == ("VLLM::Worker_TP1 on node 1 (pid 9 in its node, host h): computing, "
                                "100 % of a core over its last 1.0 s (its published progress, 0.2 s old)")
-    assert look.label == "node 1 TP1" and look.state == remote.COMPUTING
-    idle = remote.RemoteLook(record(cores=0.0, running=False), 0.2, Verdict.HUNG)
-    assert idle.state == remote.IDLE_BETWEEN and idle.step_words() == "step 5, batch 64, finished in 2.00 s"
-    assert remote.RemoteLook(record(cores=0.0), 0.2, Verdict.HUNG).state == remote.IDLE_IN_STEP
-    assert remote.RemoteLook(record(step=0), 0.2, Verdict.HUNG).step_words() == "no step yet"
+    assert look.label == "node 1 TP1" and look.state == RankState.COMPUTING.value
+    idle = remote.RemoteLook.of(record(cores=0.0, running=False), 0.2)
+    assert idle.state == RankState.IDLE_BETWEEN.value
+    assert idle.step_words() == "step 5, batch 64, finished in 2.00 s"
+    assert remote.RemoteLook.of(record(cores=0.0), 0.2).state == RankState.IDLE_IN_STEP.value
+    assert remote.RemoteLook.of(record(step=0), 0.2).step_words() == "no step yet"
 
 
 

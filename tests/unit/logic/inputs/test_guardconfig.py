@@ -58,7 +58,7 @@ def test_what_the_engine_core_makes_of_its_environment(
 def test_the_hang_floor_is_how_often_the_guard_samples() -> None:
     """The floor the input checks refuse below is the guard's own sampling interval (``invllm`` may not be
     imported by ``logic``: the two numbers are kept equal here)."""
-    from pytest_enginedead.invllm.guard import PROBE_EVERY_S
+    from pytest_enginedead.invllm.watch import PROBE_EVERY_S
 
     assert HANG_FLOOR_S == PROBE_EVERY_S
 

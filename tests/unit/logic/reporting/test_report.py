@@ -84,6 +84,7 @@ def test_engine_row(engine: Engine) -> None:
         "tests": ["t.py::a", "t.py::b"],
         "pids": [{"pid": 4242, "create_time": 0.0}],
         "shm": ["/dev/shm/psm_a", "/dev/shm/psm_b"],
+        "survived_kill": [],
     }
 
 

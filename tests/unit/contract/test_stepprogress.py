@@ -1,0 +1,92 @@
+"""The progress record: written in place by one worker, read whole by anyone, across processes."""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_enginedead.contract.stepprogress import (
+    Phase,
+    ProgressWriter,
+    StepProgress,
+    layers_path,
+    layers_pid,
+    read_step_progress,
+)
+
+
+def test_a_step_through_its_phases(tmp_path: Path) -> None:
+    w = ProgressWriter(str(tmp_path), layers=3)
+    read = lambda: read_step_progress(str(tmp_path), os.getpid())  # noqa: E731
+    p = read()
+    assert p is not None and (p.phase, p.step, p.in_step) == (Phase.IDLE, 0, False)
+    w.begin_step(1, 10.0)
+    assert read() == StepProgress(1, Phase.PREPARE, 0, 3, 10.0, 0.0, 10.0, 0.0)
+    w.layer_begins(11.0)  # the first layer: the end of preparing is not a gap between layers
+    w.layer_begins(11.5)
+    w.layer_begins(13.5)
+    p = read()
+    assert p is not None and (p.phase, p.layer, p.finished_layers, p.pace_s) == (Phase.FORWARD, 3, 2, 2.0)
+    assert p.where() == "layer 3 of 3" and p.per_layer_s() == pytest.approx(1.25)
+    assert p.ends_in_s(14.0) == pytest.approx(1.25 - 0.5)  # one layer left, half a second into it
+    w.forward_ends(17.5)
+    p = read()
+    assert p is not None and (p.forward_done, p.finished_layers, p.pace_s, p.advanced) == (True, 3, 4.0, 17.5)
+    assert p.tail == pytest.approx(4.0 / 1.25)  # its last layer and the logits: 3.2 of its layers
+    assert p.ends_in_s(18.0) is None and p.where() == "after its last layer (3 of 3)"
+    w.phase_begins(Phase.SAMPLE, 18.0)
+    w.phase_begins(Phase.IDLE, 18.1)
+    w.begin_step(2, 20.0)
+    w.layer_begins(20.1)
+    p = read()
+    # the pace and the tail are the run's: the step before set them
+    assert p is not None and (p.step, p.layer, p.pace_s, p.forward_done) == (2, 1, 4.0, False)
+    w.layer_begins(21.1)
+    w.layer_begins(22.1)  # layer 3 of 3 runs: 2 finished at 1 s each; the tail is 3.2 of them
+    p = read()
+    assert p is not None and p.ends_in_s(22.1) == pytest.approx(3.2 * 1.0)
+    w.remove()
+    assert read() is None
+
+
+def test_another_process_reads_it_while_it_is_written(tmp_path: Path) -> None:
+    """A writer in a busy loop of layers; the reader always gets a whole record (its fields agree)."""
+    code = (
+        "import sys, time; from pytest_enginedead.contract.stepprogress import ProgressWriter\n"
+        f"w = ProgressWriter({str(tmp_path)!r}, layers=1000000); w.begin_step(1, 1.0)\n"
+        "print('ready', flush=True)\n"
+        "for i in range(1, 300000): w.layer_begins(float(i))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        seen = 0
+        while proc.poll() is None and seen < 2000:
+            p = read_step_progress(str(tmp_path), proc.pid)
+            if p is not None and p.layer > 1:
+                assert p.advanced == float(p.layer)  # one write's fields, never two writes' halves
+                seen += 1
+        assert seen > 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_record_being_written_is_not_read_half(tmp_path: Path) -> None:
+    w = ProgressWriter(str(tmp_path))
+    with open(layers_path(str(tmp_path), os.getpid()), "r+b") as f:
+        f.write(struct.pack("<q", 7))  # odd: a writer caught mid-write, forever
+    assert read_step_progress(str(tmp_path), os.getpid(), tries=3) is None
+    w.remove()
+
+
+def test_names_and_absent_records(tmp_path: Path) -> None:
+    assert layers_pid(os.path.basename(layers_path(str(tmp_path), 123))) == 123
+    assert layers_pid("enginedead-collective-5") is None
+    assert read_step_progress(str(tmp_path), 99999999) is None
+    assert read_step_progress(None, os.getpid()) is None
