@@ -5,6 +5,10 @@
 Each part is one command line of its own (each well under 15 minutes on a 2-core box);
 results are merged into bench/sizing-results.json, keyed by part.
 
+validate  the forecast against full-depth steps it never saw (bench/sizing_validate.py):
+          validate:tiny, validate:moe, validate:tiny:tp2, validate:moe:tp2 measure;
+          validate alone fits what was recorded: MAPE <= 10 %, worst steps +-15 %,
+          no under-forecast past -10 %, interval coverage >= its level
 defaults  calibrate on gemma-4-moe-mini with vLLM's defaults (128 seqs, 2048 tokens,
           the model's 512 context): wall time                                     <= 10 min
 worst     on gemma-4-moe-mini, a serving config whose worst step holds a prefill
@@ -36,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_enginedead.logic.inputs.modelconfig import presets
+from pytest_enginedead.logic.sizing.fit import Fit, Step
+from pytest_enginedead.logic.sizing.terms import Routing
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -63,9 +69,19 @@ def calibrate(*args: str, timeout: float = 1500) -> tuple[dict[str, Any], float]
 
 
 def text(out: dict[str, Any]) -> str:
-    from pytest_enginedead.logic.sizing.result import format_sizing
+    """What a part shows of calibrate's JSON: the worst step, its interval, and the answer's deadline."""
+    worst, rec = out["worst_step"], out["recommend"]
+    low, high = worst["interval_s"]
+    return (f"worst step: {worst['plan']['described']}; predicted {worst['predicted_s']:.3g} s "
+            f"({low:.3g}-{high:.3g} s), measured {worst.get('measured_s')}; deadline {rec['deadline_s']} s; "
+            f"terms {out['fit']['terms']}")
 
-    return format_sizing(out)
+
+def fit_from(out: dict[str, Any]) -> Fit:
+    """The step model calibrate's JSON carries (its terms and, for a mixture of experts, its routing)."""
+    routing = out["fit"].get("routing")
+    return Fit({k.removesuffix("_s"): v for k, v in out["fit"]["terms"].items()},
+               None if routing is None else Routing(**routing))
 
 
 def part_defaults() -> dict[str, Any]:
@@ -97,7 +113,6 @@ def part_worst() -> dict[str, Any]:
 
 def part_forecast() -> dict[str, Any]:
     from pytest_enginedead.harness.measure import measure
-    from pytest_enginedead.logic.sizing.fit import Fit
     from pytest_enginedead.logic.sizing.shapes import StepPlan
 
     out, wall = calibrate("--model", MOE, "--forecast-layers", "1,3", "--max-num-seqs", "32")
@@ -105,17 +120,17 @@ def part_forecast() -> dict[str, Any]:
     t0 = time.monotonic()
     full = measure(MOE, [8, 32], steps=8, rounds=2)
     measured_wall = time.monotonic() - t0
-    model = Fit({k.removesuffix("_s"): v for k, v in out["fit"]["terms"].items()})
+    model = fit_from(out)
     window = out["layout"]["sliding_window"]
     rows = []
     for r in full:
-        n = r["batch_size"]
+        n = r.batch_size
         # measure() decodes one-token prompts for a few tokens: contexts of 2..6
         predicted = model.predict(StepPlan(n, 4).step(window))
-        rows.append({"batch_size": n, "measured_p50_s": r["p50_s"], "forecast_s": predicted,
-                     "ratio": predicted / r["p50_s"]})
-        print(f"batch {n}: full depth measured p50 {r['p50_s']:.3f} s, forecast from slices "
-              f"{predicted:.3f} s (ratio {predicted / r['p50_s']:.3f})")
+        rows.append({"batch_size": n, "measured_p50_s": r.p50_s, "forecast_s": predicted,
+                     "ratio": predicted / r.p50_s})
+        print(f"batch {n}: full depth measured p50 {r.p50_s:.3f} s, forecast from slices "
+              f"{predicted:.3f} s (ratio {predicted / r.p50_s:.3f})")
     ok = all(abs(row["ratio"] - 1) <= 0.25 for row in rows)
     return {"wall_s": wall, "measure_wall_s": measured_wall, "rows": rows, "target": "within 25 %", "ok": ok,
             "output": out}
@@ -204,14 +219,12 @@ def measure_long_step(model: str) -> dict[str, Any]:
 
 
 def part_longctx() -> dict[str, Any]:
-    from pytest_enginedead.logic.sizing.fit import Fit, Step
-
     model = long_context_model()
     out, wall = calibrate("--model", model, "--forecast-layers", "1,3", "--max-num-seqs", "8",
                           "--max-model-len", str(LONG_LEN))
     print(text(out))
     real = measure_long_step(model)
-    model_fit = Fit({k.removesuffix("_s"): v for k, v in out["fit"]["terms"].items()})
+    model_fit = fit_from(out)
     forecast = model_fit.predict(Step(**real["shape"]))
     ratio = forecast / real["median_s"]
     print(f"{LONG_DECODES} decodes at {LONG} tokens of context on the full model: measured "
@@ -219,6 +232,22 @@ def part_longctx() -> dict[str, Any]:
           f"forecast from slices {forecast:.3f} s (ratio {ratio:.3f})")
     return {"wall_s": wall, "real": real, "forecast_s": forecast, "ratio": ratio, "target": "within 15 %",
             "ok": abs(ratio - 1) <= 0.15, "output": out}
+
+
+def _terms_of(name: str, out: dict[str, Any]) -> dict[str, Any]:
+    terms = out["fit"]["terms"]
+    worst = out["worst_step"]
+    held, cache = worst.get("kv_cache_held_bytes"), worst.get("kv_cache_bytes")
+    keys = ("per_token_s", "per_context_token_s", "per_read_token_s", "per_window_context_token_s",
+            "per_window_read_token_s")
+    fits = held is None or cache is None or held <= cache
+    return {**{k: terms.get(k) for k in keys}, "fits_kv_cache": fits,
+            "context_required": name.startswith("26b")}
+
+
+def _terms_hold(t: dict[str, Any]) -> bool:
+    context = (t["per_context_token_s"] or 0) > 0 and (t["per_read_token_s"] or 0) > 0
+    return (t["per_token_s"] or 0) > 0 and t["fits_kv_cache"] and (context or not t["context_required"])
 
 
 def part_terms(results: dict[str, Any]) -> dict[str, Any]:
@@ -229,21 +258,9 @@ def part_terms(results: dict[str, Any]) -> dict[str, Any]:
     for name in ("defaults", "worst", "forecast", "longctx", "26b", "26b-again", "26b-8k"):
         out = results.get(name, {}).get("output")
         if out:
-            terms = out["fit"]["terms"]
-            worst = out["worst_step"]
-            held, cache = worst.get("kv_cache_held_bytes"), worst.get("kv_cache_bytes")
-            found[name] = {"per_token_s": terms.get("per_token_s"),
-                           "per_context_token_s": terms.get("per_context_token_s"),
-                           "per_read_token_s": terms.get("per_read_token_s"),
-                           "per_window_context_token_s": terms.get("per_window_context_token_s"),
-                           "per_window_read_token_s": terms.get("per_window_read_token_s"),
-                           "fits_kv_cache": held is None or cache is None or held <= cache,
-                           "context_required": name.startswith("26b")}
+            found[name] = _terms_of(name, out)
             print(f"{name}: " + ", ".join(f"{k} {v}" for k, v in found[name].items()))
-    ok = any(n.startswith("26b") for n in found) and all(
-        (t["per_token_s"] or 0) > 0 and t["fits_kv_cache"] for t in found.values()) and all(
-        (t["per_context_token_s"] or 0) > 0 and (t["per_read_token_s"] or 0) > 0
-        for t in found.values() if t["context_required"])
+    ok = any(n.startswith("26b") for n in found) and all(_terms_hold(t) for t in found.values())
     return {"runs": found, "target": "per-token > 0; full-attention context terms > 0 on the 26B forecasts; "
             "the worst step fits its KV cache", "ok": ok}
 
@@ -252,18 +269,31 @@ PARTS = {"defaults": part_defaults, "worst": part_worst, "forecast": part_foreca
          "26b": part_26b, "26b-again": part_26b_again, "26b-8k": part_26b_8k}
 
 
+def _validate() -> Any:
+    """``bench/sizing_validate.py``, beside this file."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import sizing_validate
+
+    return sizing_validate
+
+
 def main(argv: list[str]) -> int:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     for name in argv or [*PARTS, "terms"]:
         if name == "terms":
             results["terms"] = part_terms(results)
+        elif name == "validate" or name.startswith("validate:"):
+            print(f"== {name}", flush=True)
+            results["validate"] = _validate().part(name, results, argv)
         elif name in PARTS:
             print(f"== {name}", flush=True)
             results[name] = PARTS[name]()
         else:
             print(f"unknown part {name!r}; parts: {', '.join([*PARTS, 'terms'])}", file=sys.stderr)
             return 2
-        results[name]["when"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        key = "validate" if name.startswith("validate") else name
+        results[key]["when"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         RESULTS.write_text(json.dumps(results, indent=1, default=str) + "\n")
     failed = [n for n, r in results.items() if isinstance(r, dict) and r.get("ok") is False]
     print(f"{'FAIL: ' + ', '.join(failed) if failed else 'OK'}")

@@ -28,6 +28,9 @@ each page is rendered.  The tables:
 - ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, and the file.
 - ``rooms``: the package's folders and modules with the first line of their docstrings.
 - ``import-rules``: the ``[tool.importlinter]`` contracts of ``pyproject.toml``.
+- ``sizing-validation``: the forecast's validation set, from ``bench/sizing-results.json``
+  (``bench/sizing_validate.markdown``): each run's machine, date, vLLM release and command, then
+  MAPE, signed error, worst error and interval coverage per model, ranks and source.
 
 An unknown NAME fails the build.  The hook imports the package from this checkout (the
 repository root goes first on ``sys.path``); it needs pytest and psutil, never vLLM.
@@ -435,6 +438,18 @@ def import_rules() -> str:
     return table(("rule", "what it holds"), rows)
 
 
+def sizing_validation() -> str:
+    """The forecast's validation figures, from ``bench/sizing-results.json`` (``bench/sizing.py``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sizing_validate", ROOT / "bench" / "sizing_validate.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    text: str = bench.markdown(json.loads((ROOT / "bench" / "sizing-results.json").read_text()))
+    return text
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "options": options,
     "option-variables": option_variables,
@@ -448,6 +463,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "report-schema": report_schema,
     "rooms": rooms,
     "import-rules": import_rules,
+    "sizing-validation": sizing_validation,
 }
 
 

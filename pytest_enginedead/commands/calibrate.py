@@ -25,10 +25,12 @@ from ..logic.inputs.modelconfig import preset_summary, presets, read_config
 from ..logic.inputs.values import BadValue, parse_batch_sizes
 from ..logic.machine import meminfo, this_machine
 from ..logic.sizing import kvcache, shapes
-from ..logic.sizing.decode import calibration, format_calibration
+from ..logic.sizing.answer import MoeKernel
+from ..logic.sizing.decode import calibration, calibration_json, format_calibration
+from ..logic.sizing.jsonout import answer_json
 from ..logic.sizing.plan import SizingPlan, SizingRefused, default_limits, plan_sizing
-from ..logic.sizing.result import format_sizing
 from ..logic.sizing.slices import GIB
+from ..logic.sizing.text import format_sizing
 from .common import (
     GUARD_SWITCH,
     Refused,
@@ -235,25 +237,24 @@ def run_sizing(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     limit = float(args.deadline) if args.deadline else versions.stock_deadline_s()
     t0 = time.monotonic()
     with output_to(log, args.verbose) as progress:
-        out = size(args.sizing_plan, args.headroom, limit, progress, repeats=args.repeat or 1)
+        answer = size(args.sizing_plan, args.headroom, limit, progress, repeats=args.repeat or 1)
         answers = moe.kernel_answers(args.sizing_plan.config)  # vLLM is imported: its own checks
     shape = moe.expert_width(args.sizing_plan.config)
     if answers is not None and shape is not None:
-        out["moe_kernel"] = {"line": moe.describe(answers, shape[0]),
-                             "sizes": {a.tensor_parallel: a.fused for a in answers}}
-    out["wall_s"] = time.monotonic() - t0
+        kernel = MoeKernel(moe.describe(answers, shape[0]), {a.tensor_parallel: a.fused for a in answers})
+        answer = dataclasses.replace(answer, moe_kernel=kernel)
+    answer = dataclasses.replace(answer, wall_s=time.monotonic() - t0, log=log.path)
     if "plot" in claimed:
         try:
-            plot_sizing(claimed["plot"], out)
+            plot_sizing(claimed["plot"], answer)
         except outputs.OutputError as exc:  # proven writable at the start; it changed since
             print(f"enginedead calibrate: error: the plot was not written: {exc}", file=sys.stderr)
             return 2
-        out["plot"] = args.plot
-    out["log"] = log.path
+        answer = dataclasses.replace(answer, plot=args.plot)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(answer_json(answer), indent=2))
         return 0
-    print(format_sizing(out))
+    print(format_sizing(answer))
     if args.plot:
         print(f"plot: {args.plot}")
     print(f"log: {log.path}")
@@ -267,24 +268,21 @@ def run_calibrate(args: argparse.Namespace, claimed: dict[str, Output]) -> int:
     with output_to(log, args.verbose) as progress:
         results = measure(args.model, args.batch_sizes, args.steps or 64, progress,
                           tensor_parallel=args.tensor_parallel_size)
-    out, policy = calibration(
-        results, args.headroom, versions.stock_deadline_s(),
-        vllm=versions.installed_version(), model=args.model, machine=this_machine(),
-    )
+    answer = calibration(results, args.headroom, versions.stock_deadline_s(), versions.installed_version(),
+                         args.model, this_machine())
     if "plot" in claimed:
         try:
-            plot(claimed["plot"], results, out["results"][0]["stock_deadline_s"], policy)
+            plot(claimed["plot"], answer)
         except outputs.OutputError as exc:  # proven writable at the start; it changed since
             print(f"enginedead calibrate: error: the plot was not written: {exc}", file=sys.stderr)
             return 2
-        out["plot"] = args.plot
-    log_path = log.path
-    out["log"] = log_path
+        answer = dataclasses.replace(answer, plot=args.plot)
+    answer = dataclasses.replace(answer, log=log.path)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(calibration_json(answer), indent=2))
         return 0
-    print(format_calibration(out, policy))
+    print(format_calibration(answer))
     if args.plot:
         print(f"plot: {args.plot}")
-    print(f"log: {log_path}")
+    print(f"log: {log.path}")
     return 0

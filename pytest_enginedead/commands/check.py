@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
 from ..compat import llm_config, versions
+from ..contract.judge import STALL_FLOOR_S
 from ..contract.names import CHECK_PROGRESS_ENV, GUARD_VARIABLES
 from ..harness import outputs
 from ..harness.engines.server import has_tokenizer
@@ -60,8 +61,9 @@ from .pytestargs import (
     usage_error,
 )
 
-EPILOG = ("exit status: 0 no false death under the policy (or the guard) and every planned run ran; "
-          "1 a false death under the policy or the guard, or a run that failed or did not run; 2 bad usage, "
+EPILOG = ("exit status: 0 no false death under the policy (or the guard), the spinning worker (--spin) "
+          "judged hung, and every planned run ran; 1 a false death under the policy or the guard, a spinning "
+          "worker not judged hung, or a run that failed or did not run; 2 bad usage, "
           "nothing started (pytest refusing the arguments after --, or their selecting none of the planned "
           "runs, e.g. -k nomatch); 5 no verdict: -- --collect-only (or --setup-plan) lists the planned runs "
           "and runs none; 130 interrupted.  -- --help (or --version, --markers, --fixtures) prints pytest's "
@@ -84,6 +86,11 @@ def add_parser(sub: Any, verbose: bool) -> None:
                        help="reference, vllm-stock or module:attr (default: reference)")
     check.add_argument("--guard", action="store_true",
                        help="also run each batch size under the stock deadline with the guard on")
+    check.add_argument("--spin", action="store_true",
+                       help="also run each batch size with a worker that spins at a whole core in its step "
+                       "without finishing a layer, under a deadline past the stall window "
+                       f"({checking.SPIN_MARGIN_S + int(STALL_FLOOR_S)} s): it must be judged hung (a "
+                       "genuine death); judged computing, this vLLM's layers are not seen")
     check.add_argument("--server", action="store_true",
                        help="drive vLLM's OpenAI API server with concurrent clients "
                        "instead of offline engines")
@@ -116,7 +123,7 @@ def plan_of(args: argparse.Namespace) -> checking.CheckPlan:
     """The plan of the runs the arguments ask for: built once; the runs, their checks and the verdict
     read it."""
     return checking.plan_for(args.model, args.batch_sizes, args.stock_deadline, args.max_tokens,
-                             guard=args.guard, server=args.server)
+                             guard=args.guard, server=args.server, spin=args.spin)
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
@@ -203,6 +210,7 @@ def run_check(args: argparse.Namespace, claimed: dict[str, Output], plan: checki
             + (f"{args.tensor_parallel_size} ranks, " if args.tensor_parallel_size > 1 else "")
             + f"stock deadline {plan.stock_s} s, policy {args.policy}"
             + (", guard on" if plan.guard else "")
+            + (f", a spinning worker under {plan.spin_deadline_s} s" if plan.spin else "")
             + (f", injected busy step {plan.slow_s_per_seq:g} s per sequence" if plan.slow_s_per_seq else "")
             + f"; {plural(runs, 'run')}; {preload_note(this_machine()['preloads'])}"
         )

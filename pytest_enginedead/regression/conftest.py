@@ -63,6 +63,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         CheckMode.STOCK: [stock, *inject],
         CheckMode.POLICY: inject,
         CheckMode.GUARD: [stock, pytest.mark.enginedead_guard(), *inject],
+        # the spin begins at the run's second step: its first warms the engine up
+        CheckMode.SPIN: [pytest.mark.enginedead_timeout(plan.spin_deadline_s),
+                         pytest.mark.enginedead_inject(spin_at_step=2)],
     }
     metafunc.parametrize("check_mode", [pytest.param(m, marks=marks[m], id=m.value) for m in plan.modes])
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..contract.control import Injection
@@ -40,7 +41,8 @@ class StepFaults:
     """What one step runs: ``burn_s`` of CPU, and where it stops (``stop``: hang or spin) if it does."""
 
     burn_s: float = 0.0
-    stop: str | None = None  # "hang", "spin"
+    #: how the step stops (``hang`` or ``spin``), or None when it does not
+    stop: Callable[[], None] | None = None
     #: the layer (from 1) that burns its share first and then stops; 0: before the forward pass
     at_layer: int = 0
     layers: int = 0
@@ -49,7 +51,7 @@ class StepFaults:
     def plan(cls, inj: Injection, step: int, batch: int, layers: int) -> StepFaults:
         """The faults of the ``step``-th step (counted as the faults count) of ``batch`` sequences, on a
         model of ``layers`` seen layers (0: none seen)."""
-        stop = "hang" if inj.hang_at_step == step else "spin" if inj.spin_at_step == step else None
+        stop = hang if inj.hang_at_step == step else spin if inj.spin_at_step == step else None
         middle = (layers + 1) // 2 if layers else 0
         return cls(inj.slow_s_per_seq * batch, stop, middle if stop else 0, layers)
 
@@ -70,7 +72,5 @@ class StepFaults:
             self._stop()
 
     def _stop(self) -> None:
-        if self.stop == "hang":
-            hang()
-        elif self.stop == "spin":
-            spin()
+        if self.stop is not None:
+            self.stop()

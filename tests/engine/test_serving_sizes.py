@@ -1,14 +1,15 @@
 """``enginedead calibrate`` sizing a serving configuration on real engines: one engine per model or
 slice, the steps recorded as vLLM scheduled them, the worst step formed and measured.
 
-(The maths without vLLM: ``tests/unit/test_sizing.py``; the figures the issue asks for, from real
-runs on the Gemma-4 fixtures: ``bench/sizing.py``.)
+(The maths without vLLM: ``tests/unit/logic/sizing/``; how close the forecast comes, on a quiet box:
+``bench/sizing.py validate``.  Here, relations with tolerances from the spread measured in the same run.)
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,13 +112,26 @@ def long_context_moe(directory: Path, context: int = 32768) -> Path:
     return model
 
 
+def round_seconds(out: dict[str, Any], rounds: int = 2) -> list[float]:
+    """Per round of ``--repeat``, the seconds of every step it measured (the same runs each round)."""
+    from pytest_enginedead.logic.sizing.result import fitted_name, round_of
+
+    total = [0.0] * rounds
+    for engine in out["engines"]:
+        for name, rows in engine["recorded"].items():
+            if fitted_name(name):
+                total[round_of(name)] += sum(row[-1] for row in rows)
+    return total
+
+
 def test_a_long_context_forecast_is_the_same_twice(tmp_path: Path) -> None:
-    """Two calibrations at 16K tokens of context on one engine (``--repeat 2``: the same runs twice,
-    each fitted alone, each run's rounds back to back): their worst steps within a factor of 2 of
-    each other, each inside its own interval; the decodes and the prefill chunks were
-    measured over contexts a factor 16 and more apart; no full-attention context term is 0; and the
-    worst step the answer names holds no more KV cache than the cache it assumes (a server's cache
-    of 40,000 tokens, which binds: it cannot hold 7 decodes at 16K beside a chunk at 16K)."""
+    """Two calibrations at a 16K context (measured to 8K) on one engine (``--repeat 2``: the same runs twice,
+    each fitted alone, each run's rounds back to back): their worst steps differ by no more than the
+    rounds' own steps did, within the spread of repeated steps this run measured; the decodes and the
+    prefill chunks were measured over contexts a factor 16 and more apart; the expert term and every
+    full-attention context term are above 0; and the worst step the answer names holds no more KV cache
+    than the cache it assumes (a server's cache of 40,000 tokens, which binds: it cannot hold 7 decodes
+    at 16K beside a chunk at 16K)."""
     model = long_context_moe(tmp_path)
     done = enginedead(
         "calibrate", "--model", str(model), "--max-num-seqs", "8", "--max-num-batched-tokens", "2048",
@@ -127,30 +141,26 @@ def test_a_long_context_forecast_is_the_same_twice(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     first, second = out["repeats"]["worst_predicted_s"]
-    low, high = out["worst_step"]["interval_s"]
-    both = out["worst_step"]["predicted_s"]
     worst = out["worst_step"]
-    print(f"worst step per round: {first:.3f} s, {second:.3f} s; both rounds: {both:.3f} s, interval "
-          f"{low:.3f}-{high:.3f} s ({worst['plan']['described']}; binding {worst['binding']}, KV cache "
-          f"{worst['kv_cache_held_bytes']:,} of {worst['kv_cache_bytes']:,} bytes); contexts "
+    measured = round_seconds(out)
+    spread = out["fit"]["uncertainty"]["step_spread"]
+    # The machine may run the second round faster or slower than the first (under `-n 2` the other
+    # worker's engines share the two cores: CI saw rounds 53 % apart), and both the steps and the forecast
+    # follow it.  What must hold is that the forecasts move with the steps they were fitted on: their ratio
+    # within the rounds' measured ratio, give or take four times the spread of like steps in this run.
+    tolerance = max(0.15, 4 * spread)
+    moved = (first / second) / (measured[0] / measured[1])
+    print(f"worst step per round: {first:.3f} s, {second:.3f} s; steps per round {measured[0]:.1f} s, "
+          f"{measured[1]:.1f} s; forecast ratio over measured ratio {moved:.3f} (tolerance {tolerance:.2f}, "
+          f"spread {spread:.3f}); {worst['plan']['described']}; binding {worst['binding']}; contexts "
           f"{out['contexts_measured']}; terms {out['fit']['terms']}")
-    # What holds on a shared runner: the rounds within a factor of 2 of each other (the issue's two
-    # runs were 19x apart, a context term fitted to 0 in one and dominating in the other).  The ±15 %
-    # is the bench's figure on a quiet box (bench/sizing.py: the 26B twice, 8 % apart; the long-context
-    # check twice, 0.325 s both times; this test alone, 2 %).  Under `-n 2` the other worker's engines
-    # share the two cores: with each run's rounds back to back they came 2 %, 12 % and 18 % apart beside
-    # the engine, tensor-parallel + server and guard tests (the last two rounds' intervals did not
-    # meet), and 16 % and 53 % in two CI runs while the rounds were taken one after the other.
-    (lo1, hi1), (lo2, hi2) = (r["interval_s"] for r in out["repeats"]["rounds"])
-    print(f"rounds' intervals {lo1:.3f}-{hi1:.3f} s and {lo2:.3f}-{hi2:.3f} s; "
-          f"apart {abs(first / second - 1) * 100:.0f} %")
-    assert max(first, second) <= 2 * min(first, second), out["repeats"]
-    assert lo1 <= first <= hi1 and lo2 <= second <= hi2, out["repeats"]
+    assert abs(moved - 1) <= tolerance, (moved, tolerance, measured, out["repeats"])
     seen = out["contexts_measured"]
     assert seen["decode"]["factor"] >= 16 and seen["prefill"]["factor"] >= 16, seen
-    assert seen["decode"]["longest"] >= 16384, seen
+    assert seen["decode"]["longest"] >= 8192, seen
     terms = out["fit"]["terms"]
     assert terms["per_context_token_s"] > 0 and terms["per_read_token_s"] > 0, terms
+    assert out["fit"]["routing"] == {"experts": 32, "per_token": 8, "layers": 2}
     assert worst["kv_cache_held_bytes"] <= worst["kv_cache_bytes"], worst
     assert "kv_cache" in worst["binding"], worst
-    assert low <= worst["predicted_s"] <= high and out["recommend"]["from_interval_upper_s"] == high
+    assert out["recommend"]["from_interval_upper_s"] == worst["interval_s"][1]  # the advice's figure

@@ -25,6 +25,7 @@ IDS = {
     ],
     examples.GENUINE_DEATHS: [
         "test_genuine_deaths.py::test_hang[bs4]",
+        "test_genuine_deaths.py::test_a_spinning_worker_is_hung_not_a_false_death",
     ],
     examples.REAL_COMPUTE: [
         "test_real_compute.py::test_real_compute[bs2]",

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...contract.decisions import Verdict
+from ...contract.judge import STALL_FLOOR_S
 from ...contract.names import CHECK_PLAN_ENV
 from .. import releases
 from ..inputs.modelconfig import BUNDLED_MODEL
@@ -30,6 +31,10 @@ from .rows import TestRow
 #: On the bundled model the stock deadline is time-compressed to this (vLLM's 300 s
 #: would make one demo death take five minutes); a real model uses vLLM's own.
 BUNDLED_STOCK_S = 2
+
+#: how far past the stall window the spin run's deadline lies (the worker's dump and the verdict's
+#: look come a moment after the deadline: it must have spun past the window by then)
+SPIN_MARGIN_S = 5
 
 class CheckMode(str, enum.Enum):
     """One kind of run of ``enginedead check``: its value is the run's id in the test's name
@@ -41,6 +46,9 @@ class CheckMode(str, enum.Enum):
     POLICY = "policy"
     #: the stock deadline with the guard on (``--guard``)
     GUARD = "guard"
+    #: a worker spinning in its step, under a deadline past the stall window (``--spin``): a
+    #: genuine death, judged from the step's progress through its layers, never a false one
+    SPIN = "spin"
 
     def __str__(self) -> str:
         return self.value
@@ -67,10 +75,19 @@ class CheckPlan:
     prompt_len: int = 4
     guard: bool = False
     server: bool = False
+    spin: bool = False
 
     @property
     def modes(self) -> tuple[CheckMode, ...]:
-        return MODES if self.guard else MODES[:2]
+        wanted = {CheckMode.STOCK, CheckMode.POLICY} | ({CheckMode.GUARD} if self.guard else set()) | (
+            {CheckMode.SPIN} if self.spin else set())
+        return tuple(m for m in MODES if m in wanted)
+
+    @property
+    def spin_deadline_s(self) -> int:
+        """The spin run's deadline: past the verdict's stall window, so a worker that spins for all
+        of it has stopped advancing for longer than any pace allows (``contract.judge``)."""
+        return int(STALL_FLOOR_S) + SPIN_MARGIN_S
 
     def to_env(self) -> dict[str, str]:
         """The plan for the regression run; ``vllm-stock`` then means this stock deadline."""
@@ -116,13 +133,13 @@ class BadPlan(ValueError):
 
 
 #: the plan's keys, in ``CheckPlan``'s order; the first two have no default
-PLAN_KEYS = ("stock_s", "slow_s_per_seq", "max_tokens", "prompt_len", "guard", "server")
+PLAN_KEYS = ("stock_s", "slow_s_per_seq", "max_tokens", "prompt_len", "guard", "server", "spin")
 REQUIRED_PLAN_KEYS = PLAN_KEYS[:2]
 
 
 def _plan_value_problem(key: str, value: object) -> str | None:
     """What is wrong with one value of a plan (``PLAN_KEYS``), or None."""
-    if key in ("guard", "server"):
+    if key in ("guard", "server", "spin"):
         return None if isinstance(value, bool) else "is not true or false"
     if key == "slow_s_per_seq":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -161,10 +178,12 @@ def plan_for(
     max_tokens: int = 2,
     guard: bool = False,
     server: bool = False,
+    spin: bool = False,
 ) -> CheckPlan:
     if stock_s is None:
         stock_s = BUNDLED_STOCK_S if is_bundled(model) else int(releases.stock_deadline_s())
-    return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens, guard=guard, server=server)
+    return CheckPlan(stock_s, sized_burn(model, stock_s, batch_sizes), max_tokens, guard=guard, server=server,
+                     spin=spin)
 
 
 class RunResult(enum.Enum):
@@ -257,6 +276,8 @@ def run_label(mode: CheckMode, plan: CheckPlan, policy: str) -> str:
         return f"stock vLLM ({plan.stock_s} s deadline)"
     if mode is CheckMode.GUARD:
         return f"guard ({plan.stock_s} s deadline, policy {policy} as its cap)"
+    if mode is CheckMode.SPIN:
+        return f"spinning worker ({plan.spin_deadline_s} s deadline)"
     return f"policy {policy}"
 
 
@@ -266,8 +287,9 @@ def verdict_line(
     """The check's last line, naming each run, and its exit status.
 
     The stock runs show vLLM's behaviour: their false deaths are the bug, expected, and do
-    not fail the check.  Exit 1 for a false death under the policy or the guard, or for a
-    planned run that failed or did not run (a table with a hole in it is no answer); else 0.
+    not fail the check.  Exit 1 for a false death under the policy or the guard, for a spin run
+    judged a false death or that did not die (its worker's layers are not seen), or for a planned
+    run that failed or did not run (a table with a hole in it is no answer); else 0.
     """
     parts = []
     code = 0
@@ -275,6 +297,8 @@ def verdict_line(
         mine = [r for r in rows if r.mode == mode]
         dead = [r.batch_size for r in mine if r.verdict is RunResult.FALSE_DEATH]
         failed = [r.batch_size for r in mine if r.verdict is RunResult.FAILED]
+        if mode is CheckMode.SPIN:  # a genuine death is the run's answer: anything else is wrong
+            failed += [r.batch_size for r in mine if r.verdict is RunResult.OK]
         missing = [n for n in batch_sizes if n not in {r.batch_size for r in mine}]
         said = []
         if dead:
@@ -286,5 +310,6 @@ def verdict_line(
         if missing:
             said.append(f"did not run at batch {', '.join(map(str, missing))} (see the log)")
             code = 1
-        parts.append(f"{run_label(mode, plan, policy)}: {'; '.join(said) or 'no false death'}")
+        fine = "judged hung, a genuine death" if mode is CheckMode.SPIN else "no false death"
+        parts.append(f"{run_label(mode, plan, policy)}: {'; '.join(said) or fine}")
     return "; ".join(parts), code

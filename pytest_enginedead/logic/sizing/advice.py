@@ -169,7 +169,14 @@ def guard_policy(
     fit: Fit, limits: Limits, window: int | None, headroom: float, cap_s: float, scale: float = 1.0
 ) -> TimeoutPolicy:
     """A policy whose ``timeout_s(CPU, seqs, tokens)`` covers any step of that many seqs and tokens
-    (``scale``: the interval's upper end over the forecast, at the worst step)."""
+    (``scale``: the interval's upper end over the forecast, at the worst step).
+
+    Linear in sequences and tokens, so each term is taken where it is largest: every token may
+    attend ``max_model_len - 1`` keys (the per-token term carries the context terms there), every
+    sequence may read as many (the per-sequence term carries the read terms), and a mixture of
+    experts' steps read at most every expert of every MoE layer (folded into the base: the experts
+    a step reaches bend with its tokens, and never pass that).
+    """
     t = fit.terms
     top = max(1, limits.max_model_len - 1)
     window_top = top if window is None else min(top, window)
@@ -177,9 +184,11 @@ def guard_policy(
     per_token += t.get("per_window_context_token", 0.0) * window_top
     per_seq = t.get("per_seq", 0.0) + t.get("per_read_token", 0.0) * top
     per_seq += t.get("per_window_read_token", 0.0) * window_top
-    # a chunk reads its context once, a decode its own: per sequence, at most max_model_len keys read
+    base = t.get("fixed", 0.0)
+    if fit.routing is not None:
+        base += t.get("per_expert", 0.0) * fit.routing.layers * fit.routing.experts
     return TimeoutPolicy.linear(
-        headroom * scale * t.get("fixed", 0.0),
+        headroom * scale * base,
         headroom * scale * per_seq,
         headroom * scale * per_token,
         floor_s=STOCK_DEADLINE_S,

@@ -1,18 +1,17 @@
-"""The step cost model: one step's time as a sum of terms, fitted on measured steps.
+"""The step cost model fitted on measured steps: terms, how sure they are, how well they fit.
 
-A step is what the scheduler put in it (``Step``): sequences, tokens, and the keys
-its queries attend, summed over the step's tokens, once as full attention sees them
-and once capped at the sliding window.  Its time is modelled as
+A step's time is a sum of terms (``terms.py``: per step, per sequence, per token, per
+expert reached, per key attended and read), every term >= 0 (a step never gets cheaper by
+doing more).  The fit minimises the *relative* error, so a 30 ms decode step counts as
+much as an 8 s prefill step: the answer is a deadline, and a deadline is wrong by a
+ratio, not by seconds.
 
-    fixed + per_seq x seqs + per_token x tokens
-          + per_context_token x context_tokens            (full-attention layers)
-          + per_window_context_token x window_context_tokens  (sliding-window layers)
+How sure (``Uncertainty``): the terms' covariance (a bootstrap, ``solve``), the spread of
+repeated steps of one shape, and the misfit the terms leave on the groups they were
+fitted to; every prediction has an interval of +- ``Z`` standard deviations, a ``LEVEL``
+(90 %) interval, whose upper end the advice is taken from.
 
-with every term >= 0 (a step never gets cheaper by doing more).  The fit minimises
-the *relative* error, so a 30 ms decode step counts as much as an 8 s prefill step:
-the answer is a deadline, and a deadline is wrong by a ratio, not by seconds.
-
-Pure: no vLLM, no engines; the numbers come from ``record.StepTime`` rows.
+Pure: no vLLM, no engines; the numbers come from ``contract.steps.StepTime`` rows.
 """
 
 from __future__ import annotations
@@ -23,117 +22,67 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from . import solve
+from .terms import TERM_UNITS, TERMS, Routing, Step, features
 
-#: every term the model knows, in the order they are printed
-TERMS = ("fixed", "per_seq", "per_token", "per_context_token", "per_window_context_token", "per_read_token",
-         "per_window_read_token")
+__all__ = [
+    "LEVEL",
+    "TERMS",
+    "TERM_UNITS",
+    "Fit",
+    "FitError",
+    "Residual",
+    "Step",
+    "Uncertainty",
+    "Z",
+    "fit_steps",
+    "group_steps",
+    "misfit",
+    "step_spread",
+]
 
-#: what each term multiplies, for people
-TERM_UNITS = {
-    "fixed": "s per step",
-    "per_seq": "s per scheduled sequence",
-    "per_token": "s per scheduled token",
-    "per_context_token": "s per context token attended (full-attention layers)",
-    "per_window_context_token": "s per context token attended (sliding-window layers)",
-    "per_read_token": "s per context token read, once per sequence (full-attention layers)",
-    "per_window_read_token": "s per context token read, once per sequence (sliding-window layers)",
-}
-
-
-@dataclass(frozen=True)
-class Step:
-    """What one engine step scheduled.
-
-    ``context_tokens``: keys attended, summed over the step's tokens (a decode at
-    context 500 attends 500; a 100-token chunk after 400 computed tokens attends
-    401 + ... + 500).  ``window_context_tokens``: the same with each token's keys
-    capped at the sliding window (equal to ``context_tokens`` without a window).
-    """
-
-    seqs: int
-    tokens: int
-    context_tokens: int
-    window_context_tokens: int | None = None
-    #: keys its sequences read from the KV cache, each sequence's context once (a decode at
-    #: context 500 reads 500, as it attends; a 100-token chunk after 400 reads 500 for all its
-    #: 100 queries); the same within the window.  None: as attended (a record that does not say)
-    read_tokens: int | None = None
-    window_read_tokens: int | None = None
-
-    @property
-    def read(self) -> int:
-        return self.context_tokens if self.read_tokens is None else self.read_tokens
-
-    @property
-    def window_read(self) -> int:
-        if self.window_read_tokens is not None:
-            return self.window_read_tokens
-        if self.read_tokens is not None:
-            return self.read_tokens
-        return self.context_tokens if self.window_context_tokens is None else self.window_context_tokens
-
-    def feature(self, term: str) -> float:
-        if term == "fixed":
-            return 1.0
-        if term == "per_seq":
-            return float(self.seqs)
-        if term == "per_token":
-            return float(self.tokens)
-        if term == "per_context_token":
-            return float(self.context_tokens)
-        if term == "per_window_context_token":
-            window = self.window_context_tokens
-            return float(self.context_tokens if window is None else window)
-        if term == "per_read_token":
-            return float(self.read)
-        if term == "per_window_read_token":
-            return float(self.window_read)
-        raise KeyError(term)
-
-    def describe(self) -> str:
-        text = f"{self.seqs} seqs, {self.tokens} tokens, {self.context_tokens:,} context tokens"
-        if self.window_context_tokens is not None and self.window_context_tokens != self.context_tokens:
-            text += f" ({self.window_context_tokens:,} in the window)"
-        return text
-
-    def as_dict(self) -> dict[str, int | None]:
-        return {
-            "seqs": self.seqs,
-            "tokens": self.tokens,
-            "context_tokens": self.context_tokens,
-            "window_context_tokens": self.window_context_tokens,
-            "read_tokens": self.read_tokens,
-            "window_read_tokens": self.window_read_tokens,
-        }
-
-
-#: one-sided 95 %: the interval's upper end is the prediction + Z standard deviations
+#: the interval's stated level: the prediction +- Z standard deviations holds the step this often
+LEVEL = 0.90
+#: two-sided 90 % (one-sided 95 %: the upper end, which the advice is taken from)
 Z = 1.645
 
 
 @dataclass(frozen=True)
 class Uncertainty:
-    """How far a prediction may be off: the terms' covariance (from the fit) and the spread of
-    repeated steps of one shape (the same step twice is not the same time twice)."""
+    """How far a prediction may be off: the terms' covariance (from the fit), the spread of repeated
+    steps of one shape (the same step twice is not the same time twice), and the misfit the terms
+    leave on the groups they were fitted to (a shape the model does not follow exactly)."""
 
     #: the terms the covariance is over, in its order
     terms: tuple[str, ...]
     covariance: tuple[tuple[float, ...], ...]
     #: relative standard deviation of a step about the median of its like steps
     spread: float = 0.0
+    #: relative standard deviation of a group about the model, beyond what the spread explains
+    misfit: float = 0.0
     z: float = Z
 
-    def sd(self, step: Step, predicted: float) -> float:
-        """Standard deviation of one step's time, in seconds: the fit's and the step's own."""
-        x = [step.feature(t) for t in self.terms]
-        return math.sqrt(solve.quadratic(self.covariance, x) + (self.spread * predicted) ** 2)
+    def sd(self, x: Sequence[float], predicted: float) -> float:
+        """Standard deviation of one step's time, in seconds, given its features (``terms``' order)."""
+        own = (self.spread**2 + self.misfit**2) * predicted**2
+        return math.sqrt(solve.quadratic(self.covariance, x) + own)
 
     def term_sd(self) -> dict[str, float]:
         return {t: math.sqrt(max(0.0, self.covariance[i][i])) for i, t in enumerate(self.terms)}
 
-    def as_dict(self) -> dict[str, object]:
-        return {"z": self.z, "step_spread": self.spread,
-                "terms_sd": {f"{t}_s": v for t, v in self.term_sd().items()}}
+
+@dataclass(frozen=True)
+class Residual:
+    """The group of steps the fit explains worst: its shape, its median time and the prediction, and
+    where it was measured when not on the model the terms are for (a forecast's slice)."""
+
+    step: Step
+    measured_s: float
+    predicted_s: float
+    measured_on: str | None = None
+
+    @property
+    def relative(self) -> float:
+        return abs(self.predicted_s - self.measured_s) / self.measured_s
 
 
 @dataclass(frozen=True)
@@ -141,60 +90,44 @@ class Fit:
     """Seconds per unit of each term, and how well they explain the steps they came from."""
 
     terms: Mapping[str, float]
-    #: the largest |predicted - measured| / measured over the fitted groups of steps
-    worst_residual: float = 0.0
-    #: that group's shape and times
-    worst_step: Step | None = None
-    worst_measured_s: float | None = None
-    #: where that group was measured, and what the fit predicts there, when not on the model the
-    #: terms are for (a forecast's slice: the full model's terms would predict it at full depth)
-    worst_measured_on: str | None = None
-    worst_predicted_s: float | None = None
+    #: a mixture of experts' routing (what ``per_expert`` multiplies); None for a dense model
+    routing: Routing | None = None
+    worst: Residual | None = None
     #: groups of like steps fitted (their median time each), and the steps in them
     groups: int = 0
     steps: int = 0
-    #: where the numbers came from ("measured", "forecast to 30 layers from slices 1, 2")
+    #: where the numbers came from ("measured", "forecast to 30 layers from 2 slices")
     origin: str = "measured"
     points: tuple[tuple[Step, float], ...] = field(default=(), repr=False, compare=False)
     uncertainty: Uncertainty | None = field(default=None, repr=False, compare=False)
 
+    @property
+    def worst_residual(self) -> float:
+        """The largest |predicted - measured| / measured over the fitted groups."""
+        return 0.0 if self.worst is None else self.worst.relative
+
+    def features(self, step: Step, terms: Sequence[str] | None = None) -> list[float]:
+        return features(step, list(self.terms) if terms is None else terms, self.routing)
+
     def predict(self, step: Step) -> float:
-        return sum(value * step.feature(term) for term, value in self.terms.items())
+        return sum(v * x for v, x in zip(self.terms.values(), self.features(step), strict=True))
+
+    def sd(self, step: Step) -> float:
+        if self.uncertainty is None:
+            return 0.0
+        return self.uncertainty.sd(self.features(step, self.uncertainty.terms), self.predict(step))
 
     def interval(self, step: Step) -> tuple[float, float]:
-        """The prediction's interval: +- z standard deviations (the fit's and the step's own)."""
+        """The prediction's interval: +- z standard deviations (the fit's, the step's own, the misfit)."""
         p = self.predict(step)
         if self.uncertainty is None:
             return p, p
-        sd = self.uncertainty.sd(step, p)
-        return max(0.0, p - self.uncertainty.z * sd), p + self.uncertainty.z * sd
+        half = self.uncertainty.z * self.uncertainty.sd(self.features(step, self.uncertainty.terms), p)
+        return max(0.0, p - half), p + half
 
     def upper(self, step: Step) -> float:
         """The interval's upper end: what the advice is taken from."""
         return self.interval(step)[1]
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "terms": {f"{t}_s": self.terms[t] for t in TERMS if t in self.terms},
-            "form": " + ".join(
-                "fixed" if t == "fixed" else f"{t} x {t.removeprefix('per_')}s" for t in self.terms
-            ),
-            "worst_residual": self.worst_residual,
-            "worst_residual_step": None
-            if self.worst_step is None
-            else {
-                **self.worst_step.as_dict(),
-                "measured_s": self.worst_measured_s,
-                "predicted_s": self.predict(self.worst_step)
-                if self.worst_predicted_s is None
-                else self.worst_predicted_s,
-                **({"measured_on": self.worst_measured_on} if self.worst_measured_on else {}),
-            },
-            "groups": self.groups,
-            "steps": self.steps,
-            "origin": self.origin,
-            "uncertainty": None if self.uncertainty is None else self.uncertainty.as_dict(),
-        }
 
 
 class FitError(ValueError):
@@ -207,20 +140,23 @@ def group_steps(samples: Iterable[tuple[Step, float]], bucket: float = 0.05) -> 
     Each group is its steps' mean shape and median time, and how many steps it holds:
     single steps on a shared 2-core machine are noisy, a group's median is not.
     """
-    groups = _grouped(samples, bucket)
     out = []
-    for members in groups.values():
-        shapes = [s for s, _ in members]
-        shape = Step(
-            shapes[0].seqs,
-            shapes[0].tokens,
-            _mean([s.context_tokens for s in shapes]) or 0,
-            _mean([s.window_context_tokens for s in shapes]),
-            _mean([s.read_tokens for s in shapes]),
-            _mean([s.window_read_tokens for s in shapes]),
-        )
+    for members in _grouped(samples, bucket).values():
+        shape = mean_shape([s for s, _ in members])
         out.append((shape, statistics.median(t for _, t in members), len(members)))
     return sorted(out, key=lambda g: (g[0].seqs, g[0].tokens, g[0].context_tokens))
+
+
+def mean_shape(shapes: Sequence[Step]) -> Step:
+    """Like steps' mean shape: the first's sequences and tokens, their keys averaged."""
+    return Step(
+        shapes[0].seqs,
+        shapes[0].tokens,
+        _mean([s.context_tokens for s in shapes]) or 0,
+        _mean([s.window_context_tokens for s in shapes]),
+        _mean([s.read_tokens for s in shapes]),
+        _mean([s.window_read_tokens for s in shapes]),
+    )
 
 
 def _mean(values: Sequence[int | None]) -> int | None:
@@ -235,26 +171,45 @@ def _grouped(samples: Iterable[tuple[Step, float]], bucket: float = 0.05
     for step, seconds in samples:
         if not (seconds > 0 and math.isfinite(seconds)):
             continue
-        window = step.window_context_tokens
-        key = (
-            step.seqs,
-            step.tokens,
-            _bucket(step.context_tokens, bucket),
-            _bucket(step.context_tokens if window is None else window, bucket),
-        )
+        key = (step.seqs, step.tokens, _bucket(step.context_tokens, bucket),
+               _bucket(step.window_context, bucket))
         groups.setdefault(key, []).append((step, seconds))
     return groups
-
-
-def _members(samples: Iterable[tuple[Step, float]]) -> dict[tuple[int, int, int, int], list[float]]:
-    return {k: [t for _, t in v] for k, v in _grouped(samples).items()}
 
 
 def _bucket(value: int, width: float) -> int:
     return 0 if value <= 0 else 1 + int(math.log(value) / math.log1p(width))
 
 
-def fit_steps(samples: Iterable[tuple[Step, float]], terms: Sequence[str], origin: str = "measured") -> Fit:
+def step_spread(*engines: Iterable[tuple[Step, float]]) -> float:
+    """Relative standard deviation of a step about the median of its like steps on the same engine
+    (robust: 1.4826 x the median absolute deviation, pooled over every group of two or more)."""
+    deviations = []
+    for samples in engines:
+        for members in _grouped(samples).values():
+            times = [t for _, t in members]
+            if len(times) < 2:
+                continue
+            mid = statistics.median(times)
+            deviations += [abs(t / mid - 1) for t in times]
+    if not deviations:
+        return 0.0
+    return 1.4826 * statistics.median(deviations)
+
+
+def misfit(relative_residuals: Sequence[float], parameters: int, spread: float) -> float:
+    """The groups' relative scatter about the model beyond what repeated steps' spread explains (each
+    group a median of a few steps): sqrt(sum r^2 / (n - p) - spread^2 / 2), 0 when the fit leaves
+    nothing more."""
+    free = len(relative_residuals) - parameters
+    if free <= 0:
+        return 0.0
+    scatter = sum(r * r for r in relative_residuals) / free
+    return math.sqrt(max(0.0, scatter - spread**2 / 2))
+
+
+def fit_steps(samples: Iterable[tuple[Step, float]], terms: Sequence[str], origin: str = "measured",
+              routing: Routing | None = None) -> Fit:
     """Non-negative least squares in relative error, over groups of like steps."""
     unknown = [t for t in terms if t not in TERMS]
     if unknown:
@@ -263,58 +218,23 @@ def fit_steps(samples: Iterable[tuple[Step, float]], terms: Sequence[str], origi
     grouped = group_steps(samples_list)
     if not grouped:
         raise FitError("no finished step with a positive time to fit")
-    rows = [[g.feature(t) / s for t in terms] for g, s, _ in grouped]
-    coef = solve.nnls(rows, [1.0] * len(rows))
-    fitted = _finish(dict(zip(terms, coef, strict=True)), grouped, origin)
-    cov = solve.bootstrap_covariance(rows, coef)
+    rows = [[x / s for x in features(g, terms, routing)] for g, s, _ in grouped]
+    try:
+        coef = solve.nnls(rows, [1.0] * len(rows))
+    except solve.SolveError:
+        raise FitError(f"no non-negative fit of {len(terms)} terms to {len(rows)} groups of steps") from None
+    fitted = Fit(dict(zip(terms, coef, strict=True)), routing, origin=origin)
+    residuals = [(fitted.predict(g) - s) / s for g, s, _ in grouped]
+    worst = max(range(len(grouped)), key=lambda i: abs(residuals[i]))
     spread = step_spread(samples_list)
-    return replace(fitted, uncertainty=Uncertainty(tuple(terms), _frozen(cov), spread))
+    active = sum(1 for c in coef if c > 0)
+    uncertainty = Uncertainty(tuple(terms), _frozen(solve.bootstrap_covariance(rows, coef)), spread,
+                              misfit(residuals, active, spread))
+    shape, seconds, _ = grouped[worst]
+    return replace(fitted, worst=Residual(shape, seconds, fitted.predict(shape)), groups=len(grouped),
+                   steps=sum(n for _, _, n in grouped), points=tuple((s, t) for s, t, _ in grouped),
+                   uncertainty=uncertainty)
 
 
 def _frozen(m: Sequence[Sequence[float]]) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(r) for r in m)
-
-
-def step_spread(*engines: Iterable[tuple[Step, float]]) -> float:
-    """Relative standard deviation of a step about the median of its like steps on the same engine
-    (robust: 1.4826 x the median absolute deviation, pooled over every group of two or more)."""
-    deviations = []
-    for samples in engines:
-        for members in _members(samples).values():
-            if len(members) < 2:
-                continue
-            mid = statistics.median(members)
-            deviations += [abs(t / mid - 1) for t in members]
-    if not deviations:
-        return 0.0
-    return 1.4826 * statistics.median(deviations)
-
-
-def nnls_relative(features: Sequence[Sequence[float]], seconds: Sequence[float]) -> list[float]:
-    """Coefficients >= 0 minimising the relative error of ``features . coef`` against ``seconds``
-    (``solve.nnls``: every subset of the terms solved, the best with none negative)."""
-    rows = [[f / s for f in row] for row, s in zip(features, seconds, strict=True)]
-    try:
-        return solve.nnls(rows, [1.0] * len(rows))
-    except solve.SolveError:
-        raise FitError(f"no non-negative fit of {len(rows[0]) if rows else 0} terms to {len(rows)} groups "
-                       "of steps") from None
-
-
-def _finish(coef: Mapping[str, float], grouped: Sequence[tuple[Step, float, int]], origin: str) -> Fit:
-    fit = Fit(dict(coef), origin=origin)
-    worst, worst_at = 0.0, None
-    for shape, seconds, _ in grouped:
-        residual = abs(fit.predict(shape) - seconds) / seconds
-        if worst_at is None or residual > worst:
-            worst, worst_at = residual, (shape, seconds)
-    return Fit(
-        dict(coef),
-        worst,
-        worst_at[0] if worst_at else None,
-        worst_at[1] if worst_at else None,
-        groups=len(grouped),
-        steps=sum(n for _, _, n in grouped),
-        origin=origin,
-        points=tuple((s, t) for s, t, _ in grouped),
-    )

@@ -27,7 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .fit import Fit
 from .slices import Layout, active_layer_params, attention_shape, dtype_bytes, kv_bytes_per_token, text_config
+from .terms import Step
 
 #: how much faster than the model's own work a key may be attended or read (see above): the 26B's
 #: slices attended keys at 3.5x their token work's rate and read them 1.4x faster than their weights
@@ -64,10 +66,14 @@ def decode_bytes(config: Mapping[str, Any], lay: Layout) -> int:
     return (token_macs(config, lay) + hidden * vocab) * dtype_bytes(config)
 
 
-def rates(config: Mapping[str, Any], lay: Layout, terms: Mapping[str, float]) -> Rates | None:
-    """This machine's rates from the full model's fitted terms; None when the fit has no token term."""
-    per_token = terms.get("per_token", 0.0)
-    one = terms.get("fixed", 0.0) + terms.get("per_seq", 0.0) + per_token
+def rates(config: Mapping[str, Any], lay: Layout, fit: Fit) -> Rates | None:
+    """This machine's rates from the full model's fit; None when the fit has no token term.
+
+    The bytes rate is a one-token decode's: every layer's active weights and the LM head over
+    that step's predicted time (with a mixture of experts, its ``k`` experts per layer included).
+    """
+    per_token = fit.terms.get("per_token", 0.0)
+    one = fit.predict(Step(1, 1, 0, 0, 0, 0))
     if per_token <= 0 or one <= 0:
         return None
     return Rates(token_macs(config, lay) / per_token, decode_bytes(config, lay) / one)

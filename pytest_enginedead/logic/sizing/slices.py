@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .terms import expert_count, experts_per_token
+
 SLIDING = "sliding_attention"
 FULL = "full_attention"
 
@@ -205,7 +207,7 @@ def layer_params(config: Mapping[str, Any], kind: str) -> int:
     hidden = _int(text, "hidden_size", 1)
     heads, kv, head = attention_shape(text, kind)
     attention = hidden * heads * head * 2 + hidden * kv * head * 2  # q, o; k, v
-    experts = _int(text, "num_experts") or _int(text, "num_local_experts") or _int(text, "n_routed_experts")
+    experts = expert_count(text)
     expert_width = _int(text, "moe_intermediate_size")
     dense = _int(text, "intermediate_size")
     if experts and not expert_width:  # Mixtral: intermediate_size is each expert's width
@@ -218,10 +220,10 @@ def layer_params(config: Mapping[str, Any], kind: str) -> int:
 def active_layer_params(config: Mapping[str, Any], kind: str) -> int:
     """Weights one token passes through in a layer of this kind (top-k experts, not all)."""
     text = text_config(config)
-    experts = _int(text, "num_experts") or _int(text, "num_local_experts") or _int(text, "n_routed_experts")
+    experts = expert_count(text)
     if not experts:
         return layer_params(config, kind)
-    top = _int(text, "top_k_experts") or _int(text, "num_experts_per_tok") or 1
+    top = experts_per_token(text)
     hidden = _int(text, "hidden_size", 1)
     width = _int(text, "moe_intermediate_size") or _int(text, "intermediate_size")
     return layer_params(config, kind) - (experts - min(top, experts)) * 3 * hidden * width

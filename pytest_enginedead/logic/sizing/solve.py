@@ -87,31 +87,45 @@ def nnls_normal(g: Matrix, h: Sequence[float], lower: Sequence[float] | None = N
     k = len(h)
     low = list(lower) if lower is not None else [0.0] * k
     # c = low + c': the target becomes y - R low, so h' = h - G low (and ||.||^2 shifts by a constant)
-    shifted = [h[i] - sum(g[i][j] * low[j] for j in range(k)) for i in range(k)]
-    if guess is not None:
-        found = _kkt(g, shifted, list(guess))
-        if found is not None:
-            return [low[i] + found[i] for i in range(k)]
+    shifted = [h[i] - _dot(g[i], low) for i in range(k)]
+    found = _kkt(g, shifted, list(guess)) if guess is not None else None
+    if found is None:
+        found = _best_subset(g, shifted)
+    return [low[i] + found[i] for i in range(k)]
+
+
+def _dot(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def _on_subset(g: Matrix, shifted: Sequence[float], subset: Sequence[int]) -> list[float] | None:
+    """The unconstrained solution on ``subset`` (0 elsewhere), or None when singular or negative."""
+    extra = [0.0] * len(shifted)
+    if not subset:
+        return extra
+    sol = _solve([[g[i][j] for j in subset] for i in subset], [shifted[i] for i in subset])
+    if sol is None or any(v < 0 for v in sol):
+        return None
+    for i, v in zip(subset, sol, strict=True):
+        extra[i] = v
+    return extra
+
+
+def _best_subset(g: Matrix, shifted: Sequence[float]) -> list[float]:
+    """Every subset of the terms solved; the one of least error with none below 0."""
+    k = len(shifted)
     best: tuple[float, list[float]] | None = None
-    for size in range(0, k + 1):
-        for subset in itertools.combinations(range(k), size):
-            if subset:
-                sol = _solve([[g[i][j] for j in subset] for i in subset], [shifted[i] for i in subset])
-                if sol is None or any(v < 0 for v in sol):
-                    continue
-            else:
-                sol = []
-            extra = [0.0] * k
-            for i, v in zip(subset, sol, strict=True):
-                extra[i] = v
-            # ||R c' - y'||^2 - ||y'||^2 = c'G c' - 2 c'h'
-            sse = sum(extra[i] * g[i][j] * extra[j] for i in range(k) for j in range(k)) - 2 * sum(
-                extra[i] * shifted[i] for i in range(k))
-            if best is None or sse < best[0] - 1e-15 * max(1.0, abs(best[0])):
-                best = (sse, extra)
+    for subset in itertools.chain.from_iterable(itertools.combinations(range(k), n) for n in range(k + 1)):
+        extra = _on_subset(g, shifted, subset)
+        if extra is None:
+            continue
+        # ||R c' - y'||^2 - ||y'||^2 = c'G c' - 2 c'h'
+        sse = sum(extra[i] * _dot(g[i], extra) for i in range(k)) - 2 * _dot(extra, shifted)
+        if best is None or sse < best[0] - 1e-15 * max(1.0, abs(best[0])):
+            best = (sse, extra)
     if best is None:
         raise SolveError(f"no fit of {k} terms at or above their floors")
-    return [low[i] + best[1][i] for i in range(k)]
+    return best[1]
 
 
 def nnls(rows: Sequence[Sequence[float]], target: Sequence[float],
@@ -150,16 +164,12 @@ def bootstrap_covariance(
 ) -> Matrix:
     """Covariance of the coefficients, by a wild bootstrap of the relative residuals (target 1)."""
     k = len(coef)
-    if not rows or len(rows) <= 1:
-        return [[0.0] * k for _ in range(k)]
-    fitted = [sum(c * x for c, x in zip(coef, r, strict=True)) for r in rows]
-    residual = [1.0 - f for f in fitted]
+    if len(rows) <= 1:
+        return _zeros(k)
     floor = list(lower) if lower is not None else [0.0] * k
     active = [i for i in range(k) if coef[i] > floor[i] + 1e-300]
-    lev = leverages(rows, active)
-    n, p = len(rows), max(1, len(active))
-    # HC3-like: residuals of high-leverage rows are shrunk by the fit; undo it
-    scaled = [u / math.sqrt(1 - h) if n > p else u for u, h in zip(residual, lev, strict=True)]
+    fitted = [_dot(coef, r) for r in rows]
+    scaled = _inflated([1.0 - f for f in fitted], leverages(rows, active), len(rows), max(1, len(active)))
     g, _ = normal_equations(rows, fitted)
     rng = random.Random(seed)
     draws = []
@@ -170,8 +180,24 @@ def bootstrap_covariance(
             draws.append(nnls_normal(g, h, lower, guess=active))
         except SolveError:
             continue
+    return covariance(draws, k)
+
+
+def _zeros(k: int) -> Matrix:
+    return [[0.0] * k for _ in range(k)]
+
+
+def _inflated(residual: Sequence[float], lev: Sequence[float], n: int, p: int) -> list[float]:
+    """HC3-like: residuals of high-leverage rows are shrunk by the fit; undo it."""
+    if n <= p:
+        return list(residual)
+    return [u / math.sqrt(1 - h) for u, h in zip(residual, lev, strict=True)]
+
+
+def covariance(draws: Sequence[Sequence[float]], k: int) -> Matrix:
+    """The sample covariance of ``draws`` (zeros for fewer than two)."""
     if len(draws) < 2:
-        return [[0.0] * k for _ in range(k)]
+        return _zeros(k)
     mean = [sum(d[i] for d in draws) / len(draws) for i in range(k)]
     m = len(draws) - 1
     return [[sum((d[i] - mean[i]) * (d[j] - mean[j]) for d in draws) / m for j in range(k)] for i in range(k)]

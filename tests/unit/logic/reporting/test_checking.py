@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import pytest
 
 from pytest_enginedead.contract.decisions import Verdict
+from pytest_enginedead.contract.judge import STALL_FLOOR_S
 from pytest_enginedead.logic import releases
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.reporting import checking
@@ -62,7 +65,9 @@ def test_plan_for_the_bundled_model_compresses_the_stock_deadline() -> None:
     assert plan.stock_s == checking.BUNDLED_STOCK_S == 2
     assert plan.slow_s_per_seq == sized_burn(BUNDLED_MODEL, 2, [4, 16])
     assert plan.modes == (CheckMode.STOCK, CheckMode.POLICY)
-    assert plan_for(BUNDLED_MODEL, [4, 16], guard=True).modes == tuple(CheckMode)
+    assert plan_for(BUNDLED_MODEL, [4, 16], guard=True).modes == (CheckMode.STOCK, CheckMode.POLICY,
+                                                                   CheckMode.GUARD)
+    assert plan_for(BUNDLED_MODEL, [4, 16], guard=True, spin=True).modes == tuple(CheckMode)
 
 
 def test_plan_for_a_real_model_uses_vllms_own_deadline(
@@ -242,6 +247,24 @@ def test_a_false_death_under_the_guard_exits_1() -> None:
     assert line.endswith("; guard (2 s deadline, policy reference as its cap): FALSE DEATH at batch 64")
     rows[-1] = row(64, "guard", "ok")
     assert checking.verdict_line(rows, GUARDED, "reference", [64])[1] == 0
+
+
+SPINNING = CheckPlan(2, 0.0884, spin=True)
+
+
+def test_the_spin_run_must_end_in_a_genuine_death() -> None:
+    """A spinning worker under a deadline past the stall window: judged hung (a genuine death) is the
+    answer; judged computing (a false death) or no death at all means its layers are not seen."""
+    assert SPINNING.modes == (CheckMode.STOCK, CheckMode.POLICY, CheckMode.SPIN)
+    assert SPINNING.spin_deadline_s > STALL_FLOOR_S  # it has spun past the window when vLLM gives up
+    base = [row(64, "stock", "false death"), row(64, "policy", "ok")]
+    line, code = checking.verdict_line([*base, row(64, "spin", "genuine death")], SPINNING, "reference", [64])
+    spun = f"; spinning worker ({SPINNING.spin_deadline_s} s deadline): judged hung, a genuine death"
+    assert code == 0 and line.endswith(spun)
+    for wrong in ("false death", "ok"):
+        line, code = checking.verdict_line([*base, row(64, "spin", wrong)], SPINNING, "reference", [64])
+        assert code == 1, (wrong, line)
+    assert CheckPlan.parse(json.dumps(asdict(SPINNING))) == SPINNING
 
 
 @pytest.mark.parametrize("mode", ["stock", "policy"])

@@ -9,10 +9,10 @@ import pytest
 
 from pytest_enginedead.logic.sizing import advice
 from pytest_enginedead.logic.sizing.fit import Fit
-from pytest_enginedead.logic.sizing.result import advice_lines
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
+from pytest_enginedead.logic.sizing.text import advice_lines
 from pytest_enginedead.logic.timeouts.policies import STOCK_DEADLINE_S, Backend
-from tests.support.sizing import TRUE
+from tests.support.sizing import TRUE, answer_of
 
 # --- the advice ------------------------------------------------------------------------------------
 
@@ -85,11 +85,9 @@ def test_the_policy_source_rebuilds_the_policy() -> None:
 LONG, SHORT = 262144, 512
 
 
-def lines_of(adv: advice.Advice, lim: Limits) -> list[str]:
-    """What calibrate prints of this advice (``result.advice_lines``, from the JSON it carries)."""
-    worst = {"predicted_s": adv.worst_s, "measured_s": None, "forecast": True}
-    out = {"limits": lim.as_dict(), "worst_step": worst, "recommend": adv.as_dict()}
-    return advice_lines(out)
+def lines_of(adv: advice.Advice, lim: Limits, fit: Fit) -> list[str]:
+    """What calibrate prints of this advice (``text.advice_lines``, from the typed answer)."""
+    return advice_lines(answer_of(adv, lim, fit))
 
 
 @pytest.mark.parametrize(
@@ -140,9 +138,10 @@ def test_each_row_is_the_most_sequences_of_the_common_values_that_fit() -> None:
 def test_no_limits_fit_says_so_and_points_to_the_deadline_or_the_guard() -> None:
     """A step that takes 150 s whatever it holds: no common limits stay under 300 s with headroom 3."""
     lim = Limits(128, 2048, LONG)
-    adv = advice.advise(Fit({"fixed": 150.0}), lim, 1024, 3.0, 300.0, LONG)
+    fit = Fit({"fixed": 150.0})
+    adv = advice.advise(fit, lim, 1024, 3.0, 300.0, LONG)
     assert adv.table and all(r.flags() is None and r.max_num_seqs is None for r in adv.table)
-    lines = lines_of(adv, lim)
+    lines = lines_of(adv, lim, fit)
     assert ("  3. smaller limits: no such limits at --max-model-len 2048 to 262144 (1-256 sequences): raise "
             "the deadline (1) or run the guard (2)") in lines
     assert not any(ln.startswith("  3. keep the deadline, serve smaller limits") for ln in lines)
@@ -152,7 +151,7 @@ def test_no_limits_fit_says_so_and_points_to_the_deadline_or_the_guard() -> None
 def test_limits_that_fit_are_listed_with_their_worst_step() -> None:
     lim = Limits(128, 2048, 32768)
     adv = advice.advise(Fit(TRUE), lim, 1024, 3.0, 300.0, LONG)
-    lines = lines_of(adv, lim)
+    lines = lines_of(adv, lim, Fit(TRUE))
     head = lines.index("  3. keep the deadline, serve smaller limits (common values whose worst step x 3 "
                        "stays under 300 s):")
     listed = [ln for ln in lines[head + 1:] if ln.startswith("       --max-model-len ")]
@@ -173,11 +172,12 @@ def test_the_reference_cap_warning_appears_exactly_when_the_cap_is_below_the_wor
     """The guard's default policy caps a step of 128 sequences and 2048 tokens at ~1921 s: a worst
     step of 1000 s is covered, one of 5000 s is not (the guard would end it as vLLM does)."""
     lim = Limits(128, 2048, 4096)
-    adv = advice.advise(Fit({"fixed": fixed, "per_seq": 0.001}), lim, None, 3.0, 300.0, 4096)
+    fit = Fit({"fixed": fixed, "per_seq": 0.001})
+    adv = advice.advise(fit, lim, None, 3.0, 300.0, 4096)
     assert adv.reference_cap_s is not None
     assert (adv.reference_cap_s < adv.worst_s) is warned
     assert adv.as_dict()["reference_cap_covers_worst"] is (not warned)
-    lines = lines_of(adv, lim)
+    lines = lines_of(adv, lim, fit)
     said = [ln for ln in lines if "the guard's default, the reference policy, caps this step at" in ln]
     assert len(said) == int(warned)
     if warned:

@@ -50,11 +50,11 @@ def test_like_steps_are_pooled_and_the_worst_residual_names_its_step() -> None:
     groups = fit.group_steps(noisy)
     assert [(g.seqs, seconds, n) for g, seconds, n in groups] == [(1, 0.3, 3), (8, 1.0, 5)]  # medians
     fitted = fit.fit_steps([*noisy, (Step(32, 32, 96, 96), 9.0)], ("fixed", "per_seq"))
-    assert fitted.worst_step is not None and fitted.worst_measured_s is not None
-    residual = abs(fitted.predict(fitted.worst_step) - fitted.worst_measured_s) / fitted.worst_measured_s
+    assert fitted.worst is not None
+    residual = abs(fitted.predict(fitted.worst.step) - fitted.worst.measured_s) / fitted.worst.measured_s
     assert residual == pytest.approx(fitted.worst_residual)
-    assert fitted.as_dict()["worst_residual"] == fitted.worst_residual
-    assert set(fitted.as_dict()["terms"]) == {"fixed_s", "per_seq_s"}
+    assert fitted.worst.measured_s == 9.0  # the group the two terms cannot follow
+    assert set(fitted.terms) == {"fixed", "per_seq"}
 
 
 def test_no_steps_is_a_fit_error() -> None:

@@ -1,51 +1,86 @@
-"""From depth slices to the full model: one fit over every slice's steps, read at full depth."""
+"""From depth slices to the full model: one fit over every slice's steps, read at full depth.
+
+Every term is recovered from steps synthesised with known terms (a mixture of experts and a dense
+model), so a fit that loses one, or reads it at the wrong depth, fails here.
+"""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from pytest_enginedead.logic.sizing import forecast, slices
+from pytest_enginedead.logic.sizing import forecast, joint, slices
 from pytest_enginedead.logic.sizing.fit import Step
-from tests.support.sizing import COEF, config_26b, slice_steps
+from pytest_enginedead.logic.sizing.terms import Routing
+from tests.support.sizing import COEF, SHAPES, config_26b, priced, slice_steps
+
+HEAVY = Path(__file__).resolve().parents[4] / "fixtures" / "heavy-llama" / "config.json"
 
 
-def test_two_slices_forecast_the_full_depth_exactly_when_the_costs_are_per_layer() -> None:
+def sliced(cfg: dict[str, object], depths: tuple[int, ...], coef: dict[str, float]
+           ) -> list[tuple[slices.Layout, list[tuple[Step, float]]]]:
+    full = slices.layout(cfg)
+    lays = [slices.slice_layout(full, k) for k in depths]
+    return [(lay, slice_steps(lay, coef, cfg)) for lay in lays]
+
+
+def test_two_slices_of_a_mixture_of_experts_give_back_every_coefficient() -> None:
+    """The 26B's slices 1 and 2, timed by known coefficients (the experts a step reaches among them): the
+    fit gives each back, and the full depth predicts what the same coefficients say of it."""
     cfg = config_26b()
     full = slices.layout(cfg)
-    parts = [
-        (slices.slice_layout(full, k), slice_steps(slices.slice_layout(full, k), COEF, cfg)) for k in (1, 2)
-    ]
-    fc = forecast.fit_slices(parts, full, cfg)
+    fc = forecast.fit_slices(sliced(cfg, (1, 2), COEF), full, cfg)
     assert not fc.tied
-    truth = slice_steps(full, COEF, cfg)
-    for shape, seconds in truth:
+    for term, value in COEF.items():
+        assert fc.coefficients[term] == pytest.approx(value, rel=1e-6), term
+    for shape, seconds in slice_steps(full, COEF, cfg):
         assert fc.fit.predict(shape) == pytest.approx(seconds, rel=1e-6)
-    per_layer = fc.per_layer(full)
-    assert (
-        per_layer["full_attention"]["per_token_s"] > per_layer["sliding_attention"]["per_token_s"]
-    )  # wider heads
-    assert fc.as_dict(full)["depth_independent"]["per_seq_s"] == pytest.approx(0.15)
+    assert fc.fit.routing == Routing(128, 8, 30)
+    assert fc.fit.terms["per_expert"] == pytest.approx(COEF["layer_expert"])
+    per_layer = fc.per_layer()
+    assert per_layer["full_attention"].per_token_s > per_layer["sliding_attention"].per_token_s  # wider heads
+
+
+def test_a_dense_model_has_no_expert_term_and_gives_back_the_rest() -> None:
+    """Heavy Llama (12 dense layers): slices 1 and 4, no expert term anywhere, every other term back."""
+    cfg = json.loads(HEAVY.read_text())
+    full = slices.layout(cfg)
+    dense = {**COEF, "layer_expert": 0.0, "window_context": 0.0}
+    fc = forecast.fit_slices(sliced(cfg, (1, 4), dense), full, cfg)
+    assert fc.fit.routing is None and "per_expert" not in fc.fit.terms
+    for term in ("fixed", "per_seq", "per_token", "layer_fixed", "layer_per_token", "full_context", "read"):
+        assert fc.coefficients[term] == pytest.approx(dense[term], rel=1e-6), term
+    assert fc.fit.terms["per_token"] == pytest.approx(COEF["per_token"] + 12 * COEF["layer_per_token"])
+
+
+def test_without_the_expert_term_the_decodes_bend_away_from_the_fit() -> None:
+    """Steps that pay per expert reached: a model with no such term under-forecasts a decode of 8 (where
+    experts are reached fastest) and over-forecasts a decode of 1 -- the sign of the miss changes with the
+    batch, as the issue's forecast did.  With the term, no miss."""
+    cfg = config_26b()
+    full = slices.layout(cfg)
+    heavy = {**COEF, "layer_expert": 0.02}
+    parts = sliced(cfg, (1, 2), heavy)
+    fc = forecast.fit_slices(parts, full, cfg)
+    model = joint.JointModel.of(cfg, full)
+    truth = {n: priced(model, heavy, Step(n, n, 3 * n, 3 * n), full) for n in (1, 8, 128)}
+    for n, seconds in truth.items():
+        assert fc.fit.predict(Step(n, n, 3 * n, 3 * n)) == pytest.approx(seconds, rel=1e-6)
+    flat = {**cfg, "num_experts": None, "enable_moe_block": False}  # the same steps, no routing known
+    line = forecast.fit_slices(parts, full, flat)
+    misses = {n: line.fit.predict(Step(n, n, 3 * n, 3 * n)) / s - 1 for n, s in truth.items()}
+    assert misses[8] < -0.02 < 0.02 < misses[1], misses
 
 
 def test_contexts_that_cannot_tell_the_layer_types_apart_tie_them() -> None:
     cfg = config_26b()
     full = slices.layout(cfg)
     short = [Step(n, n, n * 100, n * 100) for n in (1, 8, 32)] + [Step(1, 512, 131_328, 131_328)]
-    weights = forecast.layer_weights(cfg, full)
-    parts = []
-    for k in (1, 2):
-        lay = slices.slice_layout(full, k)
-        rows = [
-            (
-                s,
-                sum(
-                    c * x
-                    for c, x in zip(COEF.values(), forecast._features(s, lay, weights, True), strict=True)
-                ),
-            )
-            for s in short
-        ]
-        parts.append((lay, rows))
+    tied = joint.JointModel.of(cfg, full, tied=True)
+    lays = [slices.slice_layout(full, k) for k in (1, 2)]
+    parts = [(lay, [(s, priced(tied, COEF, s, lay)) for s in short]) for lay in lays]
     fc = forecast.fit_slices(parts, full, cfg)
     assert fc.tied and fc.fit.terms["per_context_token"] > 0 and fc.fit.terms["per_window_context_token"] > 0
 
@@ -64,9 +99,9 @@ def test_the_worst_residual_is_shown_where_it_was_measured() -> None:
             steps = [(shape, seconds * 1.4), *steps[1:]]
         parts.append((lay, steps))
     fc = forecast.fit_slices(parts, full, cfg)
-    shown = fc.fit.as_dict()["worst_residual_step"]
-    assert isinstance(shown, dict)
-    assert shown["measured_on"] == f"a slice of {slices.slice_layout(full, 1).describe()}"
-    measured, predicted = shown["measured_s"], shown["predicted_s"]
-    assert abs(predicted - measured) / measured == pytest.approx(fc.fit.worst_residual)
-    assert fc.fit.predict(fc.fit.worst_step) > 2 * predicted  # the full depth's prediction is another step's
+    shown = fc.fit.worst
+    assert shown is not None
+    assert shown.measured_on == f"a slice of {slices.slice_layout(full, 1).describe()}"
+    assert shown.step == SHAPES[0]
+    assert shown.relative == pytest.approx(fc.fit.worst_residual)
+    assert fc.fit.predict(shown.step) > 2 * shown.predicted_s  # the full depth's prediction is another step's

@@ -10,36 +10,71 @@ from pathlib import Path
 import pytest
 
 from pytest_enginedead.contract.steps import StepTime
-from pytest_enginedead.logic.sizing import advice, floors, forecast, kvcache, shapes, slices
+from pytest_enginedead.logic.sizing import advice, floors, forecast, joint, kvcache, slices
+from pytest_enginedead.logic.sizing import runs as runs_
 from pytest_enginedead.logic.sizing.fit import Fit, Step, Uncertainty, fit_steps, step_spread
+from pytest_enginedead.logic.sizing.jsonout import answer_json
 from pytest_enginedead.logic.sizing.plan import plan_sizing
-from pytest_enginedead.logic.sizing.result import Measured, format_sizing, round_of, sizing_result
+from pytest_enginedead.logic.sizing.result import Measured, round_of, sizing_answer
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
-from tests.support.sizing import COEF, GEMMA_26B, config_26b
+from pytest_enginedead.logic.sizing.text import format_sizing
+from tests.support.sizing import COEF, GEMMA_26B, config_26b, priced
 
 # --- the runs: contexts with leverage ------------------------------------------------------------------
 
 
-def test_the_runs_measure_contexts_a_factor_16_apart() -> None:
-    """At the report's limits: the context run's prompt is 16K tokens (its chunks attend from one
-    chunk's keys to all 16K), and 8 decodes run at 512, 4K and 16K tokens of context, their prompts
+def test_the_runs_measure_contexts_a_factor_32_apart() -> None:
+    """At the report's limits: the context run's prompt is 8K tokens (its chunks attend from one
+    chunk's keys to all 8K), and 8 decodes run at 256, 2K and 8K tokens of context, their prompts
     going on past the long prompt (found in the prefix cache: a short prefill each)."""
-    runs = shapes.fit_runs(Limits(128, 2048, 262144), 1024, (1, 8, 32), 4)
+    runs = runs_.fit_runs(Limits(128, 2048, 262144), 1024, (1, 8, 32), 4)
     names = [r.name for r in runs]
-    assert "context 16384 beside 8 decodes" in names
+    assert "context 8192 beside 8 decodes" in names
     rungs = [r for r in runs if r.name.startswith("8 decodes at")]
-    assert [r.waves[0].shared for r in rungs] == [512, 4096, 16384]
-    assert max(r.waves[0].shared for r in rungs) / min(r.waves[0].shared for r in rungs) >= 16
-    assert all(r.prefill_tokens == 8 * shapes.LADDER_TAIL for r in rungs)  # the shared part is cached
+    assert [r.waves[0].shared for r in rungs] == [256, 2048, 8192]
+    assert max(r.waves[0].shared for r in rungs) / min(r.waves[0].shared for r in rungs) >= 32
+    assert all(r.prefill_tokens == 8 * runs_.LADDER_TAIL for r in rungs)  # the shared part is cached
     context_run = next(r for r in runs if r.name.startswith("context"))
-    assert context_run.prefill_tokens == 8 + 16384  # the long prompt itself is prefilled
-    assert shapes.ladder(512) == [16, 128, 512]
+    assert context_run.prefill_tokens == 8 + 8192  # the long prompt itself is prefilled
+    assert runs_.ladder(512) == [16, 128, 512]
+
+
+def test_a_forecast_measures_what_a_term_per_layer_needs_once() -> None:
+    """The runs at long context and the decodes past 8 on the shallowest slice; the decodes of 1 and 8
+    and the short prefill, which tell the depth terms apart, on every slice."""
+    plan = plan_sizing(str(GEMMA_26B), Limits(128, 2048, 262144), forecast_depths=(2, 1),
+                       available_bytes=1 << 40)
+    shallow, deep = plan.engines
+    assert (shallow.depth, deep.depth) == (1, 2)
+    assert [r.name for r in shallow.runs] == [r.name for r in plan.runs]
+    assert [r.name for r in deep.runs] == ["decode batch 1", "decode batch 8", "prefill 8 x 16 tokens"]
+    assert deep.limits.max_model_len < shallow.limits.max_model_len  # no long prompt: a smaller cache
+
+
+def test_a_twin_warms_each_run_up_at_short_context() -> None:
+    """A decode batch's twin runs its prompts' step and one decode; the long prompt's twin is its last
+    chunk (and a whole one before it, unless a whole chunk is long enough to need no warming); a rung's
+    twin prefills its own tokens only."""
+    runs = runs_.fit_runs(Limits(128, 2048, 262144), 1024, (1, 8, 32), 4)
+    by_name = {r.name: r for r in runs}
+    assert runs_.warm_up(by_name["decode batch 8"], 2048).waves[0] == runs_.Wave((1,) * 8, 2)
+    context = runs_.warm_up(by_name["context 8192 beside 8 decodes"], 2048)
+    assert [w.prompts for w in context.waves] == [(1,) * 8, (2040 + 8192 % 2040,)]
+    quick = runs_.warm_up(by_name["context 8192 beside 8 decodes"], 2048, whole_chunk=False)
+    assert quick.waves[1].prompts == (8192 % 2040,)
+    rung = runs_.warm_up(by_name["8 decodes at 8192 tokens of context"], 2048)
+    assert rung.waves[0].prompts == (runs_.LADDER_TAIL,) * 8 and rung.waves[0].shared == 0
+    whole = runs_.Run("whole chunks", (runs_.Wave((8192,), 1, shared=8192),), long=True)
+    assert runs_.warm_up(whole, 2048, whole_chunk=False).waves == ()  # nothing left worth warming
+    assert runs_.heaviest(by_name["context 8192 beside 8 decodes"], 2048) == Step(9, 2048, 0)
+    assert runs_.heaviest(by_name["decode batch 32"], 2048) == Step(32, 32, 0)
 
 
 def test_a_short_model_measures_what_its_length_allows() -> None:
-    runs = shapes.fit_runs(Limits(8, 256, 256), None, (1, 8), 4)
+    runs = runs_.fit_runs(Limits(8, 256, 256), None, (1, 8), 4)
     assert all(r.longest <= 256 for r in runs)
-    assert shapes.context_length(Limits(8, 2048, 8192), 1024, 4) == 8064  # whole blocks, room for the ladder
+    assert runs_.context_length(Limits(8, 2048, 8192), 1024, 4) == 8064  # whole blocks, room for the ladder
+    assert runs_.context_length(Limits(8, 2048, 32768), 1024, 4) == 8192
 
 
 def test_the_recorded_keys_read_are_the_plans() -> None:
@@ -51,11 +86,6 @@ def test_the_recorded_keys_read_are_the_plans() -> None:
 
 
 # --- the fit: keys read, floors, the interval --------------------------------------------------------
-
-
-def priced(coef: dict[str, float], features: list[float]) -> float:
-    """A slice's step time by the forecast's joint coefficients."""
-    return sum(c * x for c, x in zip(coef.values(), features, strict=True))
 
 
 #: what a long-context step costs: keys read by decodes far dearer than keys attended by a chunk
@@ -99,20 +129,20 @@ def test_no_full_attention_term_falls_below_the_shapes_floor() -> None:
     at the floor the model's shape gives at this machine's measured rates, never 0."""
     cfg = config_26b()
     full = slices.layout(cfg)
-    weights = forecast.layer_weights(cfg, full)
-    coef = {**COEF, "full_context": 0.0, "window_context": 0.0, "full_read": 0.0, "window_read": 0.0}
+    model = joint.JointModel.of(cfg, full)
+    coef = {**COEF, "full_context": 0.0, "window_context": 0.0, "read": 0.0}
     parts = []
     for k in (1, 2):
         lay = slices.slice_layout(full, k)
         rows = [Step(n, n, n * 3, n * 3) for n in (1, 8, 32)] + [Step(8, 128, 8 * 70, 8 * 70)]
-        parts.append((lay, [(s, priced(coef, forecast._features(s, lay, weights, False))) for s in rows]))
+        parts.append((lay, [(s, priced(model, coef, s, lay)) for s in rows]))
     fc = forecast.fit_slices(parts, full, cfg)
     terms = fc.fit.terms
     assert terms["per_context_token"] > 0 and terms["per_read_token"] > 0
     assert fc.rates is not None
     low = floors.compute_floor(cfg, slices.FULL, fc.rates)
-    assert fc.per_layer(full)[slices.FULL]["per_context_token_s"] >= low * (1 - 1e-9)
-    assert fc.as_dict(full)["floors"][slices.FULL]["per_context_token_s"] == pytest.approx(low)
+    assert fc.per_layer()[slices.FULL].per_context_token_s >= low * (1 - 1e-9)
+    assert fc.floors_at()[slices.FULL][0] == pytest.approx(low)
     without = forecast.fit_slices(parts, full, cfg, floors=False)
     assert without.fit.terms["per_context_token"] == 0  # what the floors are for
 
@@ -124,7 +154,7 @@ def test_the_floor_is_the_shapes_work_at_the_measured_rate() -> None:
     rate = floors.Rates(macs_per_s=1e10, bytes_per_s=1e10)
     assert floors.compute_floor(cfg, slices.FULL, rate) == pytest.approx(16384 / 1e10 / floors.MARGIN)
     assert floors.read_floor(cfg, slices.FULL, rate) == pytest.approx(4096 / 1e10 / floors.MARGIN)
-    assert floors.rates(cfg, slices.layout(cfg), {"per_token": 0.0}) is None
+    assert floors.rates(cfg, slices.layout(cfg), Fit({"per_token": 0.0})) is None
 
 
 # --- the advice: from the interval's upper end, bounded by the cache -----------------------------------
@@ -151,7 +181,7 @@ def test_two_rounds_on_one_engine_are_fitted_alone_and_compared(tmp_path: Path) 
     plan = plan_sizing(str(GEMMA_26B), Limits(128, 2048, 262144), forecast_depths=(1, 2),
                        available_bytes=1 << 40)
     plan = dataclasses.replace(plan, kv=kvcache.server_cache(cfg, 262144, 2048, this_memory=24 * kvcache.GIB))
-    weights = forecast.layer_weights(cfg, plan.layout)
+    model = joint.JointModel.of(cfg, plan.layout)
     coef = dict(COEF)
     shapes_ = [StepPlan(n, 3) for n in (1, 8, 32)]
     shapes_ += [StepPlan(8, 20, (Chunk(2040, 2040 * k),)) for k in range(8)]
@@ -164,12 +194,13 @@ def test_two_rounds_on_one_engine_are_fitted_alone_and_compared(tmp_path: Path) 
             steps = []
             for i, p in enumerate(shapes_):
                 s = p.step(1024)
-                t = scale * priced(coef, forecast._features(s, ep.layout, weights, False))
+                t = scale * priced(model, coef, s, ep.layout)
                 steps.append(StepTime(i, s.seqs, float(i), t, 1, s.tokens, s.context_tokens,
                                       s.window_context_tokens, s.read_tokens, s.window_read_tokens))
             runs["runs" if r == 0 else "runs #2"] = steps
         measured.append(Measured(ep, runs, rounds=2))
-    out = sizing_result(plan, measured, 3.0, 300.0)
+    answer = sizing_answer(plan, measured, 3.0, 300.0)
+    out = answer_json(answer)
     first, second = out["repeats"]["worst_predicted_s"]
     assert second / first == pytest.approx(1.04, rel=0.01) and out["repeats"]["spread"] < 0.05
     seen = out["contexts_measured"]
@@ -179,7 +210,7 @@ def test_two_rounds_on_one_engine_are_fitted_alone_and_compared(tmp_path: Path) 
     assert out["kv_cache"]["memory_assumed"] is True
     assert worst["interval_s"][0] <= worst["predicted_s"] <= worst["interval_s"][1]
     assert any(r.get("fits_kv_cache") is False for r in out["results"])  # 128 decodes at 262K: no room
-    text = format_sizing(out)
+    text = format_sizing(answer)
     assert "KV cache:" in text and "limits that bind:" in text and "each round alone:" in text
     assert "the interval's upper end" in text
     assert round_of("runs #2") == 1 and round_of("runs") == 0 and round_of("decode batch 8") == 0

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_enginedead.logic.sizing import shapes
+from pytest_enginedead.logic.sizing import runs, shapes
 from pytest_enginedead.logic.sizing.fit import Fit
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
 from tests.support.sizing import TRUE, config_26b
@@ -78,12 +78,12 @@ def test_the_kv_cache_shortens_the_decodes_first() -> None:
 def test_the_worst_run_sends_requests_that_form_the_plan() -> None:
     lim = Limits(36, 96, 48)
     plan = shapes.worst_step(lim, None, cost(TRUE))
-    run = shapes.worst_run(plan, lim)
+    run = runs.worst_run(plan, lim)
     decodes, arriving = run.waves
     assert len(decodes.prompts) == plan.decodes
     assert all(p + decodes.max_tokens <= lim.max_model_len for p in decodes.prompts)
     assert sum(arriving.prompts) - arriving.prefix >= sum(c.tokens * c.count for c in plan.chunks)
-    work, n = shapes.run_work(run, lim, None)
+    work, n = runs.run_work(run, lim, None)
     assert work.tokens >= run.prefill_tokens and n > 1
 
 
