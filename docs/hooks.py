@@ -290,7 +290,8 @@ VARIABLE = re.compile(r"\b(?:ENGINEDEAD|VLLM|OMP|LD|TMPDIR)[A-Z0-9_]*\*?")
 FALLBACK_EXITS = {
     "probe": "exit status: 0 the engine is alive: computing (even past vLLM's deadline) or idle; "
              "1 a worker sat idle inside a step for the guard's hang_s, the guard ended a wait, "
-             "or an engine process is gone (or nothing listens on the port); 2 bad usage.",
+             "or an engine process is gone (or nothing listens on the port); 2 bad usage; with --prometheus "
+             "0 once the text is printed, whatever the answer (its enginedead_probe_alive says).",
 }
 
 

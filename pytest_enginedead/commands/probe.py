@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from ..harness.probing.exposition import prometheus_text
 from ..harness.probing.probe import probe
 
 
@@ -26,14 +27,23 @@ def main(argv: list[str]) -> int:
     where.add_argument("--port", type=int, default=None,
                        help="the server's listening port (default 8000, vLLM's)")
     where.add_argument("--pid", type=int, default=None, help="the serving process's pid instead")
-    parser.add_argument("--json", action="store_true",
-                        help="print the answer as one JSON object (alive, exit_code, reason, and the step in "
-                        "flight: its layer of how many, when it ends at its pace) instead of the line")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true",
+                       help="print the answer as one JSON object (alive, exit_code, reason, and the step in "
+                       "flight: its layer of how many, when it ends at its pace) instead of the line")
+    shown.add_argument("--prometheus", action="store_true",
+                       help="print the engine's figures as Prometheus text (the families vLLM's /metrics "
+                       "serves with the plugin, and enginedead_probe_alive), for a node exporter's textfile "
+                       "collector; exit 0 once printed, whatever the answer")
     args = parser.parse_args(argv)
     if args.port is not None and not 0 < args.port < 65536:
         parser.error(f"--port {args.port}: not a TCP port (1-65535)")
     if args.pid is not None and args.pid <= 0:
         parser.error(f"--pid {args.pid}: not a process id")
+    if args.prometheus:
+        text, _ = prometheus_text(port=args.port, pid=args.pid)
+        print(text, end="", flush=True)
+        return 0
     answer = probe(port=args.port, pid=args.pid)
     if args.json:
         print(json.dumps(answer.to_dict()), flush=True)

@@ -356,3 +356,16 @@ def fold_dead(directory: str, key: str, alive: Callable[[int], bool]) -> int:
             with contextlib.suppress(OSError):
                 os.remove(path)
         return len(gone)
+
+
+def record_of(directory: str, pid: int) -> tuple[str, str] | None:
+    """(its server's key, its path) of engine core ``pid``'s record in ``directory``, or None: how a
+    reader that knows only the process finds its figures (``enginedead probe --prometheus``)."""
+    tail = f"-{pid}"
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if name.startswith(PREFIX) and name.endswith(tail):
+                key = name[len(PREFIX):-len(tail)]
+                if key and "-" not in key:
+                    return key, os.path.join(directory, name)
+    return None

@@ -112,7 +112,7 @@ def workers(core: psutil.Process) -> list[psutil.Process]:
     return []
 
 
-def _environ_of(core: psutil.Process) -> dict[str, str]:
+def environ_of(core: psutil.Process) -> dict[str, str]:
     """The environment the engine core started with.
 
     vLLM retitles its processes (setproctitle), which overwrites what
@@ -133,13 +133,13 @@ def _environ_of(core: psutil.Process) -> dict[str, str]:
 
 
 def _state_of(core: psutil.Process) -> GuardState | None:
-    directory = state_dir(_environ_of(core))
+    directory = state_dir(environ_of(core))
     return read_guard_state(guard_state_path(directory, core.pid))
 
 
 def remote_ranks(core: psutil.Process) -> list[RemoteLook]:
     """The other nodes' ranks of this engine core, one look at what they published (none on one node)."""
-    directory = _environ_of(core).get(PROGRESS_DIR_ENV)
+    directory = environ_of(core).get(PROGRESS_DIR_ENV)
     if not directory:
         return []
     try:
@@ -175,11 +175,21 @@ def answer_for(state: GuardState | None, now: float, look: EngineJudgement | Non
     ``look`` is the probe's own judgement of the ranks (``contract.judge``), taken only when the
     state cannot say (off, or stale); None when not taken.
     """
-    seen = look.busiest() if look is not None else None
     if state is None:  # without the guard no progress is kept: its CPU is all the probe sees
+        seen = look.busiest() if look is not None else None
         doing = "computing" if seen is not None and seen.evidence.busy else "idle"
         return Answer(True, f"alive: the worker is {doing}; the guard is off here, so slow and hung "
                             "look alike (set ENGINEDEAD_GUARD=1 on the server)")
+    ended = _ended(state)
+    if ended is not None:
+        return ended
+    if not state.in_step:
+        return Answer(True, "alive: no step is running long")
+    return _in_step(state, now, look)
+
+
+def _ended(state: GuardState) -> Answer | None:
+    """Not alive when the guard ended the step's wait (or its cap did); None while it waits."""
     if state.ended is GuardAction.END:
         if state.verdict is Verdict.DEAD and state.silent:
             return Answer(False, f"dead: the guard ended step {state.step}: {state.silent} sent no progress "
@@ -188,16 +198,27 @@ def answer_for(state: GuardState | None, now: float, look: EngineJudgement | Non
                              f"work for {state.updated - state.busy_at:.1f} s ({_doing(state)})")
     if state.ended is GuardAction.CAP:
         return Answer(False, f"dead: step {state.step} outlived the guard's {state.cap_s:g} s cap")
-    if not state.in_step:
-        return Answer(True, "alive: no step is running long")
-    ran = now - state.sent
-    stale = now - state.updated > STALE_S
+    return None
+
+
+def _last_work(state: GuardState, now: float, look: EngineJudgement | None) -> tuple[float, str]:
+    """(when the step last showed work, what its rank was found doing): the guard's state, or the
+    probe's own look where the engine core stopped rewriting it."""
     busy_at, doing = state.busy_at, _doing(state)
-    if stale and look is not None:  # the engine core stopped rewriting it: the probe's own look
+    stale = now - state.updated > STALE_S
+    if stale and look is not None:
+        seen = look.busiest()
         busy_at = max(busy_at, look.active_at or busy_at)
         doing = seen.reason if seen is not None else doing
     elif not stale and state.verdict is Verdict.SLOW:
         busy_at = max(busy_at, state.updated)
+    return busy_at, doing
+
+
+def _in_step(state: GuardState, now: float, look: EngineJudgement | None) -> Answer:
+    """A step running long: alive while it shows work within ``hang_s``, hung after."""
+    ran = now - state.sent
+    busy_at, doing = _last_work(state, now, look)
     idle = now - busy_at
     where = f"step {state.step} (batch {state.batch}) has run {ran:.1f} s (deadline {state.deadline_s:g} s)"
     ends = None if state.ends_in_s is None else max(0.0, state.ends_in_s - (now - state.updated))
@@ -262,7 +283,7 @@ def own_look(core: psutil.Process, procs: list[psutil.Process], remote: list[Rem
     it keeps them (under the guard), and the other nodes' ranks as they published them."""
     cores = reading.look(procs, LOOK_S)
     now = time.monotonic()
-    directory = state_dir(_environ_of(core))
+    directory = state_dir(environ_of(core))
     evidence = []
     for proc, used in zip(procs, cores, strict=True):
         progress = read_step_progress(directory, proc.pid)

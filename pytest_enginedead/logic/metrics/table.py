@@ -107,8 +107,16 @@ BUILD = Metric(
     "enginedead_build_info", Kind.GAUGE,
     "The plugin's version and vLLM's, as labels; always 1.", ("version", "vllm"))
 
+PROBE_ALIVE = Metric(
+    "enginedead_probe_alive", Kind.GAUGE,
+    "enginedead probe's answer when it printed these figures (enginedead probe --prometheus only): 1 alive "
+    "(computing, however long, or idle), 0 hung or gone.")
+
 #: every family, in the order /metrics shows them
 METRICS: tuple[Metric, ...] = (
     STEP_DURATION, DEADLINE, STOCK_DEADLINE, LONGEST, RATIO, AGE, BATCH, LAYER, LAYERS, REMAINING, STALLED,
     GUARD_ENABLED, GUARD_REQUESTED, GUARD_HANG, DECISIONS, SAVED, DEATHS, STARTED, BUILD,
 )
+
+#: what ``enginedead probe --prometheus`` adds to them
+PROBE_ONLY: tuple[Metric, ...] = (PROBE_ALIVE,)
