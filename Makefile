@@ -56,6 +56,7 @@ docs:
 # file is complete.  tests/unit/test_docs.py fails when a committed table differs from the code.
 docs-tables: setup
 	$(PY) docs/hooks.py
+	$(PY) tools/monitoring.py
 
 # the console recordings of the docs, made again from real runs by docs/record.py (the commands
 # are each fence's own $ lines): RECORDINGS="check doctor" for some, all by default.  They start

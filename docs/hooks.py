@@ -31,6 +31,10 @@ each page is rendered.  The tables:
 - ``sizing-validation``: the forecast's validation set, from ``bench/sizing-results.json``
   (``bench/sizing_validate.markdown``): each run's machine, date, vLLM release and command, then
   MAPE, signed error, worst error and interval coverage per model, ranks and source.
+- ``metrics``: the metric families the plugin serves on vLLM's ``/metrics`` and ``enginedead probe
+  --prometheus`` prints (``pytest_enginedead.logic.metrics.table``): name, type, labels, help.
+- ``alert-rules``: the alert rules shipped (``logic.metrics.alerts.RULES``).
+- ``dashboard-panels``: the Grafana dashboard's panels and their queries (``logic.metrics.dashboard``).
 
 An unknown NAME fails the build.  The hook imports the package from this checkout (the
 repository root goes first on ``sys.path``); it needs pytest and psutil, never vLLM.
@@ -208,6 +212,16 @@ def handles() -> str:
 # --- environment ------------------------------------------------------------------------
 
 
+def _comment_above(lines: list[str], lineno: int) -> str:
+    """The ``#:`` comment right above line ``lineno`` (1-based), joined into one line."""
+    comment: list[str] = []
+    i = lineno - 2
+    while i >= 0 and lines[i].lstrip().startswith("#:"):
+        comment.insert(0, lines[i].lstrip()[2:].strip())
+        i -= 1
+    return " ".join(comment)
+
+
 def environment() -> str:
     path = PACKAGE / "contract" / "names.py"
     source = path.read_text()
@@ -219,12 +233,7 @@ def environment() -> str:
                 and isinstance(node.targets[0], ast.Name)):
             continue
         name = node.targets[0].id
-        comment: list[str] = []
-        i = node.lineno - 2
-        while i >= 0 and lines[i].lstrip().startswith("#:"):
-            comment.insert(0, lines[i].lstrip()[2:].strip())
-            i -= 1
-        text = " ".join(comment)
+        text = _comment_above(lines, node.lineno)
         if not text and last_line == node.lineno - 1:
             text = last_comment  # one comment over a group of constants
         last_comment, last_line = text, node.end_lineno or node.lineno
@@ -451,6 +460,35 @@ def sizing_validation() -> str:
     return text
 
 
+# --- what operators scrape -------------------------------------------------------------
+
+
+def metrics() -> str:
+    from pytest_enginedead.logic.metrics.table import METRICS, PROBE_ONLY
+
+    rows = []
+    for m in (*METRICS, *PROBE_ONLY):
+        labels = ", ".join(f"`{label}`" for label in m.labels) or "—"
+        rows.append((f"`{m.exposed}`", m.kind.value, labels, cell(m.help)))
+    return table(("metric", "type", "labels", "what"), rows)
+
+
+def alert_rules() -> str:
+    from pytest_enginedead.logic.metrics.alerts import RULES
+
+    rows = [(f"[`{r.alert}`](#{r.alert.lower()})", f"`{cell(r.expr)}`", r.wait, r.severity.value,
+             cell(r.summary)) for r in RULES]
+    return table(("alert", "expression", "for", "severity", "what"), rows)
+
+
+def dashboard_panels() -> str:
+    from pytest_enginedead.logic.metrics.dashboard import PANELS
+
+    rows = [(cell(p.title), cell(p.description), "<br>".join(f"`{cell(q)}`" for q, _ in p.queries))
+            for p in PANELS]
+    return table(("panel", "what", "queries"), rows)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "options": options,
     "option-variables": option_variables,
@@ -465,6 +503,9 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "rooms": rooms,
     "import-rules": import_rules,
     "sizing-validation": sizing_validation,
+    "metrics": metrics,
+    "alert-rules": alert_rules,
+    "dashboard-panels": dashboard_panels,
 }
 
 

@@ -81,6 +81,9 @@ def test_the_wheel_carries_every_module_of_the_package(installed: Path) -> None:
     assert mine - shipped == set()
     for data in ("py.typed", "report.schema.json"):
         assert (installed / "pytest_enginedead" / data).is_file(), data
+    monitoring = source / "monitoring"  # the alert rules and the dashboard, as the repository has them
+    for path in monitoring.iterdir():
+        assert (installed / "pytest_enginedead" / "monitoring" / path.name).read_bytes() == path.read_bytes()
 
 
 def test_the_wheel_carries_every_preset_with_real_files(installed: Path) -> None:
