@@ -126,7 +126,9 @@ INERT = textwrap.dedent(
     ("env", "patched", "logged"),
     [
         ({}, False, None),
-        ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon"}, False,
+        # the metrics off: asked for, a refused guard still brings them (its engine core times the
+        # steps, to show the guard off where it was asked for: tests/unit/vllm_plugin/test_guard.py)
+        ({"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_HANG_S": "soon", "ENGINEDEAD_METRICS": "0"}, False,
          "ENGINEDEAD_GUARD_HANG_S='soon' is not a number of seconds above 0; the guard stays off"),
     ],
     ids=["unset", "bad-value"],

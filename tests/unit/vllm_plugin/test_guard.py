@@ -66,8 +66,10 @@ def test_a_production_guard_whose_policy_gives_no_cap_logs_one_error_and_stays_o
 ) -> None:
     """``ENGINEDEAD_GUARD=1`` in a plain ``vllm.LLM`` (no harness: no run directory), its
     ``ENGINEDEAD_GUARD_POLICY`` returning NaN: at the engine core's start, one ERROR line naming the
-    variable, the policy and what it returned, and the guard stays off (nothing in vLLM is patched,
-    no state file); with ``ENGINEDEAD_POLICY`` set instead, a WARNING names the guard's variable."""
+    variable, the policy and what it returned, and the guard stays off (no state file); the metrics the
+    guard asked for still run, without it, so /metrics shows the guard off where it was asked for (with
+    ``ENGINEDEAD_METRICS=0`` nothing in vLLM is patched); with ``ENGINEDEAD_POLICY`` set instead, a
+    WARNING names the guard's variable."""
     monkeypatch.setattr(guard, "in_engine_core", lambda: True)
     installed: list[object] = []
     monkeypatch.setattr(guard, "_install", installed.append)
@@ -77,12 +79,15 @@ def test_a_production_guard_whose_policy_gives_no_cap_logs_one_error_and_stays_o
     environ = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_GUARD_POLICY": "gpnan_i37:p",
                "ENGINEDEAD_GUARD_PATH": str(tmp_path), "TMPDIR": str(tmp_path)}
     with caplog.at_level(logging.WARNING, logger="vllm.enginedead"):
-        assert guard.register(environ) is None
+        refused = guard.register(environ)
     said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "vllm.enginedead"]
     assert said == [("ERROR", "enginedead guard: ENGINEDEAD_GUARD_POLICY='gpnan_i37:p': policy gp_nan: "
                               "timeout_s(CPU, 1) returned nan; a deadline must be a finite number of seconds "
                               ">= 1 (vLLM's smallest); the guard stays off")]
-    assert installed == [] and not list(tmp_path.glob("enginedead-guard-*.json"))
+    assert refused is not None and refused.guard is None and refused.metrics is not None
+    assert installed == [refused] and not list(tmp_path.glob("enginedead-guard-*.json"))
+    installed.clear()
+    assert guard.register({**environ, "ENGINEDEAD_METRICS": "0"}) is None and installed == []
     caplog.clear()
     misplaced = {"ENGINEDEAD_GUARD": "1", "ENGINEDEAD_POLICY": "gpnan_i37:p", "TMPDIR": str(tmp_path)}
     with caplog.at_level(logging.WARNING, logger="vllm.enginedead"):
