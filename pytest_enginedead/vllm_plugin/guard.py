@@ -45,7 +45,13 @@ from ..contract.guardfiles import (
     write_core_ready,
 )
 from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV, PROGRESS_DIR_ENV
-from ..logic.inputs.guardconfig import config_from_env, guard_asked, metrics_from_env, misplaced_policy
+from ..logic.inputs.guardconfig import (
+    GuardConfig,
+    config_from_env,
+    guard_asked,
+    metrics_from_env,
+    misplaced_policy,
+)
 from .enginecore import EngineCorePlugin, remove_stale_states
 from .stepmetrics import StepMetrics, StepRpc
 from .watch import StepWatch
@@ -152,6 +158,33 @@ def patched() -> dict[str, bool]:
     return found
 
 
+def _settings(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str | None, bool]:
+    """(the guard's settings or None, why it refused, whether the metrics are on), each problem said once."""
+    guard, problem = config_from_env(environ, versions.installed_version())
+    if problem:
+        logger.error("enginedead guard: %s; the guard stays off", problem)
+    misplaced = misplaced_policy(environ)
+    if misplaced:
+        logger.warning("enginedead guard: %s", misplaced)
+    metrics, metrics_problem = metrics_from_env(environ)
+    if metrics_problem:
+        logger.error("enginedead metrics: %s", metrics_problem)
+    return guard, problem, metrics
+
+
+def _write_ready(run_dir: str, environ: Mapping[str, str], guard: GuardConfig | None,
+                 problem: str | None) -> None:
+    """Under the harness: the start-up record, on with which policy and ``hang_s``, or why not."""
+    ready = CoreReady(
+        pid=os.getpid(), guard=guard is not None, asked=guard_asked(environ),
+        policy=guard.spec if guard else (environ.get(GUARD_POLICY_ENV, "").strip() or None),
+        policy_name=guard.policy_name if guard else None,
+        hang_s=guard.hang_s if guard else None, problem=problem,
+    )
+    with contextlib.suppress(OSError):
+        write_core_ready(run_dir, ready)
+
+
 def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | None:
     """In the engine core process: install the deadline control and the guard, if asked.
 
@@ -162,15 +195,7 @@ def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | Non
     if not in_engine_core():
         return None
     run_dir = environ.get(ENV_DIR) or None
-    guard, problem = config_from_env(environ, versions.installed_version())
-    if problem:
-        logger.error("enginedead guard: %s; the guard stays off", problem)
-    misplaced = misplaced_policy(environ)
-    if misplaced:
-        logger.warning("enginedead guard: %s", misplaced)
-    metrics, metrics_problem = metrics_from_env(environ)
-    if metrics_problem:
-        logger.error("enginedead metrics: %s", metrics_problem)
+    guard, problem, metrics = _settings(environ)
     if run_dir is None and guard is None and not metrics:
         return None  # nothing asked for: nothing in vLLM is touched
     state_path = None
@@ -192,12 +217,5 @@ def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | Non
             "`enginedead probe`: %s", guard.policy_name, guard.hang_s, state_path,
         )
     if run_dir:
-        ready = CoreReady(
-            pid=os.getpid(), guard=guard is not None, asked=guard_asked(environ),
-            policy=guard.spec if guard else (environ.get(GUARD_POLICY_ENV, "").strip() or None),
-            policy_name=guard.policy_name if guard else None,
-            hang_s=guard.hang_s if guard else None, problem=problem,
-        )
-        with contextlib.suppress(OSError):
-            write_core_ready(run_dir, ready)
+        _write_ready(run_dir, environ, guard, problem)
     return core

@@ -24,6 +24,8 @@ from pytest_enginedead.logic.metrics import dashboard
 RULES = Path(pytest_enginedead.__file__).parent / "monitoring" / "enginedead-rules.yml"
 HANG_S = 5.0
 DEADLINE_S = 2
+#: the server's own count of forward steps, as ``served`` keys it
+FORWARD = "enginedead_step_duration_seconds_count[('phase', 'forward')]"
 
 
 def served(port: int) -> dict[str, float]:
@@ -39,7 +41,7 @@ def settle(prom: Prometheus, port: int, limit_s: float = 20.0) -> dict[str, floa
     deadline = time.monotonic() + limit_s
     while True:
         now = served(port)
-        forward = now["enginedead_step_duration_seconds_count[('phase', 'forward')]"]
+        forward = now[FORWARD]
         recorded = prom.value('sum(enginedead_step_duration_seconds_count{phase="forward"})')
         if recorded == forward:
             return now
@@ -62,6 +64,31 @@ def wait_for(prom: Prometheus, expr: str, limit_s: float = 20.0) -> list[dict[st
     return found
 
 
+def recorded(prom: Prometheus) -> dict[str, float | None]:
+    """What Prometheus recorded last: the guard's waits, the forward steps, the saved steps, the deaths."""
+    return {"waits": prom.value('sum(enginedead_guard_decisions_total{action="wait"})'),
+            "forward": prom.value('sum(enginedead_step_duration_seconds_count{phase="forward"})'),
+            "saved": prom.value("sum(enginedead_guard_saved_steps_total)"),
+            "deaths": prom.value("sum(enginedead_engine_deaths_total)")}
+
+
+def evidence(server) -> tuple[list[object], list[float]]:
+    """The server's own evidence: the guard's waits, and the seconds of each step its worker ran."""
+    waits = [e for e in server.guard_events() if e.action is GuardAction.WAIT]
+    return waits, [s.seconds for s in server.step_times() if s.seconds is not None]
+
+
+def without_series(prom: Prometheus) -> list[str]:
+    """The dashboard's queries that return nothing."""
+    return [expr for expr in map(as_prometheus, dashboard.queries()) if not prom.query(expr)]
+
+
+def alerts_firing(prom: Prometheus) -> list[str]:
+    """The shipped rules' alerts firing once the guard's-wait alert fires."""
+    wait_for(prom, 'ALERTS{alertname="EngineGuardWaitingPastStockDeadline",alertstate="firing"}')
+    return sorted({str(s["metric"]["alertname"]) for s in prom.query('ALERTS{alertstate="firing"}')})
+
+
 @pytest.mark.enginedead_guard(hang_s=HANG_S)
 def test_prometheus_records_what_the_guarded_server_counted(vllm_server_factory, tmp_path):
     if not shutil.which("prometheus"):
@@ -73,27 +100,21 @@ def test_prometheus_records_what_the_guarded_server_counted(vllm_server_factory,
         server.complete(16, max_tokens=4)  # the slow window: 3.2 s steps past the 2 s deadline
         server.complete(1, max_tokens=4)
         now = settle(prom, server.port)
-        waits = [e for e in server.guard_events() if e.action is GuardAction.WAIT]
-        steps = [s for s in server.step_times() if s.seconds is not None]
-        long = [s for s in steps if s.seconds > DEADLINE_S]
-        # what Prometheus recorded is what the server counted
-        prom_waits = prom.value('sum(enginedead_guard_decisions_total{action="wait"})')
-        prom_forward = prom.value('sum(enginedead_step_duration_seconds_count{phase="forward"})')
-        prom_saved = prom.value("sum(enginedead_guard_saved_steps_total)")
-        assert waits and prom_waits == len(waits), (prom_waits, waits)
-        assert prom_forward == now["enginedead_step_duration_seconds_count[('phase', 'forward')]"]
-        assert prom_forward == len(steps), (prom_forward, len(steps))
-        assert long and prom_saved == len(long), (prom_saved, [s.seconds for s in steps])
-        assert prom.value("sum(enginedead_engine_deaths_total)") == 0
-        # every dashboard panel's query returns series
-        empty = [expr for expr in map(as_prometheus, dashboard.queries()) if not prom.query(expr)]
-        assert empty == [], empty
-        # the shipped rules: the guard's waits fire their alert; nothing else does
-        wait_for(prom, 'ALERTS{alertname="EngineGuardWaitingPastStockDeadline",alertstate="firing"}')
-        firing = sorted({s["metric"]["alertname"] for s in prom.query('ALERTS{alertstate="firing"}')})
-        assert firing == ["EngineGuardWaitingPastStockDeadline"], firing
-        scrapes = prom.value("count_over_time(up[10m])")
-        answered = prom.value("sum_over_time(up[10m])")
-        print(f"\nprometheus: {prom_forward:g} forward steps, {prom_waits:g} waits, {prom_saved:g} saved, "
-              f"{len(dashboard.queries())} dashboard queries with series; firing {firing}; "
-              f"{answered:g} of {scrapes:g} scrapes answered")
+        seen = recorded(prom)
+        waits, steps = evidence(server)
+        empty = without_series(prom)
+        firing = alerts_firing(prom)
+        scrapes = (prom.value("sum_over_time(up[10m])"), prom.value("count_over_time(up[10m])"))
+        print(f"\nprometheus: {seen['forward']:g} forward steps, {seen['waits']:g} waits, {seen['saved']:g} "
+              f"saved, {len(dashboard.queries()) - len(empty)} dashboard queries with series; firing "
+              f"{firing}; {scrapes[0]:g} of {scrapes[1]:g} scrapes answered; the server: {len(waits)} waits, "
+              f"{len(steps)} steps {[round(x, 2) for x in steps]}")
+    # what Prometheus recorded is what the server counted
+    assert waits and seen["waits"] == len(waits), (seen, waits)
+    assert seen["forward"] == now[FORWARD] == len(steps), (seen, steps)
+    long = [x for x in steps if x > DEADLINE_S]
+    assert long and seen["saved"] == now["enginedead_guard_saved_steps_total[]"] >= len(long), (seen, steps)
+    assert seen["deaths"] == 0, seen
+    # every dashboard panel's query returns series; the guard's waits fire their alert, nothing else does
+    assert empty == [], empty
+    assert firing == ["EngineGuardWaitingPastStockDeadline"], firing
