@@ -26,7 +26,8 @@ def test_prometheus_records_what_the_guarded_server_counted(
                                                       report=True)
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["prometheus: * forward steps, * waits, * saved, * dashboard queries with "
-                                 "series; firing ['EngineGuardWaitingPastStockDeadline']"])
+                                 "series; firing [[]'EngineGuardWaitingPastStockDeadline'[]]; "
+                                 "* scrapes answered;*"])
     data = result.report
     assert data is not None and data["engines_started"] == 1
     assert_nothing_left(*engine_processes(data), bystander)
