@@ -104,3 +104,27 @@ def prometheus(directory: Path, target: str, rules: Path | None = None) -> Itera
         yield prom
     finally:
         _stop(proc)
+
+
+#: what the docs' picture shows: the step in flight against vLLM's deadline, and the guard's decisions
+SHOT_GRAPHS = ("enginedead_step_age_seconds or enginedead_stock_deadline_seconds",
+               "sum by (action, verdict) (enginedead_guard_decisions_total)")
+
+
+def screenshot(prom: Prometheus, path: str, range_s: int = 60) -> None:
+    """Prometheus' own graph page over the last ``range_s`` as a PNG, taken with headless Chromium."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        raise RuntimeError("no chromium on PATH for the screenshot")
+    params = {}
+    for i, expr in enumerate(SHOT_GRAPHS):
+        params.update({f"g{i}.expr": expr, f"g{i}.tab": "0", f"g{i}.stacked": "0",
+                       f"g{i}.range_input": f"{range_s}s"})
+    url = f"{prom.url}/graph?{urllib.parse.urlencode(params)}"
+    with subprocess.Popen([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--window-size=1280,1480", "--virtual-time-budget=8000", f"--screenshot={path}",
+                           url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as proc:
+        try:
+            proc.wait(timeout=60)
+        finally:
+            _stop(proc)

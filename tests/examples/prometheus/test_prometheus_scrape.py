@@ -8,6 +8,7 @@ its ``/metrics`` every second with the package's rules loaded.
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import urllib.request
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from promserver import MISSING, Prometheus, prometheus
+from promserver import MISSING, Prometheus, prometheus, screenshot
 
 import pytest_enginedead
 from pytest_enginedead.contract.decisions import GuardAction
@@ -24,6 +25,8 @@ from pytest_enginedead.logic.metrics import dashboard
 RULES = Path(pytest_enginedead.__file__).parent / "monitoring" / "enginedead-rules.yml"
 HANG_S = 5.0
 DEADLINE_S = 2
+#: where to write a picture of Prometheus' graph page over the run (unset: none)
+SHOT_ENV = "ENGINEDEAD_PROMETHEUS_SHOT"
 #: the server's own count of forward steps, as ``served`` keys it
 FORWARD = "enginedead_step_duration_seconds_count[('phase', 'forward')]"
 
@@ -105,6 +108,8 @@ def test_prometheus_records_what_the_guarded_server_counted(vllm_server_factory,
         empty = without_series(prom)
         firing = alerts_firing(prom)
         scrapes = (prom.value("sum_over_time(up[10m])"), prom.value("count_over_time(up[10m])"))
+        if os.environ.get(SHOT_ENV):  # the docs' picture (docs/how-to/monitoring.md), on request
+            screenshot(prom, os.environ[SHOT_ENV])
         print(f"\nprometheus: {seen['forward']:g} forward steps, {seen['waits']:g} waits, {seen['saved']:g} "
               f"saved, {len(dashboard.queries()) - len(empty)} dashboard queries with series; firing "
               f"{firing}; {scrapes[0]:g} of {scrapes[1]:g} scrapes answered; the server: {len(waits)} waits, "
