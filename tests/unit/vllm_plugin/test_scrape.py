@@ -90,7 +90,10 @@ def test_only_this_servers_live_engine_cores_show_a_step_but_every_record_counts
 
 def test_a_scrape_never_waits_on_the_engine(tmp_path: Path) -> None:
     """A writer stuck mid-write (its count odd for good) and a fold holding the server's lock: the
-    scrape still answers within a tenth of a second, with the figures as they stand."""
+    scrape still answers, with the figures as they stand, within half a second: its own waits are
+    0.05 s for the lock and 5 ms on the stuck record; the rest is room for a loaded 2-core box (a
+    tenth of a second failed there, niced beside a soak), far below a wait on the writer (forever)
+    or on the fold (2 s)."""
     w = record(tmp_path)
     with open(w.path, "r+b") as f:
         f.write(struct.pack("<q", 11))
@@ -99,7 +102,7 @@ def test_a_scrape_never_waits_on_the_engine(tmp_path: Path) -> None:
     with mf.shared(str(tmp_path), KEY, exclusive=True):
         t0 = time.monotonic()
         served = scraped(registry)
-        assert time.monotonic() - t0 < 0.1
+        assert time.monotonic() - t0 < 0.5
     assert served["enginedead_guard_saved_steps_total[]"] == 1
 
 
