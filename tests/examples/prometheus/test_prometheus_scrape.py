@@ -26,7 +26,7 @@ RULES = Path(pytest_enginedead.__file__).parent / "monitoring" / "enginedead-rul
 HANG_S = 5.0
 DEADLINE_S = 2
 #: where to write a picture of Prometheus' graph page over the run (unset: none)
-SHOT_ENV = "ENGINEDEAD_PROMETHEUS_SHOT"
+SHOT_ENV = "PROMETHEUS_SHOT"
 #: the server's own count of forward steps, as ``served`` keys it
 FORWARD = "enginedead_step_duration_seconds_count[('phase', 'forward')]"
 
