@@ -208,6 +208,31 @@ def handles() -> str:
 # --- environment ------------------------------------------------------------------------
 
 
+def _named_constant(node: ast.stmt) -> tuple[str, ast.expr] | None:
+    """(name, value) of a module-level ``NAME = value``; None for any other statement."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id, node.value
+    return None
+
+
+def _doc_comment(lines: Sequence[str], lineno: int) -> str:
+    """The ``#:`` comment lines right above line ``lineno`` (1-based), joined."""
+    comment: list[str] = []
+    i = lineno - 2
+    while i >= 0 and lines[i].lstrip().startswith("#:"):
+        comment.insert(0, lines[i].lstrip()[2:].strip())
+        i -= 1
+    return " ".join(comment)
+
+
+def _env_variable(name: str, value: ast.expr) -> str | None:
+    """The ``ENGINEDEAD_*`` variable a constant named ``*_ENV`` or ``ENV_*`` holds; None otherwise."""
+    if not (name.endswith("_ENV") or name.startswith("ENV_")):
+        return None
+    text = value.value if isinstance(value, ast.Constant) else None
+    return text if isinstance(text, str) and text.startswith("ENGINEDEAD_") else None
+
+
 def environment() -> str:
     path = PACKAGE / "contract" / "names.py"
     source = path.read_text()
@@ -215,24 +240,17 @@ def environment() -> str:
     rows = []
     last_comment, last_line = "", -2
     for node in ast.parse(source).body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
+        constant = _named_constant(node)
+        if constant is None:
             continue
-        name = node.targets[0].id
-        comment: list[str] = []
-        i = node.lineno - 2
-        while i >= 0 and lines[i].lstrip().startswith("#:"):
-            comment.insert(0, lines[i].lstrip()[2:].strip())
-            i -= 1
-        text = " ".join(comment)
+        name, value = constant
+        text = _doc_comment(lines, node.lineno)
         if not text and last_line == node.lineno - 1:
             text = last_comment  # one comment over a group of constants
         last_comment, last_line = text, node.end_lineno or node.lineno
-        value = node.value
-        is_env = name.endswith("_ENV") or name.startswith("ENV_")
-        if is_env and isinstance(value, ast.Constant) and isinstance(value.value, str) \
-                and value.value.startswith("ENGINEDEAD_"):
-            rows.append((f"`{value.value}`", f"`{name}`", cell(text)))
+        variable = _env_variable(name, value)
+        if variable is not None:
+            rows.append((f"`{variable}`", f"`{name}`", cell(text)))
     if not rows:
         raise PluginError(f"no ENGINEDEAD_* constants found in {path}")
     return table(("variable", "constant (`contract.names`)", "what"), rows)

@@ -45,7 +45,7 @@ from ..contract.guardfiles import (
     write_core_ready,
 )
 from ..contract.names import ENV_DIR, ENV_FRONT_PID, GUARD_POLICY_ENV, PROGRESS_DIR_ENV
-from ..logic.inputs.guardconfig import config_from_env, guard_asked, misplaced_policy
+from ..logic.inputs.guardconfig import GuardConfig, config_from_env, guard_asked, misplaced_policy
 from .enginecore import EngineCorePlugin, remove_stale_states
 from .watch import StepWatch
 
@@ -152,14 +152,39 @@ def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | Non
     if not in_engine_core():
         return None
     run_dir = environ.get(ENV_DIR) or None
+    guard, problem = _asked_guard(environ)
+    if run_dir is None and guard is None:
+        return None  # nothing asked for: nothing in vLLM is touched
+    core = _core_plugin(environ, run_dir, guard)
+    _install(core)
+    if guard is not None:
+        core.write_state(None)
+        logger.warning(
+            "enginedead guard on: policy %s caps each step, hang_s %g s; its state for "
+            "`enginedead probe`: %s", guard.policy_name, guard.hang_s, core.state_path,
+        )
+    if run_dir:
+        with contextlib.suppress(OSError):
+            write_core_ready(run_dir, _core_ready(environ, guard, problem))
+    return core
+
+
+def _asked_guard(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str | None]:
+    """The guard the environment asks for (or None) and why it cannot be had; both said in the log."""
     guard, problem = config_from_env(environ, versions.installed_version())
     if problem:
         logger.error("enginedead guard: %s; the guard stays off", problem)
     misplaced = misplaced_policy(environ)
     if misplaced:
         logger.warning("enginedead guard: %s", misplaced)
-    if run_dir is None and guard is None:
-        return None  # nothing asked for: nothing in vLLM is touched
+    return guard, problem
+
+
+def _core_plugin(
+    environ: Mapping[str, str], run_dir: str | None, guard: GuardConfig | None
+) -> EngineCorePlugin:
+    """The engine core's plugin; with a guard, its state file's path (stale states of dead
+    processes removed)."""
     state_path = None
     if guard is not None:
         directory = state_dir(environ)
@@ -169,20 +194,14 @@ def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | Non
     core = EngineCorePlugin(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid(),
                             environ.get(PROGRESS_DIR_ENV) or None)
     core.marks_dir = state_dir(environ)
-    _install(core)
-    if guard is not None:
-        core.write_state(None)
-        logger.warning(
-            "enginedead guard on: policy %s caps each step, hang_s %g s; its state for "
-            "`enginedead probe`: %s", guard.policy_name, guard.hang_s, state_path,
-        )
-    if run_dir:
-        ready = CoreReady(
-            pid=os.getpid(), guard=guard is not None, asked=guard_asked(environ),
-            policy=guard.spec if guard else (environ.get(GUARD_POLICY_ENV, "").strip() or None),
-            policy_name=guard.policy_name if guard else None,
-            hang_s=guard.hang_s if guard else None, problem=problem,
-        )
-        with contextlib.suppress(OSError):
-            write_core_ready(run_dir, ready)
     return core
+
+
+def _core_ready(environ: Mapping[str, str], guard: GuardConfig | None, problem: str | None) -> CoreReady:
+    """The guard's start-up record for the harness: on with which policy and ``hang_s``, or why not."""
+    return CoreReady(
+        pid=os.getpid(), guard=guard is not None, asked=guard_asked(environ),
+        policy=guard.spec if guard else (environ.get(GUARD_POLICY_ENV, "").strip() or None),
+        policy_name=guard.policy_name if guard else None,
+        hang_s=guard.hang_s if guard else None, problem=problem,
+    )
