@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_enginedead.harness.engines.cleanup import Reaper
 from pytest_enginedead.harness.engines.coreready import EngineStartError
+from pytest_enginedead.harness.engines.reaper import Reaper
 from pytest_enginedead.harness.load.guidellm import find_guidellm
 from pytest_enginedead.harness.load.soak import soak
 from pytest_enginedead.harness.load.soakfaults import Plan

@@ -24,8 +24,8 @@ from ...contract.steps import END_LINE, StepTime, steps_path, whole_lines_after
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 from ...logic.soak.judge import Exit, Judgement, Limits, Outcome, Window, judge
 from ...logic.soak.schedule import SLOW_FAULT
-from ..engines.cleanup import Reaper
 from ..engines.leaks import Leaks
+from ..engines.reaper import Reaper
 from ..waiting import Progress, wait_until
 from .soakfaults import Faults, Plan, Stop
 from .supervisor import Monitor, Supervisor, rss_drift
