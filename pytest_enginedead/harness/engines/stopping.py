@@ -6,16 +6,30 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from ...process.pinned import ProcRef
+from ..judging.evidence import RunEvidence
 from . import ledger
 from .cleanup import Survivor, mapped_shm, terminate, unlink_shm
 
-if TYPE_CHECKING:
-    from .base import EngineBase
+
+class Stoppable(Protocol):
+    """What stopping needs of an engine (``base.EngineBase`` is one)."""
+
+    procs: list[ProcRef]
+    shm: set[str]
+    run_dir: str
+    evidence: RunEvidence
+    graceful_stop: bool
+    stop_grace_s: float
+
+    def shutdown(self, give_up: Callable[[], bool] | None = None) -> None: ...
+
+    def stop_nodes(self) -> list[Survivor]: ...
 
 
-def stop_tree(engine: EngineBase, fast: Callable[[], bool]) -> list[Survivor]:
+def stop_tree(engine: Stoppable, fast: Callable[[], bool]) -> list[Survivor]:
     """Stop ``engine``: its graceful shutdown unless ``fast()`` (the run was interrupted) or its
     kind gains nothing by it, then every process of its tree and its nodes ended by pid.
     Returns the processes that outlived SIGKILL (should be none)."""
