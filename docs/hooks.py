@@ -31,6 +31,9 @@ each page is rendered.  The tables:
 - ``sizing-validation``: the forecast's validation set, from ``bench/sizing-results.json``
   (``bench/sizing_validate.markdown``): each run's machine, date, vLLM release and command, then
   MAPE, signed error, worst error and interval coverage per model, ranks and source.
+- ``sizing-figures``: the other parts of ``bench/sizing.py`` the same file holds
+  (``bench/sizing_figures.py``): per part what it measures, the result, its target and whether it
+  was met, the machine, vLLM release and date it ran on, and the command that measures it again.
 
 An unknown NAME fails the build.  The hook imports the package from this checkout (the
 repository root goes first on ``sys.path``); it needs pytest and psutil, never vLLM.
@@ -438,15 +441,32 @@ def import_rules() -> str:
     return table(("rule", "what it holds"), rows)
 
 
-def sizing_validation() -> str:
-    """The forecast's validation figures, from ``bench/sizing-results.json`` (``bench/sizing.py``)."""
+def _bench(name: str) -> Any:
+    """``bench/NAME.py``, loaded from its file (``bench/`` is no package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sizing_validate", ROOT / "bench" / "sizing_validate.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    text: str = bench.markdown(json.loads((ROOT / "bench" / "sizing-results.json").read_text()))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sizing_results() -> dict[str, Any]:
+    """``bench/sizing-results.json``, what ``bench/sizing.py`` recorded."""
+    found: dict[str, Any] = json.loads((ROOT / "bench" / "sizing-results.json").read_text())
+    return found
+
+
+def sizing_validation() -> str:
+    """The forecast's validation figures, from ``bench/sizing-results.json`` (``bench/sizing.py``)."""
+    text: str = _bench("sizing_validate").markdown(sizing_results())
+    return text
+
+
+def sizing_figures() -> str:
+    """The other sizing figures, one row per part, from ``bench/sizing-results.json``."""
+    text: str = _bench("sizing_figures").markdown(sizing_results())
     return text
 
 
@@ -464,6 +484,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "rooms": rooms,
     "import-rules": import_rules,
     "sizing-validation": sizing_validation,
+    "sizing-figures": sizing_figures,
 }
 
 

