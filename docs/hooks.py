@@ -31,6 +31,9 @@ each page is rendered.  The tables:
 - ``sizing-validation``: the forecast's validation set, from ``bench/sizing-results.json``
   (``bench/sizing_validate.markdown``): each run's machine, date, vLLM release and command, then
   MAPE, signed error, worst error and interval coverage per model, ranks and source.
+- ``soak``: the soak's runs, from ``bench/soak-results.json`` and ``bench/soak-tp2-results.json``
+  (``bench/soak_figures.py``): machine, date and command, then per run what it proved and what it
+  left, and its fault windows in words.
 - ``sizing-figures``: the other parts of ``bench/sizing.py`` the same file holds
   (``bench/sizing_figures.py``): per part what it measures, the result, its target and whether it
   was met, the machine, vLLM release and date it ran on, and the command that measures it again.
@@ -464,6 +467,17 @@ def sizing_validation() -> str:
     return text
 
 
+#: the soak's results files, in the order the page shows them
+SOAK_RESULTS = ("bench/soak-results.json", "bench/soak-tp2-results.json")
+
+
+def soak() -> str:
+    """The soak's runs, from the JSON files ``bench/soak.py`` wrote."""
+    files = [(path, json.loads((ROOT / path).read_text())) for path in SOAK_RESULTS if (ROOT / path).exists()]
+    text: str = _bench("soak_figures").markdown(files)
+    return text
+
+
 def sizing_figures() -> str:
     """The other sizing figures, one row per part, from ``bench/sizing-results.json``."""
     text: str = _bench("sizing_figures").markdown(sizing_results())
@@ -485,6 +499,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "import-rules": import_rules,
     "sizing-validation": sizing_validation,
     "sizing-figures": sizing_figures,
+    "soak": soak,
 }
 
 

@@ -186,6 +186,18 @@ def test_every_sizing_figure_says_on_what_machine_vllm_and_day() -> None:
         assert "`python bench/sizing.py " in row, row
 
 
+def test_every_soak_section_says_where_when_and_how() -> None:
+    """Each results file's section of the generated soak block opens with its machine, vLLM release,
+    date and command, as a recording's note does; and the block has a section per file."""
+    hooks = docs.hooks()
+    text = hooks.soak()
+    notes = [line for line in text.splitlines() if line.startswith("Recorded on ")]
+    assert len(notes) == len([p for p in hooks.SOAK_RESULTS if (docs.ROOT / p).exists()]) >= 1
+    for note in notes:
+        assert all(pattern.search(note) for pattern in hooks.RECORDING_NEEDS.values()), note
+        assert "`python bench/soak.py" in note and "--json" not in note, note
+
+
 def test_a_new_result_changes_the_page() -> None:
     """The benchmarks page shows what the results hold: a changed result makes its committed block
     stale (the committed-tables test above then fails until ``make docs-tables`` is run)."""
