@@ -25,7 +25,8 @@ each page is rendered.  The tables:
   the serving process's (``contract.names.EXIT_DEAD`` / ``EXIT_HUNG``).
 - ``presets``: the model presets shipped with the package (``pytest_enginedead/models/``, as
   ``logic.inputs.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
-- ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, and the file.
+- ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, a table per top-level
+  object or list.
 - ``rooms``: the package's folders and modules with the first line of their docstrings.
 - ``import-rules``: the ``[tool.importlinter]`` contracts of ``pyproject.toml``.
 - ``sizing-validation``: the forecast's validation set, from ``bench/sizing-results.json``
@@ -389,12 +390,21 @@ def _fields(spec: dict[str, Any], prefix: str, required: set[str]) -> Iterator[t
 
 
 def report_schema() -> str:
+    """One table for the top-level fields, then one per object or list with fields of its own, each
+    under its own heading: a reader finds a field from the page's contents in one screen."""
     schema = json.loads((PACKAGE / "report.schema.json").read_text())
     rows = list(_fields(schema, "", set(schema.get("required", []))))
-    whole = json.dumps(schema, indent=2)
-    body = "\n".join("    " + line for line in ["```json", *whole.splitlines(), "```"])
-    return (table(("field", "type", "required", "what"), rows)
-            + '\n\n??? note "The whole schema (`pytest_enginedead/report.schema.json`)"\n\n' + body + "\n")
+    groups: dict[str, list[tuple[str, ...]]] = {}
+    for row in rows:
+        top = re.match(r"`([A-Za-z_]+)", row[0])
+        groups.setdefault(top.group(1) if top else "", []).append(row)
+    header = ("field", "type", "required", "what")
+    out = ["### Top-level fields\n", table(header, [g[0] for g in groups.values()]) + "\n"]
+    for name, group in groups.items():
+        if len(group) > 1:
+            out += [f"### `{name}`\n", table(header, group) + "\n"]
+    out.append("The schema itself: `pytest_enginedead/report.schema.json`, installed with the package.")
+    return "\n".join(out)
 
 
 # --- the package's folders and modules --------------------------------------------------
