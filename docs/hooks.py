@@ -34,6 +34,8 @@ each page is rendered.  The tables:
   MAPE, signed error, worst error and interval coverage per model, ranks and source.
 - ``reported-answers``: the reported model's answers as ``bench/sizing.py`` recorded them (the
   ``26b`` parts): limits, worst step, what the deadline does, machine and date.
+- ``check-plot``: ``enginedead check``'s verdict table from the first-run tutorial's recording, as a
+  Mermaid chart (the longest step of each run against vLLM's stock deadline).
 - ``soak``: the soak's runs, from ``bench/soak-results.json`` and ``bench/soak-tp2-results.json``
   (``bench/soak_figures.py``): machine, date and command, then per run what it proved and what it
   left, and its fault windows in words.
@@ -485,6 +487,37 @@ def reported_answers() -> str:
     return text
 
 
+#: a row of ``enginedead check``'s verdict table: batch, run, deadline, steps, p50, max (``>=`` while
+#: the step still ran), verdict
+CHECK_ROW = re.compile(r"^\s*(?P<batch>\d+)\s+(?P<run>stock|policy|guard)\s+(?P<deadline>[\d.]+)s\s+\d+\s+"
+                       r"[\d.]+s\s+(?P<still>>=)?(?P<max>[\d.]+)s\s+(?P<verdict>.+?)\s*$", re.MULTILINE)
+
+
+def check_plot() -> str:
+    """``enginedead check``'s table, as the first-run tutorial's recording holds it, drawn: the longest
+    step of each run against vLLM's stock deadline (a Mermaid xychart).  Made again from the
+    recording by ``make docs-tables`` whenever ``make docs-recordings`` records it anew."""
+    page = (ROOT / "docs" / "tutorials" / "first-run.md").read_text()
+    recording = page[page.index("<!-- recording: check -->"):page.index("<!-- end recording: check -->")]
+    rows = [m.groupdict() for m in CHECK_ROW.finditer(recording)]
+    if not rows:
+        raise PluginError("docs/tutorials/first-run.md: the check recording has no verdict table to draw")
+    stock = {float(r["deadline"]) for r in rows if r["run"] == "stock"}
+    limit = max(stock) if stock else 0.0
+    names = ", ".join(f'"{r["batch"]} {r["run"]}"' for r in rows)
+    top = max([limit, *(float(r["max"]) for r in rows)]) * 1.15
+    lines = ["```mermaid", "xychart-beta",
+             f'    title "Longest step of each run, and vLLM\'s stock deadline ({limit:g} s)"',
+             f"    x-axis [{names}]", f'    y-axis "seconds" 0 --> {top:.1f}',
+             f"    bar [{', '.join(r['max'] for r in rows)}]",
+             f"    line [{', '.join(f'{limit:g}' for _ in rows)}]", "```", ""]
+    said = "; ".join(f"batch {r['batch']} {r['run']}: {r['verdict']}"
+                     + (f" (deadline {float(r['deadline']):g} s)" if r["run"] != "stock" else "")
+                     + (", still running when it died" if r["still"] else "") for r in rows)
+    lines.append(f"The bars are the `step max` column, the line the stock runs' deadline: {said}.")
+    return "\n".join(lines)
+
+
 #: the soak's results files, in the order the page shows them
 SOAK_RESULTS = ("bench/soak-results.json", "bench/soak-tp2-results.json")
 
@@ -519,6 +552,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "sizing-figures": sizing_figures,
     "soak": soak,
     "reported-answers": reported_answers,
+    "check-plot": check_plot,
 }
 
 
