@@ -58,8 +58,15 @@ its ``title`` attribute, and may be run by a test:
 - A test that is expected to fail says so itself (``@pytest.mark.xfail(strict=True)``),
   so every example's run passes.
 
-A ``python`` fence without a ``title`` fails the build.  Shell lines (``bash``, ``console``)
-and output (``text``) are not run.  ``python_examples`` reads the fences as these files;
+A ``python`` fence without a ``title`` fails the build.  Output (``text``) is not run, nor are
+shell lines (``bash``, ``console``), except:
+
+- ```` ```bash title="runs without an engine" ```` -- a shell block that needs no engine, no server,
+  no network and no vLLM: ``tests/unit/test_docs.py`` runs it whole with ``bash -e -o pipefail``
+  in an empty directory, with this checkout's ``enginedead`` on ``PATH``, and it must exit 0.  The
+  title shows on the site, so a reader knows it is safe to paste anywhere.
+
+  ``python_examples`` reads the fences as these files;
 ``tests/unit/test_docs.py`` runs them (``tests/engine/test_docs.py`` the ones that need an
 engine), and imports any other ``.py`` file that has no ``__main__`` block.
 
@@ -606,6 +613,15 @@ class Example:
     needs_engine: bool
     code: str
     line: int
+
+
+#: the title of a shell block that runs anywhere (see the module's docstring)
+RUNNABLE_SHELL = 'title="runs without an engine"'
+
+
+def runnable_shell(markdown: str) -> list[Fence]:
+    """The ``bash`` fences marked as runnable without an engine."""
+    return [f for f in fences(markdown) if f.lang == "bash" and RUNNABLE_SHELL in f.attrs]
 
 
 def python_examples(markdown: str) -> list[Example]:

@@ -8,7 +8,10 @@ Examples that start an engine run in ``tests/engine/test_docs.py``; here they ar
 from __future__ import annotations
 
 import copy
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +168,36 @@ def test_a_stale_or_bare_table_is_found_and_rewritten() -> None:
     assert hooks.with_tables(stale, "p.md") == fresh
     with pytest.raises(hooks.PluginError, match="unknown <!-- generated: nope -->"):
         hooks.with_tables("<!-- generated: nope -->\n", "p.md")
+
+
+# --- shell blocks that run anywhere ---------------------------------------------------------------
+
+SHELL_BLOCKS = [(page, fence) for page in docs.PAGES
+                for fence in docs.hooks().runnable_shell(page.read_text())]
+
+
+def test_there_are_shell_blocks_marked_runnable() -> None:
+    assert SHELL_BLOCKS, 'no ```bash title="runs without an engine" block in the docs'
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(("page", "fence"), SHELL_BLOCKS,
+                         ids=[f"{docs.rel(p)}:{f.line}" for p, f in SHELL_BLOCKS])
+def test_a_shell_block_marked_runnable_runs(page: Path, fence: Any, tmp_path: Path) -> None:
+    """Pasted whole into bash in an empty directory, with this checkout's ``enginedead``, it exits 0."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "enginedead"
+    run_main = "import sys; from pytest_enginedead.command import main; sys.exit(main(sys.argv[1:]))"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{run_main}' \"$@\"\n")
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(docs.ROOT)}
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", fence.body], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{docs.rel(page)}:{fence.line}\n{done.stdout}\n{done.stderr}"
 
 
 # --- figures from the recorded results, never hand copies -------------------------------------------
