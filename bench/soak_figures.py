@@ -86,18 +86,34 @@ def _left(run: dict[str, Any]) -> str:
 def _windows(run: dict[str, Any]) -> str:
     """The fault windows of a run in one sentence: the slow ones, the hangs, the deaths."""
     wins = run.get("windows") or []
+    parts = [_slow_part(wins), *_hang_part(wins), *_death_parts(run)]
+    return f"- **{run['name']}**: " + "; ".join(parts) + "."
+
+
+def _slow_part(wins: list[dict[str, Any]]) -> str:
+    """The slow windows: how many steps ran past the deadline, what the guard decided in them."""
     slow = [w for w in wins if w["kind"] == "slow"]
     past = sum(w.get("steps_past_deadline") or 0 for w in slow)
     waits = sum((w.get("decisions") or {}).get("wait", 0) for w in slow)
     ends = sum((w.get("decisions") or {}).get("end", 0) for w in slow)
-    parts = [f"{_of(len(slow), 'slow window')}, {_of(past, 'step')} past the deadline, {_of(waits, 'wait')} "
-             f"and {_of(ends, 'end')} in them"]
+    return (f"{_of(len(slow), 'slow window')}, {_of(past, 'step')} past the deadline, {_of(waits, 'wait')} "
+            f"and {_of(ends, 'end')} in them")
+
+
+def _hang_part(wins: list[dict[str, Any]]) -> list[str]:
+    """The hangs and spins (none: nothing to say), and how soon the guard ended them."""
     hangs = [w for w in wins if w["kind"] in ("hang", "spin")]
+    if not hangs:
+        return []
     ended = [w["ended_after_s"] for w in hangs if w.get("ended_after_s") is not None]
-    if hangs:
-        took = f", {_span(ended)} after it began" if ended else ""
-        parts.append(f"{_of(len(hangs), 'hang')}, {len(ended)} ended by the guard{took}")
+    took = f", {_span(ended)} after it began" if ended else ""
+    return [f"{_of(len(hangs), 'hang')}, {len(ended)} ended by the guard{took}"]
+
+
+def _death_parts(run: dict[str, Any]) -> list[str]:
+    """The false deaths (with what the first cost) and the genuine ones."""
     deaths = run.get("deaths") or []
+    parts = []
     false = [d for d in deaths if d.get("cause") == "false"]
     if false:
         first = false[0]
@@ -108,7 +124,7 @@ def _windows(run: dict[str, Any]) -> str:
     if genuine:
         parts.append(f"{_of(len(genuine), 'genuine death')} (a kill or a hang), which cost "
                      f"{run.get('lost_to_genuine_death', 0):,} requests")
-    return f"- **{run['name']}**: " + "; ".join(parts) + "."
+    return parts
 
 
 def _first_pass(run: dict[str, Any]) -> list[dict[str, Any]]:
