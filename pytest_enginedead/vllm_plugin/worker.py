@@ -170,7 +170,7 @@ class StepRecorder:
         if inj.crash_at_step == self.fault_step:
             os._exit(CRASH_EXIT_CODE)
         try:
-            self.model.begin(step, began, inj, self.fault_step, batch)
+            self.model.begin(step, began, inj, self.fault_step, batch, max(tokens, 0))
             return call()
         finally:
             self._disarm()
