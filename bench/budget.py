@@ -178,35 +178,13 @@ def project(walls: Sequence[tuple[str, float]], workers: int = 2) -> tuple[float
 
 
 def breakdown(run_dir: Path, imports: dict[str, float] | None = None) -> dict[str, Any]:
+    """A run's breakdown (the module's doc says what it holds), as ``--json`` writes it."""
     ledger = read_jsonl(run_dir / "ledger.jsonl")
     timeline = read_jsonl(run_dir / "timeline.jsonl")
     tests = tests_of(timeline)
     starts = starts_of(ledger)
     for s in starts:
         tests.setdefault(s.test, TestRun(s.test)).starts.append(s)
-    marks = {e["event"]: float(e["t"]) for e in timeline if e.get("event") in ("start", "finish")}
-    measured = marks["finish"] - marks["start"] if len(marks) == 2 else None
-    walls = [(t.group, t.wall_s) for t in tests.values()]
-    projected, idle = project(walls)
-    by_worker: dict[str, float] = {}
-    for t in tests.values():
-        by_worker[t.worker] = max(by_worker.get(t.worker, 0.0), t.end or 0.0)
-    ends = sorted(v for k, v in by_worker.items() if k != "?" and v)
-    # vLLM imported in the test's own process: recorded by the harness (offline starts); in an
-    # older ledger, the first offline start of each process counts one ``from vllm import LLM``
-    recorded_import = sum(s.import_s or 0.0 for s in starts)
-    estimated_import = 0.0
-    spawned = 0.0
-    if imports:
-        first: set[int] = set()
-        for s in starts:
-            spawned += imports["engine_core"] + s.ranks * imports["worker"]
-            if s.kind == "server":
-                spawned += imports["api_server"]
-            elif s.import_s is None and s.pid not in first:
-                estimated_import += imports["llm"]
-            first.add(s.pid)
-    start_total = sum(s.start_s for s in starts)
     return {
         "run": str(run_dir),
         "tests": [
@@ -214,25 +192,82 @@ def breakdown(run_dir: Path, imports: dict[str, float] | None = None) -> dict[st
              "starts": [asdict(s) | {"why": s.why} for s in t.starts]}
             for t in sorted(tests.values(), key=lambda t: -t.wall_s)
         ],
-        "totals": {
-            "tests": len(tests),
-            "starts": len(starts),
-            "first_starts": sum(not s.restart for s in starts),
-            "restarts": sum(s.restart for s in starts),
-            "ended": {k: sum(s.ended == k for s in starts) for k in ENDINGS},
-            "repeated_configurations": sum(s.repeated for s in starts),
-            "start_s": round(start_total, 1),
-            "import_in_test_process_s": round(recorded_import, 1),
-            "import_in_test_process_estimated_s": round(estimated_import, 1) if imports else None,
-            "import_in_spawned_processes_s": round(spawned, 1) if imports else None,
-            "tests_s": round(sum(t.wall_s for t in tests.values()), 1),
-            "wall_measured_s": None if measured is None else round(measured, 1),
-            "wall_projected_s": round(projected, 1),
-            "idle_at_end_measured_s": round(ends[-1] - ends[0], 1) if len(ends) >= 2 else None,
-            "idle_at_end_projected_s": round(idle, 1),
-        },
+        "totals": {"tests": len(tests), **start_totals(starts), **import_totals(starts, imports),
+                   **wall_totals(list(tests.values()), timeline)},
         "imports": imports,
         "budget_problems": engine_budget.ledger_problems(ledger),
+    }
+
+
+def start_totals(starts: Sequence[Start]) -> dict[str, Any]:
+    """The starts counted: first starts and restarts, how they ended, their seconds."""
+    return {
+        "starts": len(starts),
+        "first_starts": sum(not s.restart for s in starts),
+        "restarts": sum(s.restart for s in starts),
+        "ended": {k: sum(s.ended == k for s in starts) for k in ENDINGS},
+        "repeated_configurations": sum(s.repeated for s in starts),
+        "start_s": round(sum(s.start_s for s in starts), 1),
+    }
+
+
+def spawned_imports(starts: Sequence[Start], imports: dict[str, float]) -> tuple[float, float]:
+    """(vLLM's import in the test's own process where an older ledger did not record it: one
+    ``from vllm import LLM`` per process, at its first offline start; vLLM's imports in the
+    processes the starts spawned), from the ``imports`` measured alone."""
+    estimated = 0.0
+    spawned = 0.0
+    first: set[int] = set()
+    for s in starts:
+        spawned += imports["engine_core"] + s.ranks * imports["worker"]
+        if s.kind == "server":
+            spawned += imports["api_server"]
+        elif s.import_s is None and s.pid not in first:
+            estimated += imports["llm"]
+        first.add(s.pid)
+    return estimated, spawned
+
+
+def import_totals(starts: Sequence[Start], imports: dict[str, float] | None) -> dict[str, Any]:
+    """vLLM's import seconds: recorded in the test's process; estimated and spawned (from ``imports``,
+    None without it)."""
+    recorded = sum(s.import_s or 0.0 for s in starts)
+    estimated, spawned = spawned_imports(starts, imports) if imports else (None, None)
+    return {
+        "import_in_test_process_s": round(recorded, 1),
+        "import_in_test_process_estimated_s": _round1(estimated),
+        "import_in_spawned_processes_s": _round1(spawned),
+    }
+
+
+def _round1(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
+def measured_wall(timeline: list[dict[str, Any]]) -> float | None:
+    """The run's own clock, its finish less its start; None where the timeline lacks either."""
+    marks = {e["event"]: float(e["t"]) for e in timeline if e.get("event") in ("start", "finish")}
+    return marks["finish"] - marks["start"] if len(marks) == 2 else None
+
+
+def measured_idle(tests: Sequence[TestRun]) -> float | None:
+    """How long the first worker to finish waited for the last; None under two known workers."""
+    by_worker: dict[str, float] = {}
+    for t in tests:
+        by_worker[t.worker] = max(by_worker.get(t.worker, 0.0), t.end or 0.0)
+    ends = sorted(v for k, v in by_worker.items() if k != "?" and v)
+    return round(ends[-1] - ends[0], 1) if len(ends) >= 2 else None
+
+
+def wall_totals(tests: Sequence[TestRun], timeline: list[dict[str, Any]]) -> dict[str, Any]:
+    """The tests' seconds, and the wall: measured, and projected for two workers."""
+    projected, idle = project([(t.group, t.wall_s) for t in tests])
+    return {
+        "tests_s": round(sum(t.wall_s for t in tests), 1),
+        "wall_measured_s": _round1(measured_wall(timeline)),
+        "wall_projected_s": round(projected, 1),
+        "idle_at_end_measured_s": measured_idle(tests),
+        "idle_at_end_projected_s": round(idle, 1),
     }
 
 
@@ -243,24 +278,48 @@ def minutes(seconds: float | None) -> str:
 
 
 def render(data: dict[str, Any], width: int = 100) -> list[str]:
+    """The breakdown as text: a line per test (and per start), then the totals."""
     out = [f"{'wall':>7}  {'worker':6}  {'starts':>6}  {'start s':>7}  test"]
     for t in data["tests"]:
-        secs = sum(s["start_s"] for s in t["starts"])
-        name = t["test"].removeprefix("tests/")
-        status = "" if t["outcome"] == "passed" else f"  ({t['outcome']})"
-        out.append(f"{t['wall_s']:7.1f}  {t['worker']:6}  {len(t['starts']):6d}  {secs:7.1f}  "
-                   f"{name[:width]}{status}")
-        for s in t["starts"]:
-            imp = "" if s["import_s"] is None or s["import_s"] < 0.5 else f", import {s['import_s']:.1f} s"
-            again = ", configuration started by another run too" if s["repeated"] else ""
-            out.append(f"{'':33}{s['start_s']:6.1f} s  {s['kind']} {s['label']}: {s['why']}, "
-                       f"ended: {s['ended']}{imp}{again}")
+        out += test_lines(t, width)
     tot = data["totals"]
     out.append("")
+    out.append(starts_line(tot))
+    out += import_lines(tot, data["imports"])
+    out.append(wall_line(tot))
+    out.append(f"budget (tests/engine_budget.py): {len(engine_budget.BUDGET)} entries, "
+               f"{sum(e.starts for e in engine_budget.BUDGET)} of {engine_budget.MAX_STARTS} starts")
+    out += [f"  over budget: {p}" for p in data["budget_problems"]]
+    return out
+
+
+def test_lines(t: dict[str, Any], width: int) -> list[str]:
+    """One test's line (wall, worker, starts, their seconds), then a line per start."""
+    secs = sum(s["start_s"] for s in t["starts"])
+    name = t["test"].removeprefix("tests/")
+    status = "" if t["outcome"] == "passed" else f"  ({t['outcome']})"
+    out = [f"{t['wall_s']:7.1f}  {t['worker']:6}  {len(t['starts']):6d}  {secs:7.1f}  {name[:width]}{status}"]
+    return out + [start_line(s) for s in t["starts"]]
+
+
+def start_line(s: dict[str, Any]) -> str:
+    """One start: its seconds, what and why, how it ended, its import (from half a second)."""
+    imp = "" if s["import_s"] is None or s["import_s"] < 0.5 else f", import {s['import_s']:.1f} s"
+    again = ", configuration started by another run too" if s["repeated"] else ""
+    return (f"{'':33}{s['start_s']:6.1f} s  {s['kind']} {s['label']}: {s['why']}, "
+            f"ended: {s['ended']}{imp}{again}")
+
+
+def starts_line(tot: dict[str, Any]) -> str:
     ended = ", ".join(f"{k} {v}" for k, v in tot["ended"].items() if v)
-    out.append(f"engine starts: {tot['starts']} ({tot['first_starts']} first starts of a configuration in "
-               f"their run, {tot['restarts']} restarts after a death) in {tot['start_s']:.0f} s; "
-               f"ended: {ended}; {tot['repeated_configurations']} of a configuration another run started too")
+    return (f"engine starts: {tot['starts']} ({tot['first_starts']} first starts of a configuration in "
+            f"their run, {tot['restarts']} restarts after a death) in {tot['start_s']:.0f} s; "
+            f"ended: {ended}; {tot['repeated_configurations']} of a configuration another run started too")
+
+
+def import_lines(tot: dict[str, Any], imports: dict[str, float] | None) -> list[str]:
+    """Where vLLM's import went: the test's own process (estimated part said), the spawned
+    processes and the rest of the starts (with ``imports``), each import measured alone."""
     own = tot["import_in_test_process_s"] + (tot["import_in_test_process_estimated_s"] or 0.0)
     imp = f"vLLM import in the test's own process: {own:.0f} s"
     if tot["import_in_test_process_estimated_s"]:
@@ -271,21 +330,20 @@ def render(data: dict[str, Any], width: int = 100) -> list[str]:
         rest = max(0.0, tot["start_s"] - own - spawned)
         imp += (f"; in the processes the starts spawned (engine core, workers, API servers): "
                 f"~{spawned:.0f} s; the engines' own start: the rest, ~{rest:.0f} s")
-    out.append(imp)
-    if data["imports"]:
-        each = ", ".join(f"{k} {v:.1f} s" for k, v in data["imports"].items())
-        out.append(f"  each import alone in a fresh interpreter (median): {each}")
+    if not imports:
+        return [imp]
+    each = ", ".join(f"{k} {v:.1f} s" for k, v in imports.items())
+    return [imp, f"  each import alone in a fresh interpreter (median): {each}"]
+
+
+def wall_line(tot: dict[str, Any]) -> str:
     idle = tot["idle_at_end_measured_s"]
     half = minutes(tot["tests_s"] / 2)
-    out.append(f"tests: {tot['tests']}, {tot['tests_s']:.0f} s of test time (÷ 2 = {half}); "
-               f"wall measured {minutes(tot['wall_measured_s'])}, projected for 2 workers "
-               f"{minutes(tot['wall_projected_s'])} (idle at the end: measured "
-               f"{'?' if idle is None else f'{idle:.0f}'} s, "
-               f"projected {tot['idle_at_end_projected_s']:.0f} s)")
-    out.append(f"budget (tests/engine_budget.py): {len(engine_budget.BUDGET)} entries, "
-               f"{sum(e.starts for e in engine_budget.BUDGET)} of {engine_budget.MAX_STARTS} starts")
-    out += [f"  over budget: {p}" for p in data["budget_problems"]]
-    return out
+    return (f"tests: {tot['tests']}, {tot['tests_s']:.0f} s of test time (÷ 2 = {half}); "
+            f"wall measured {minutes(tot['wall_measured_s'])}, projected for 2 workers "
+            f"{minutes(tot['wall_projected_s'])} (idle at the end: measured "
+            f"{'?' if idle is None else f'{idle:.0f}'} s, "
+            f"projected {tot['idle_at_end_projected_s']:.0f} s)")
 
 
 def by_function(data: dict[str, Any]) -> dict[str, tuple[int, float, float]]:

@@ -570,34 +570,50 @@ def bench_preloads() -> dict[str, Any]:
                            "vllm": fingerprint.installed(*fingerprint.VLLM_DISTS)}
     for model, n, tokens, rounds in PRELOAD_MODELS:
         orders = ["with,without", "without,with"] + (["without,without"] if model in PRELOAD_CONTROLS else [])
-        pairs = []
-        for modes in orders:
-            data = _preload_pair(model, n, tokens, rounds, modes, preload)
-            first, second = data["medians_s"]
-            control = data["modes"] == ["without", "without"]
-            ratio = second / first if control else (
-                first / second if data["modes"][0] == "with" else second / first)
-            pairs.append({**data, "ratio": ratio, "control": control})
-            label = ("control without/without (2nd / 1st)" if control
-                     else f"with/without, {data['modes'][0]} first")
-            print(f"  {model} batch {n}: {label}: {first * 1000:.1f} vs {second * 1000:.1f} ms per step "
-                  f"({len(data['steps_s'][0])} + {len(data['steps_s'][1])} steps; starts "
-                  f"{data['start_s'][0]:.0f} s, {data['start_s'][1]:.0f} s) -> {ratio:.3f}", flush=True)
-        measured = [p for p in pairs if not p["control"]]
-        with_s = [s for p in measured for s in p["steps_s"][p["modes"].index("with")]]
-        without_s = [s for p in measured for s in p["steps_s"][p["modes"].index("without")]]
-        summary = {
-            "batch": n, "ratio": statistics.geometric_mean(p["ratio"] for p in measured),
-            "pair_ratios": [p["ratio"] for p in measured],
-            "control_ratio": next((p["ratio"] for p in pairs if p["control"]), None),
-            "median_with_s": statistics.median(with_s), "median_without_s": statistics.median(without_s),
-            "steps_with": len(with_s), "steps_without": len(without_s), "pairs": pairs,
-        }
-        print(f"  {model}: with / without over {len(measured)} pairs, start order cancelled: "
+        pairs = [_preload_order(model, n, tokens, rounds, modes, preload) for modes in orders]
+        summary = _preload_summary(n, pairs)
+        print(f"  {model}: with / without over {len(summary['pair_ratios'])} pairs, start order cancelled: "
               f"{summary['ratio']:.3f} (median step {summary['median_with_s'] * 1000:.1f} vs "
               f"{summary['median_without_s'] * 1000:.1f} ms)", flush=True)
         out[model] = summary
     return out
+
+
+def _with_over_without(data: dict[str, Any]) -> tuple[float, bool]:
+    """(the pair's ratio: with ÷ without whichever started first, or 2nd ÷ 1st for a control;
+    whether it is the control pair, both without)."""
+    first, second = data["medians_s"]
+    control = data["modes"] == ["without", "without"]
+    if control or data["modes"][0] != "with":
+        return second / first, control
+    return first / second, control
+
+
+def _preload_order(model: str, n: int, tokens: int, rounds: int, modes: str, preload: str) -> dict[str, Any]:
+    """One pair in one start order, measured, its ratio printed."""
+    data = _preload_pair(model, n, tokens, rounds, modes, preload)
+    first, second = data["medians_s"]
+    ratio, control = _with_over_without(data)
+    label = "control without/without (2nd / 1st)" if control else f"with/without, {data['modes'][0]} first"
+    print(f"  {model} batch {n}: {label}: {first * 1000:.1f} vs {second * 1000:.1f} ms per step "
+          f"({len(data['steps_s'][0])} + {len(data['steps_s'][1])} steps; starts "
+          f"{data['start_s'][0]:.0f} s, {data['start_s'][1]:.0f} s) -> {ratio:.3f}", flush=True)
+    return {**data, "ratio": ratio, "control": control}
+
+
+def _preload_summary(n: int, pairs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A model's pairs in one: the geometric mean of the measured pairs' ratios (start order
+    cancelled), the control's ratio, each side's median step over the measured pairs."""
+    measured = [p for p in pairs if not p["control"]]
+    with_s = [s for p in measured for s in p["steps_s"][p["modes"].index("with")]]
+    without_s = [s for p in measured for s in p["steps_s"][p["modes"].index("without")]]
+    return {
+        "batch": n, "ratio": statistics.geometric_mean(p["ratio"] for p in measured),
+        "pair_ratios": [p["ratio"] for p in measured],
+        "control_ratio": next((p["ratio"] for p in pairs if p["control"]), None),
+        "median_with_s": statistics.median(with_s), "median_without_s": statistics.median(without_s),
+        "steps_with": len(with_s), "steps_without": len(without_s), "pairs": pairs,
+    }
 
 
 BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "guard": bench_guard,

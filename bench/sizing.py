@@ -184,8 +184,8 @@ LONG, LONG_LEN, LONG_DECODES = 16384, 16448, 8
 def measure_long_step(model: str) -> dict[str, Any]:
     """A real step on the full model: ``LONG_DECODES`` decodes at ``LONG`` tokens of context each (one
     long prompt prefilled, then as many prompts that go on past it, found in the prefix cache)."""
-    from pytest_enginedead.harness.engines.cleanup import Reaper
     from pytest_enginedead.harness.engines.offline import Engine
+    from pytest_enginedead.harness.engines.reaper import Reaper
     from pytest_enginedead.logic.planning.engines import DeadlineAndFaults as Instructions
     from pytest_enginedead.logic.planning.engines import EngineSpec
     from pytest_enginedead.logic.sizing.result import samples_of

@@ -267,6 +267,6 @@ def markdown(results: dict[str, Any]) -> str:
     lines += ["", "| model | ranks | forecast from | kind | held-out groups | MAPE | mean signed | worst | "
               "most short | in the 90 % interval | targets met |", "|---" * 11 + "|"]
     lines += [_row(r) for r in rows if r["kind"] in ("all", "worst")]
-    return "\n".join([*lines, "", "Targets (issue 54, per model, ranks and source): MAPE ≤ 10 %, the worst "
+    return "\n".join([*lines, "", "Targets (per model, ranks and source): MAPE ≤ 10 %, the worst "
                        "step's shape within ±15 %, no forecast short by more than 10 %, the 90 % interval "
                        "holding at least 90 % of the measured steps."])

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_enginedead.harness.engines.cleanup import Reaper
 from pytest_enginedead.harness.engines.coreready import EngineStartError
+from pytest_enginedead.harness.engines.reaper import Reaper
 from pytest_enginedead.harness.load.guidellm import find_guidellm
 from pytest_enginedead.harness.load.soak import soak
 from pytest_enginedead.harness.load.soakfaults import Plan
@@ -187,39 +187,27 @@ def stock_line(records: list[dict[str, Any]]) -> str | None:
     return line
 
 
-def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    guidellm = find_guidellm(args.guidellm)
-    try:
-        todo = plans(args, guidellm)
-    except ScheduleError as exc:
-        print(f"bench/soak.py: {exc}", file=sys.stderr)
-        return 2
-    say(f"soak: runs {', '.join(args.runs)}; schedule {todo[0].schedule.describe() if todo else '-'}; "
-        f"guidellm {'at ' + guidellm if guidellm else 'not installed (pip install guidellm, or --guidellm)'}")
-    reaper = Reaper()
+def run_all(
+    todo: list[Plan], runs: list[str], reaper: Reaper
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Each plan's soak, one at a time (its record), then the guard's cost when ``cost`` is asked."""
     records: list[dict[str, Any]] = []
-    cost: dict[str, Any] | None = None
-    began = time.time()
-    try:
-        for plan in todo:
-            say(f"[{plan.name}] starting: {plan.schedule.describe()}"
-                f"{f', {plan.minutes:g} min' if plan.minutes else ', one pass'}")
-            records.append(soak(plan, say, reaper))
-            say(f"[{plan.name}] done: {json.dumps({k: records[-1][k] for k in ('requests', 'false_ends')})}")
-        if "cost" in args.runs:
-            say("[cost] guard on ÷ off, side by side (two engines per pair)")
-            cost = guard_cost()
-    except KeyboardInterrupt:
-        say("interrupted: everything stopped")
-        return 130
-    except EngineStartError as exc:
-        say(f"soak: {str(exc).splitlines()[0]}")
-        return 1
-    finally:
-        reaper.close()
+    for plan in todo:
+        say(f"[{plan.name}] starting: {plan.schedule.describe()}"
+            f"{f', {plan.minutes:g} min' if plan.minutes else ', one pass'}")
+        records.append(soak(plan, say, reaper))
+        say(f"[{plan.name}] done: {json.dumps({k: records[-1][k] for k in ('requests', 'false_ends')})}")
+    cost = None
+    if "cost" in runs:
+        say("[cost] guard on ÷ off, side by side (two engines per pair)")
+        cost = guard_cost()
     for r in records:
         r["guard_cost_ratio"] = cost["ratio"] if cost and r["guard"] else None
+    return records, cost
+
+
+def report(records: list[dict[str, Any]], cost: dict[str, Any] | None) -> list[str]:
+    """Print the table, stock vLLM's line, the guard's cost and each target missed; the misses."""
     print()
     for line in table(records):
         print(line)
@@ -231,13 +219,45 @@ def main(argv: list[str]) -> int:
     missed = misses(records, cost)
     for line in missed:
         print(f"MISSED: {line}")
+    return missed
+
+
+def write_json(path: str, began: float, argv: list[str], records: list[dict[str, Any]],
+               cost: dict[str, Any] | None, missed: list[str]) -> None:
+    """Every run's record, the guard's cost and the targets missed, with when and where, to ``path``."""
+    data = {"measured": time.strftime("%Y-%m-%d %H:%M", time.localtime(began)),
+            "wall_minutes": round((time.time() - began) / 60, 1), "argv": argv,
+            "machine": fingerprint.this_machine(), "runs": records, "guard_cost": cost,
+            "targets_missed": missed}
+    Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n")
+    print(f"written: {path}")
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    guidellm = find_guidellm(args.guidellm)
+    try:
+        todo = plans(args, guidellm)
+    except ScheduleError as exc:
+        print(f"bench/soak.py: {exc}", file=sys.stderr)
+        return 2
+    say(f"soak: runs {', '.join(args.runs)}; schedule {todo[0].schedule.describe() if todo else '-'}; "
+        f"guidellm {'at ' + guidellm if guidellm else 'not installed (pip install guidellm, or --guidellm)'}")
+    reaper = Reaper()
+    began = time.time()
+    try:
+        records, cost = run_all(todo, args.runs, reaper)
+    except KeyboardInterrupt:
+        say("interrupted: everything stopped")
+        return 130
+    except EngineStartError as exc:
+        say(f"soak: {str(exc).splitlines()[0]}")
+        return 1
+    finally:
+        reaper.close()
+    missed = report(records, cost)
     if args.json:
-        data = {"measured": time.strftime("%Y-%m-%d %H:%M", time.localtime(began)),
-                "wall_minutes": round((time.time() - began) / 60, 1), "argv": argv,
-                "machine": fingerprint.this_machine(), "runs": records, "guard_cost": cost,
-                "targets_missed": missed}
-        Path(args.json).write_text(json.dumps(data, indent=2, default=str) + "\n")
-        print(f"written: {args.json}")
+        write_json(args.json, began, argv, records, cost, missed)
     return 1 if missed else 0
 
 

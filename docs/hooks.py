@@ -25,12 +25,23 @@ each page is rendered.  The tables:
   the serving process's (``contract.names.EXIT_DEAD`` / ``EXIT_HUNG``).
 - ``presets``: the model presets shipped with the package (``pytest_enginedead/models/``, as
   ``logic.inputs.modelconfig.presets`` finds them): name, ``preset_summary`` of the config, files.
-- ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, and the file.
+- ``report-schema``: every field of ``pytest_enginedead/report.schema.json``, a table per top-level
+  object or list.
 - ``rooms``: the package's folders and modules with the first line of their docstrings.
 - ``import-rules``: the ``[tool.importlinter]`` contracts of ``pyproject.toml``.
 - ``sizing-validation``: the forecast's validation set, from ``bench/sizing-results.json``
   (``bench/sizing_validate.markdown``): each run's machine, date, vLLM release and command, then
   MAPE, signed error, worst error and interval coverage per model, ranks and source.
+- ``reported-answers``: the reported model's answers as ``bench/sizing.py`` recorded them (the
+  ``26b`` parts): limits, worst step, what the deadline does, machine and date.
+- ``check-plot``: ``enginedead check``'s verdict table from the first-run tutorial's recording, as a
+  Mermaid chart (the longest step of each run against vLLM's stock deadline).
+- ``soak``: the soak's runs, from ``bench/soak-results.json`` and ``bench/soak-tp2-results.json``
+  (``bench/soak_figures.py``): machine, date and command, then per run what it proved and what it
+  left, and its fault windows in words.
+- ``sizing-figures``: the other parts of ``bench/sizing.py`` the same file holds
+  (``bench/sizing_figures.py``): per part what it measures, the result, its target and whether it
+  was met, the machine, vLLM release and date it ran on, and the command that measures it again.
 - ``metrics``: the metric families the plugin serves on vLLM's ``/metrics`` and ``enginedead probe
   --prometheus`` prints (``pytest_enginedead.logic.metrics.table``): name, type, labels, help.
 - ``alert-rules``: the alert rules shipped (``logic.metrics.alerts.RULES``).
@@ -51,8 +62,15 @@ its ``title`` attribute, and may be run by a test:
 - A test that is expected to fail says so itself (``@pytest.mark.xfail(strict=True)``),
   so every example's run passes.
 
-A ``python`` fence without a ``title`` fails the build.  Shell lines (``bash``, ``console``)
-and output (``text``) are not run.  ``python_examples`` reads the fences as these files;
+A ``python`` fence without a ``title`` fails the build.  Output (``text``) is not run, nor are
+shell lines (``bash``, ``console``), except:
+
+- ```` ```bash title="runs without an engine" ```` -- a shell block that needs no engine, no server,
+  no network and no vLLM: ``tests/unit/test_docs.py`` runs it whole with ``bash -e -o pipefail``
+  in an empty directory, with this checkout's ``enginedead`` on ``PATH``, and it must exit 0.  The
+  title shows on the site, so a reader knows it is safe to paste anywhere.
+
+  ``python_examples`` reads the fences as these files;
 ``tests/unit/test_docs.py`` runs them (``tests/engine/test_docs.py`` the ones that need an
 engine), and imports any other ``.py`` file that has no ``__main__`` block.
 
@@ -212,14 +230,29 @@ def handles() -> str:
 # --- environment ------------------------------------------------------------------------
 
 
-def _comment_above(lines: list[str], lineno: int) -> str:
-    """The ``#:`` comment right above line ``lineno`` (1-based), joined into one line."""
+def _named_constant(node: ast.stmt) -> tuple[str, ast.expr] | None:
+    """(name, value) of a module-level ``NAME = value``; None for any other statement."""
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id, node.value
+    return None
+
+
+def _doc_comment(lines: Sequence[str], lineno: int) -> str:
+    """The ``#:`` comment lines right above line ``lineno`` (1-based), joined."""
     comment: list[str] = []
     i = lineno - 2
     while i >= 0 and lines[i].lstrip().startswith("#:"):
         comment.insert(0, lines[i].lstrip()[2:].strip())
         i -= 1
     return " ".join(comment)
+
+
+def _env_variable(name: str, value: ast.expr) -> str | None:
+    """The ``ENGINEDEAD_*`` variable a constant named ``*_ENV`` or ``ENV_*`` holds; None otherwise."""
+    if not (name.endswith("_ENV") or name.startswith("ENV_")):
+        return None
+    text = value.value if isinstance(value, ast.Constant) else None
+    return text if isinstance(text, str) and text.startswith("ENGINEDEAD_") else None
 
 
 def environment() -> str:
@@ -229,19 +262,17 @@ def environment() -> str:
     rows = []
     last_comment, last_line = "", -2
     for node in ast.parse(source).body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
+        constant = _named_constant(node)
+        if constant is None:
             continue
-        name = node.targets[0].id
-        text = _comment_above(lines, node.lineno)
+        name, value = constant
+        text = _doc_comment(lines, node.lineno)
         if not text and last_line == node.lineno - 1:
             text = last_comment  # one comment over a group of constants
         last_comment, last_line = text, node.end_lineno or node.lineno
-        value = node.value
-        is_env = name.endswith("_ENV") or name.startswith("ENV_")
-        if is_env and isinstance(value, ast.Constant) and isinstance(value.value, str) \
-                and value.value.startswith("ENGINEDEAD_"):
-            rows.append((f"`{value.value}`", f"`{name}`", cell(text)))
+        variable = _env_variable(name, value)
+        if variable is not None:
+            rows.append((f"`{variable}`", f"`{name}`", cell(text)))
     if not rows:
         raise PluginError(f"no ENGINEDEAD_* constants found in {path}")
     return table(("variable", "constant (`contract.names`)", "what"), rows)
@@ -393,12 +424,21 @@ def _fields(spec: dict[str, Any], prefix: str, required: set[str]) -> Iterator[t
 
 
 def report_schema() -> str:
+    """One table for the top-level fields, then one per object or list with fields of its own, each
+    under its own heading: a reader finds a field from the page's contents in one screen."""
     schema = json.loads((PACKAGE / "report.schema.json").read_text())
     rows = list(_fields(schema, "", set(schema.get("required", []))))
-    whole = json.dumps(schema, indent=2)
-    body = "\n".join("    " + line for line in ["```json", *whole.splitlines(), "```"])
-    return (table(("field", "type", "required", "what"), rows)
-            + '\n\n??? note "The whole schema (`pytest_enginedead/report.schema.json`)"\n\n' + body + "\n")
+    groups: dict[str, list[tuple[str, ...]]] = {}
+    for row in rows:
+        top = re.match(r"`([A-Za-z_]+)", row[0])
+        groups.setdefault(top.group(1) if top else "", []).append(row)
+    header = ("field", "type", "required", "what")
+    out = ["### Top-level fields\n", table(header, [g[0] for g in groups.values()]) + "\n"]
+    for name, group in groups.items():
+        if len(group) > 1:
+            out += [f"### `{name}`\n", table(header, group) + "\n"]
+    out.append("The schema itself: `pytest_enginedead/report.schema.json`, installed with the package.")
+    return "\n".join(out)
 
 
 # --- the package's folders and modules --------------------------------------------------
@@ -448,15 +488,80 @@ def import_rules() -> str:
     return table(("rule", "what it holds"), rows)
 
 
-def sizing_validation() -> str:
-    """The forecast's validation figures, from ``bench/sizing-results.json`` (``bench/sizing.py``)."""
+def _bench(name: str) -> Any:
+    """``bench/NAME.py``, loaded from its file (``bench/`` is no package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sizing_validate", ROOT / "bench" / "sizing_validate.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    text: str = bench.markdown(json.loads((ROOT / "bench" / "sizing-results.json").read_text()))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sizing_results() -> dict[str, Any]:
+    """``bench/sizing-results.json``, what ``bench/sizing.py`` recorded."""
+    found: dict[str, Any] = json.loads((ROOT / "bench" / "sizing-results.json").read_text())
+    return found
+
+
+def sizing_validation() -> str:
+    """The forecast's validation figures, from ``bench/sizing-results.json`` (``bench/sizing.py``)."""
+    text: str = _bench("sizing_validate").markdown(sizing_results())
+    return text
+
+
+def reported_answers() -> str:
+    """The reported model's answers from ``bench/sizing-results.json``, for the forecast tutorial."""
+    text: str = _bench("sizing_figures").reported_answers(sizing_results())
+    return text
+
+
+#: a row of ``enginedead check``'s verdict table: batch, run, deadline, steps, p50, max (``>=`` while
+#: the step still ran), verdict
+CHECK_ROW = re.compile(r"^\s*(?P<batch>\d+)\s+(?P<run>stock|policy|guard)\s+(?P<deadline>[\d.]+)s\s+\d+\s+"
+                       r"[\d.]+s\s+(?P<still>>=)?(?P<max>[\d.]+)s\s+(?P<verdict>.+?)\s*$", re.MULTILINE)
+
+
+def check_plot() -> str:
+    """``enginedead check``'s table, as the first-run tutorial's recording holds it, drawn: the longest
+    step of each run against vLLM's stock deadline (a Mermaid xychart).  Made again from the
+    recording by ``make docs-tables`` whenever ``make docs-recordings`` records it anew."""
+    page = (ROOT / "docs" / "tutorials" / "first-run.md").read_text()
+    recording = page[page.index("<!-- recording: check -->"):page.index("<!-- end recording: check -->")]
+    rows = [m.groupdict() for m in CHECK_ROW.finditer(recording)]
+    if not rows:
+        raise PluginError("docs/tutorials/first-run.md: the check recording has no verdict table to draw")
+    stock = {float(r["deadline"]) for r in rows if r["run"] == "stock"}
+    limit = max(stock) if stock else 0.0
+    names = ", ".join(f'"{r["batch"]} {r["run"]}"' for r in rows)
+    top = max([limit, *(float(r["max"]) for r in rows)]) * 1.15
+    lines = ["```mermaid", "xychart-beta",
+             f'    title "Longest step of each run, and vLLM\'s stock deadline ({limit:g} s)"',
+             f"    x-axis [{names}]", f'    y-axis "seconds" 0 --> {top:.1f}',
+             f"    bar [{', '.join(r['max'] for r in rows)}]",
+             f"    line [{', '.join(f'{limit:g}' for _ in rows)}]", "```", ""]
+    said = "; ".join(f"batch {r['batch']} {r['run']}: {r['verdict']}"
+                     + (f" (deadline {float(r['deadline']):g} s)" if r["run"] != "stock" else "")
+                     + (", still running when it died" if r["still"] else "") for r in rows)
+    lines.append(f"The bars are the `step max` column, the line the stock runs' deadline: {said}.")
+    return "\n".join(lines)
+
+
+#: the soak's results files, in the order the page shows them
+SOAK_RESULTS = ("bench/soak-results.json", "bench/soak-tp2-results.json")
+
+
+def soak() -> str:
+    """The soak's runs, from the JSON files ``bench/soak.py`` wrote."""
+    files = [(path, json.loads((ROOT / path).read_text())) for path in SOAK_RESULTS if (ROOT / path).exists()]
+    text: str = _bench("soak_figures").markdown(files)
+    return text
+
+
+def sizing_figures() -> str:
+    """The other sizing figures, one row per part, from ``bench/sizing-results.json``."""
+    text: str = _bench("sizing_figures").markdown(sizing_results())
     return text
 
 
@@ -503,9 +608,13 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "rooms": rooms,
     "import-rules": import_rules,
     "sizing-validation": sizing_validation,
+    "sizing-figures": sizing_figures,
     "metrics": metrics,
     "alert-rules": alert_rules,
     "dashboard-panels": dashboard_panels,
+    "soak": soak,
+    "reported-answers": reported_answers,
+    "check-plot": check_plot,
 }
 
 
@@ -559,6 +668,15 @@ class Example:
     needs_engine: bool
     code: str
     line: int
+
+
+#: the title of a shell block that runs anywhere (see the module's docstring)
+RUNNABLE_SHELL = 'title="runs without an engine"'
+
+
+def runnable_shell(markdown: str) -> list[Fence]:
+    """The ``bash`` fences marked as runnable without an engine."""
+    return [f for f in fences(markdown) if f.lang == "bash" and RUNNABLE_SHELL in f.attrs]
 
 
 def python_examples(markdown: str) -> list[Example]:

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_enginedead.contract.stepprogress import Phase, read_step_progress
-from pytest_enginedead.harness.engines.cleanup import Reaper
 from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.harness.engines.reaper import Reaper
 from pytest_enginedead.logic.inputs.modelconfig import presets
 from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec
 

@@ -51,25 +51,38 @@ def listed_architectures() -> frozenset[str]:
         return frozenset()
 
 
+def _assigned(node: ast.stmt) -> tuple[str, ast.Dict] | None:
+    """(name, dict literal) for a module-level ``name = {...}`` or ``name: T = {...}``; else None."""
+    target: ast.expr | None = None
+    value: ast.expr | None = None
+    if isinstance(node, ast.Assign) and len(node.targets) == 1:
+        target, value = node.targets[0], node.value
+    elif isinstance(node, ast.AnnAssign):
+        target, value = node.target, node.value
+    if not isinstance(target, ast.Name) or not isinstance(value, ast.Dict):
+        return None
+    return target.id, value
+
+
+def _literal_keys(node: ast.Dict) -> set[str]:
+    """A dict literal's own string keys (no ``**other``)."""
+    return {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+
+
 def architectures_in_source(source: str) -> frozenset[str]:
     """The string keys of the dict literals that ``REGISTRY_UNION`` unpacks; none if it is not there."""
     dicts: dict[str, set[str]] = {}
     union: list[str] = []
     for node in ast.parse(source).body:
-        target: ast.expr | None = None
-        value: ast.expr | None = None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign):
-            target, value = node.target, node.value
-        if not isinstance(target, ast.Name) or not isinstance(value, ast.Dict):
+        found = _assigned(node)
+        if found is None:
             continue
-        pairs = list(zip(value.keys, value.values, strict=True))
-        if target.id == REGISTRY_UNION:
-            union = [v.id for k, v in pairs if k is None and isinstance(v, ast.Name)]
+        name, value = found
+        if name == REGISTRY_UNION:
+            union = [v.id for k, v in zip(value.keys, value.values, strict=True)
+                     if k is None and isinstance(v, ast.Name)]
         else:
-            dicts[target.id] = {k.value for k, _ in pairs
-                                if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            dicts[name] = _literal_keys(value)
     return frozenset(arch for name in union for arch in dicts.get(name, ()))
 
 
@@ -142,34 +155,64 @@ def mapping_keys_in_source(source: str, name: str, keys: dict[str, set[str]] | N
     keys = {} if keys is None else keys
     for node in ast.parse(source).body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if node.value is not None and any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            if node.value is not None and _assigns(node, name):
                 keys[name] = _mapping_keys(node.value, keys)
-        elif isinstance(node, ast.Expr) and isinstance(call := node.value, ast.Call):
-            func = call.func
-            if (isinstance(func, ast.Attribute) and func.attr == "update" and isinstance(func.value, ast.Name)
-                    and func.value.id == name and call.args):
-                keys.setdefault(name, set()).update(_mapping_keys(call.args[0], keys))
+        elif (update := _update_of(node, name)) is not None:
+            keys.setdefault(name, set()).update(_mapping_keys(update, keys))
     return keys.get(name, set())
 
 
+def _assigns(node: ast.Assign | ast.AnnAssign, name: str) -> bool:
+    """Whether this assignment binds the module-level ``name``."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return any(isinstance(t, ast.Name) and t.id == name for t in targets)
+
+
+def _update_of(node: ast.stmt, name: str) -> ast.expr | None:
+    """The argument of a statement ``name.update(arg, ...)``; None for any other statement."""
+    if not (isinstance(node, ast.Expr) and isinstance(call := node.value, ast.Call)):
+        return None
+    func = call.func
+    if (isinstance(func, ast.Attribute) and func.attr == "update" and isinstance(func.value, ast.Name)
+            and func.value.id == name and call.args):
+        return call.args[0]
+    return None
+
+
 def _mapping_keys(node: ast.expr, known: dict[str, set[str]]) -> set[str]:
-    found: set[str] = set()
+    """The string keys the expression builds: a dict literal, a call (``dict``, ``OrderedDict``, ...)
+    or a name whose keys are ``known``."""
     if isinstance(node, ast.Dict):
-        for key, value in zip(node.keys, node.values, strict=True):
-            if key is None:
-                found |= _mapping_keys(value, known)
-            elif isinstance(key, ast.Constant) and isinstance(key.value, str):
-                found.add(key.value)
-    elif isinstance(node, ast.Call):
-        for arg in node.args:
-            if isinstance(arg, (ast.List, ast.Tuple)):
-                found |= {e.elts[0].value for e in arg.elts if isinstance(e, ast.Tuple) and e.elts
-                          and isinstance(e.elts[0], ast.Constant) and isinstance(e.elts[0].value, str)}
-            else:
-                found |= _mapping_keys(arg, known)
-        for kw in node.keywords:
-            found |= {kw.arg} if kw.arg is not None else _mapping_keys(kw.value, known)
-    elif isinstance(node, ast.Name):
-        found |= known.get(node.id, set())
+        return _dict_keys(node, known)
+    if isinstance(node, ast.Call):
+        return _call_keys(node, known)
+    if isinstance(node, ast.Name):
+        return set(known.get(node.id, set()))
+    return set()
+
+
+def _dict_keys(node: ast.Dict, known: dict[str, set[str]]) -> set[str]:
+    """A dict literal's string keys, those of each ``**other`` in it included."""
+    found: set[str] = set()
+    for key, value in zip(node.keys, node.values, strict=True):
+        if key is None:
+            found |= _mapping_keys(value, known)
+        elif isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found.add(key.value)
     return found
+
+
+def _call_keys(node: ast.Call, known: dict[str, set[str]]) -> set[str]:
+    """A call's keys: of each positional list of pairs or mapping, and each keyword (``**`` unpacked)."""
+    found: set[str] = set()
+    for arg in node.args:
+        found |= _pair_keys(arg) if isinstance(arg, (ast.List, ast.Tuple)) else _mapping_keys(arg, known)
+    for kw in node.keywords:
+        found |= {kw.arg} if kw.arg is not None else _mapping_keys(kw.value, known)
+    return found
+
+
+def _pair_keys(node: ast.List | ast.Tuple) -> set[str]:
+    """The string keys of a literal list of ``(key, value)`` pairs (``OrderedDict([...])``)."""
+    return {e.elts[0].value for e in node.elts if isinstance(e, ast.Tuple) and e.elts
+            and isinstance(e.elts[0], ast.Constant) and isinstance(e.elts[0].value, str)}

@@ -43,9 +43,11 @@ STALL_FLOOR_S = 10.0
 STALL_MULTIPLE = 4.0
 
 
-def stall_window_s(pace_s: float) -> float:
-    """How long a step in its layers may go without advancing before it is judged stalled."""
-    return max(STALL_FLOOR_S, STALL_MULTIPLE * pace_s)
+def stall_window_s(pace_s: float, floor_s: float | None = None) -> float:
+    """How long a step in its layers may go without advancing before it is judged stalled: at least
+    ``floor_s`` (the guard's ``hang_s``; None: ``STALL_FLOOR_S``), and ``STALL_MULTIPLE`` times the
+    longest gap its run's pace expects of it (a layer slower than ``hang_s`` is still work)."""
+    return max(STALL_FLOOR_S if floor_s is None else floor_s, STALL_MULTIPLE * pace_s)
 
 
 class RankState(enum.Enum):
@@ -106,8 +108,8 @@ class Judgement:
 
 
 def judge_rank(ev: RankEvidence, now: float, window_s: float | None = None) -> Judgement:
-    """One rank's verdict by the rules above; ``window_s`` overrides the stall window (the guard
-    passes its ``hang_s`` where that is shorter)."""
+    """One rank's verdict by the rules above; ``window_s`` replaces the stall window's floor (the
+    guard passes its ``hang_s``)."""
     if not ev.alive:
         return Judgement(ev, Verdict.DEAD, RankState.GONE, f"gone ({ev.gone_why})")
     if not ev.in_step:
@@ -118,7 +120,7 @@ def judge_rank(ev: RankEvidence, now: float, window_s: float | None = None) -> J
                          f"waiting in a collective for {ev.in_collective_s:.1f} s ({ev.cpu_words})")
     p = ev.progress
     if p is not None and p.phase is Phase.FORWARD and not p.forward_done:
-        return _in_layers(ev, p, now, stall_window_s(p.pace_s) if window_s is None else window_s)
+        return _in_layers(ev, p, now, stall_window_s(p.pace_s, window_s))
     doing = p.where() if p is not None else "in its step"
     if ev.busy:
         return Judgement(ev, Verdict.SLOW, RankState.COMPUTING, f"computing, {doing} ({ev.cpu_words})", now)

@@ -54,7 +54,8 @@ GUARD_PATH_ENV = "ENGINEDEAD_GUARD_PATH"
 GUARD_VARIABLES = (GUARD_ENV, GUARD_POLICY_ENV, GUARD_HANG_ENV, GUARD_PATH_ENV)
 
 
-#: The serving process exits non-zero after its engine died (the guard turns it on too).
+#: ``1``: the serving process exits non-zero after its engine died (70, or 71 when the guard ended a
+#: hung step); unset, vLLM's 0.  Only this variable turns it on: ``ENGINEDEAD_GUARD`` does not.
 EXIT_ENV = "ENGINEDEAD_EXIT_ON_DEATH"
 
 #: The serving process's status after its engine died of anything but a hang.

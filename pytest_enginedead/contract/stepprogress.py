@@ -10,10 +10,13 @@ A reader may read while the worker writes: the record begins with a sequence cou
 writer makes odd before it writes and even after (a seqlock), and a reader retries until it reads
 the same even count before and after the fields.
 
-The worker also keeps its **pace**: the longest time between two advances inside the layers seen
-in its run so far (from one layer to the next, or from the last layer to the end of the forward
-pass).  How long a step may go without advancing before it is judged stalled is sized from it
-(``logic.liveness``), never from one box's seconds.
+The worker also keeps its **pace**: the longest time between two advances inside the layers
+(from one layer to the next, or from the last layer to the end of the forward pass) this step may
+take at its run's pace — the longest gap seen in the run so far, scaled up in proportion when this
+step schedules more tokens than the step that gap was seen in (a prefill chunk after decodes: a
+layer's work grows with its tokens; the estimate errs long).  How long a step may go without
+advancing before it is judged stalled is sized from it (``contract.judge``), never from one box's
+seconds.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ class StepProgress:
     began: float  # when the step began
     forward_at: float  # when its first layer began (0.0 before)
     advanced: float  # the last time it advanced: a layer began, the forward pass ended, a phase began
-    pace_s: float  # the longest gap between two advances in the layers, this worker's run so far
+    pace_s: float  # the longest gap between two advances this step may take (the run's pace, to its size)
     forward_done: bool = False  # the forward pass has returned (its layers are all finished)
     #: the last finished step's time from its last layer's start to its forward pass's end, in
     #: that step's layers: the last layer and what follows it (the final norm, the logits)
@@ -127,6 +130,15 @@ def layers_pid(name: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
+def expected_gap_s(longest_s: float, longest_tokens: int, tokens: int) -> float:
+    """The longest gap between two advances a step of ``tokens`` may take, from the run's longest
+    (``longest_s``, seen in a step of ``longest_tokens``): in proportion to the tokens where this
+    step has more (0: not known, the run's longest as it is)."""
+    if tokens > longest_tokens > 0:
+        return longest_s * tokens / longest_tokens
+    return longest_s
+
+
 class ProgressWriter:
     """The worker's side: one mapped record, rewritten in place as its step moves (one writer)."""
 
@@ -147,20 +159,32 @@ class ProgressWriter:
         self.pace_s = 0.0
         self.forward_done = False
         self.tail = 1.0
+        self._tokens = 0  # the running step's scheduled tokens (0: not known)
+        #: the longest gap seen in the run, and the tokens of the step it was seen in
+        self._longest_s, self._longest_tokens = 0.0, 0
         self._write()
 
-    def begin_step(self, step: int, now: float) -> None:
+    def begin_step(self, step: int, now: float, tokens: int = 0) -> None:
+        """Step ``step`` begins, scheduling ``tokens`` (0: not known): its pace is the run's, to its size."""
         self.step, self.phase, self.layer, self.forward_done = step, Phase.PREPARE, 0, False
         self.began = self.advanced = now
         self.forward_at = 0.0
+        self._tokens = max(0, tokens)
+        self.pace_s = expected_gap_s(self._longest_s, self._longest_tokens, self._tokens)
         self._write()
+
+    def _gap(self, gap_s: float) -> None:
+        """A gap between two advances of the running step, seen: the step's pace, the run's longest."""
+        self.pace_s = max(self.pace_s, gap_s)
+        if gap_s > self._longest_s:
+            self._longest_s, self._longest_tokens = gap_s, self._tokens
 
     def layer_begins(self, now: float) -> None:
         """A layer's attention begins: the layer before it is finished."""
         if self.phase is not Phase.FORWARD:
             self.phase, self.forward_at = Phase.FORWARD, now
-        elif now - self.advanced > self.pace_s:
-            self.pace_s = now - self.advanced
+        else:
+            self._gap(now - self.advanced)
         self.layer += 1
         self.advanced = now
         self._write()
@@ -169,7 +193,7 @@ class ProgressWriter:
         """The forward pass returned: its last layer is finished."""
         if self.phase is Phase.FORWARD and not self.forward_done:
             last = now - self.advanced
-            self.pace_s = max(self.pace_s, last)
+            self._gap(last)
             if self.layer >= 2 and self.advanced > self.forward_at:
                 self.tail = last / ((self.advanced - self.forward_at) / (self.layer - 1))
             self.forward_done, self.advanced = True, now

@@ -38,8 +38,8 @@ from ..logic.sizing.result import (
     sizing_answer,
 )
 from ..logic.timeouts.policies import Backend, TimeoutPolicy
-from .engines.cleanup import Reaper
 from .engines.offline import Engine
+from .engines.reaper import Reaper
 from .waiting import Progress
 
 

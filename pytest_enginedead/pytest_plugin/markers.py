@@ -86,7 +86,19 @@ class InvariantRequest:
 def invariant_request(marker: pytest.Mark) -> InvariantRequest:
     what = "@pytest.mark.enginedead_invariants"
     _only(marker, ("cap_s", "headroom", "step_times"))
-    names = tuple(marker.args)
+    names = _invariant_names(what, tuple(marker.args))
+    kw = marker.kwargs
+    cap, room, steps = kw.get("cap_s"), kw.get("headroom"), kw.get("step_times")
+    return InvariantRequest(
+        names,
+        None if cap is None else number(what, "cap_s", cap),
+        None if room is None else _headroom(what, room),
+        None if steps is None else _step_times(what, steps),
+    )
+
+
+def _invariant_names(what: str, names: tuple[Any, ...]) -> tuple[str, ...]:
+    """The marker's invariant names: at least one, each one ``invariants.NAMES`` knows."""
     if not names:
         raise BadMarker(
             f"{what} needs at least one invariant name; valid: {', '.join(invariants.NAMES)}"
@@ -97,21 +109,18 @@ def invariant_request(marker: pytest.Mark) -> InvariantRequest:
             f"{what}: unknown invariant {', '.join(map(repr, bad))}; "
             f"valid: {', '.join(invariants.NAMES)}"
         )
-    kw = marker.kwargs
-    cap, room, steps = kw.get("cap_s"), kw.get("headroom"), kw.get("step_times")
-    if steps is not None:
-        if not isinstance(steps, Mapping) or not steps:
-            raise BadMarker(f"{what}: step_times must be a non-empty {{batch_size: seconds}} mapping")
-        for n, s in steps.items():
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise BadMarker(f"{what}: step_times key {n!r} is not a batch size")
-            number(what, f"step_times[{n}]", s)
-    return InvariantRequest(
-        names,
-        None if cap is None else number(what, "cap_s", cap),
-        None if room is None else _headroom(what, room),
-        None if steps is None else {int(n): float(s) for n, s in steps.items()},
-    )
+    return names
+
+
+def _step_times(what: str, steps: Any) -> dict[int, float]:
+    """``step_times``: a non-empty mapping of batch sizes (whole numbers >= 1) to seconds."""
+    if not isinstance(steps, Mapping) or not steps:
+        raise BadMarker(f"{what}: step_times must be a non-empty {{batch_size: seconds}} mapping")
+    for n, s in steps.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise BadMarker(f"{what}: step_times key {n!r} is not a batch size")
+        number(what, f"step_times[{n}]", s)
+    return {int(n): float(s) for n, s in steps.items()}
 
 
 def _headroom(what: str, value: Any) -> float:

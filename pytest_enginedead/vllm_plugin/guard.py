@@ -158,33 +158,6 @@ def patched() -> dict[str, bool]:
     return found
 
 
-def _settings(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str | None, bool]:
-    """(the guard's settings or None, why it refused, whether the metrics are on), each problem said once."""
-    guard, problem = config_from_env(environ, versions.installed_version())
-    if problem:
-        logger.error("enginedead guard: %s; the guard stays off", problem)
-    misplaced = misplaced_policy(environ)
-    if misplaced:
-        logger.warning("enginedead guard: %s", misplaced)
-    metrics, metrics_problem = metrics_from_env(environ)
-    if metrics_problem:
-        logger.error("enginedead metrics: %s", metrics_problem)
-    return guard, problem, metrics
-
-
-def _write_ready(run_dir: str, environ: Mapping[str, str], guard: GuardConfig | None,
-                 problem: str | None) -> None:
-    """Under the harness: the start-up record, on with which policy and ``hang_s``, or why not."""
-    ready = CoreReady(
-        pid=os.getpid(), guard=guard is not None, asked=guard_asked(environ),
-        policy=guard.spec if guard else (environ.get(GUARD_POLICY_ENV, "").strip() or None),
-        policy_name=guard.policy_name if guard else None,
-        hang_s=guard.hang_s if guard else None, problem=problem,
-    )
-    with contextlib.suppress(OSError):
-        write_core_ready(run_dir, ready)
-
-
 def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | None:
     """In the engine core process: install the deadline control and the guard, if asked.
 
@@ -195,9 +168,50 @@ def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | Non
     if not in_engine_core():
         return None
     run_dir = environ.get(ENV_DIR) or None
-    guard, problem, metrics = _settings(environ)
+    guard, problem = _asked_guard(environ)
+    metrics = _asked_metrics(environ)
     if run_dir is None and guard is None and not metrics:
         return None  # nothing asked for: nothing in vLLM is touched
+    core = _core_plugin(environ, run_dir, guard)
+    if metrics:
+        core.metrics = StepMetrics.start(environ, guard, guard_asked(environ), core.front)
+    _install(core)
+    if guard is not None:
+        core.write_state(None)
+        logger.warning(
+            "enginedead guard on: policy %s caps each step, hang_s %g s; its state for "
+            "`enginedead probe`: %s", guard.policy_name, guard.hang_s, core.state_path,
+        )
+    if run_dir:
+        with contextlib.suppress(OSError):
+            write_core_ready(run_dir, _core_ready(environ, guard, problem))
+    return core
+
+
+def _asked_guard(environ: Mapping[str, str]) -> tuple[GuardConfig | None, str | None]:
+    """The guard the environment asks for (or None) and why it cannot be had; both said in the log."""
+    guard, problem = config_from_env(environ, versions.installed_version())
+    if problem:
+        logger.error("enginedead guard: %s; the guard stays off", problem)
+    misplaced = misplaced_policy(environ)
+    if misplaced:
+        logger.warning("enginedead guard: %s", misplaced)
+    return guard, problem
+
+
+def _asked_metrics(environ: Mapping[str, str]) -> bool:
+    """Whether the engine core keeps its figures for ``/metrics``; a bad ENGINEDEAD_METRICS is logged."""
+    metrics, problem = metrics_from_env(environ)
+    if problem:
+        logger.error("enginedead metrics: %s", problem)
+    return metrics
+
+
+def _core_plugin(
+    environ: Mapping[str, str], run_dir: str | None, guard: GuardConfig | None
+) -> EngineCorePlugin:
+    """The engine core's plugin; with a guard, its state file's path (stale states of dead
+    processes removed)."""
     state_path = None
     if guard is not None:
         directory = state_dir(environ)
@@ -207,15 +221,14 @@ def register(environ: Mapping[str, str] | None = None) -> EngineCorePlugin | Non
     core = EngineCorePlugin(run_dir, guard, state_path, int(front) if front.isdigit() else os.getppid(),
                             environ.get(PROGRESS_DIR_ENV) or None)
     core.marks_dir = state_dir(environ)
-    if metrics:
-        core.metrics = StepMetrics.start(environ, guard, guard_asked(environ), core.front)
-    _install(core)
-    if guard is not None:
-        core.write_state(None)
-        logger.warning(
-            "enginedead guard on: policy %s caps each step, hang_s %g s; its state for "
-            "`enginedead probe`: %s", guard.policy_name, guard.hang_s, state_path,
-        )
-    if run_dir:
-        _write_ready(run_dir, environ, guard, problem)
     return core
+
+
+def _core_ready(environ: Mapping[str, str], guard: GuardConfig | None, problem: str | None) -> CoreReady:
+    """The guard's start-up record for the harness: on with which policy and ``hang_s``, or why not."""
+    return CoreReady(
+        pid=os.getpid(), guard=guard is not None, asked=guard_asked(environ),
+        policy=guard.spec if guard else (environ.get(GUARD_POLICY_ENV, "").strip() or None),
+        policy_name=guard.policy_name if guard else None,
+        hang_s=guard.hang_s if guard else None, problem=problem,
+    )

@@ -48,11 +48,12 @@ class ModelSteps:
             with contextlib.suppress(OSError):
                 self.progress = ProgressWriter(self.layers_dir, count)
 
-    def begin(self, step: int, began: float, inj: Injection, fault_step: int, batch: int) -> None:
-        """A step begins: its progress, and its faults planned in its layers (run those that go
-        before its forward pass)."""
+    def begin(self, step: int, began: float, inj: Injection, fault_step: int, batch: int,
+              tokens: int = 0) -> None:
+        """A step of ``batch`` sequences and ``tokens`` scheduled tokens (0: not known) begins: its
+        progress, and its faults planned in its layers (run those that go before its forward pass)."""
         if self.progress is not None:
-            self.progress.begin_step(step, began)
+            self.progress.begin_step(step, began, tokens)
         self._faults = StepFaults.plan(inj, fault_step, batch, self.layers)
         self._layer, self._in_forward = 0, True
         self._faults.before_forward()

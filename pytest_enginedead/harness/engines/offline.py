@@ -25,9 +25,9 @@ from ...contract.guardfiles import read_core_ready
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ..waiting import bounded, interruptible, wait_until
 from .base import EngineBase
-from .cleanup import Reaper
 from .coreready import EngineStartError, GuardRefused, guard_problem
 from .environment import cleared_variables, engine_arguments
+from .reaper import Reaper
 
 
 class Engine(EngineBase):

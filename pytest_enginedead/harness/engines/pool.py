@@ -14,9 +14,10 @@ from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ..waiting import Progress
 from . import cleanup
 from .base import EngineBase
-from .cleanup import ProcessesSurvived, Reaper, Survivor
+from .cleanup import ProcessesSurvived, Survivor
 from .coreready import GuardRefused
 from .offline import Engine
+from .reaper import Reaper
 from .server import Server
 
 

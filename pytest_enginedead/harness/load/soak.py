@@ -22,10 +22,10 @@ from typing import Any
 from ...contract.guardfiles import GuardEvent
 from ...contract.steps import END_LINE, StepTime, steps_path, whole_lines_after
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
-from ...logic.soak.judge import Limits, Outcome, Window, judge
+from ...logic.soak.judge import Exit, Judgement, Limits, Outcome, Window, judge
 from ...logic.soak.schedule import SLOW_FAULT
-from ..engines.cleanup import Reaper
 from ..engines.leaks import Leaks
+from ..engines.reaper import Reaper
 from ..waiting import Progress, wait_until
 from .soakfaults import Faults, Plan, Stop
 from .supervisor import Monitor, Supervisor, rss_drift
@@ -194,34 +194,57 @@ def record(run: Soak, leaked: dict[str, Any], now: float) -> dict[str, Any]:
     sup = run.supervisor
     steps = [s for inc in sup.incarnations for s in _steps(inc.server)]
     events: list[GuardEvent] = [e for inc in sup.incarnations for e in inc.server.evidence.guard_events()]
-    requests = run.traffic.snapshot()
-    for out in run.guidellm:
-        requests += out.pop("records", [])
+    requests = _all_requests(run)
     j = judge(run.windows, events, steps, sup.exits, requests, run.limits(), run.t0, now)
-    counted = [r for r in requests if r.outcome is not Outcome.CUT]
-    failed = [r for r in counted if r.failed]
-    finished = [s.seconds for s in steps if s.seconds is not None]
     return {
         "name": run.plan.name, "model": os.path.basename(run.plan.model.rstrip("/")),
         "guard": run.plan.guard, "schedule": run.sched.describe(),
         "tensor_parallel_size": run.sched.tensor_parallel_size,
         "minutes": round((now - run.t0) / 60, 2),
-        "requests": {"sent": len(counted), "completed": sum(1 for r in counted if not r.failed),
-                     "failed": len(failed), "causes": dict(j.failures),
-                     "by_kind": _by_kind(counted), "cut_at_stop": len(requests) - len(counted)},
+        "requests": requests_record(requests, j),
         "lost_to_false_death": j.lost_to_false_death, "lost_to_genuine_death": j.lost_to_genuine_death,
         "false_ends": j.false_ends if run.plan.guard else None, "missed_hangs": j.missed_hangs,
         "decisions": dict(j.decisions), "windows": [w.to_dict(run.t0) for w in j.windows],
         "steps": sum(_engine_steps(_steps(inc.server)) for inc in sup.incarnations),
-        "step_p50_ms": round(statistics.median(finished) * 1000, 1) if finished else None,
+        "step_p50_ms": step_p50_ms(steps),
         "restarts": sup.restarts, "deaths": [d.to_dict() for d in j.deaths],
-        "server_exits": [x.code for x in sup.exits if not x.by_us],
-        "stopped_by_soak": [x.code for x in sup.exits if x.by_us], "probe": _probe(run),
+        "server_exits": exit_codes(sup.exits, by_us=False),
+        "stopped_by_soak": exit_codes(sup.exits, by_us=True), "probe": _probe(run),
         "rss_drift_pct": rss_drift(sup.incarnations, WARMUP_S, DRIFT_LEAST_S),
         "leaked": leaked, "guidellm": run.guidellm or None, "notes": run.notes,
         "workers_during_hangs": [{"at_s": round(t - run.t0, 1), "cores": cores}
                                  for t, cores in run.monitor.fault_cpu[:60]],
     }
+
+
+def _all_requests(run: Soak) -> list[Any]:
+    """The soak's own clients' requests, then guidellm's (taken out of its outputs: the record keeps
+    its summary only)."""
+    requests = run.traffic.snapshot()
+    for out in run.guidellm:
+        requests += out.pop("records", [])
+    return requests
+
+
+def requests_record(requests: list[Any], j: Judgement) -> dict[str, Any]:
+    """The requests counted (those the soak's stop cut are not): sent, completed, failed and why, by
+    kind."""
+    counted = [r for r in requests if r.outcome is not Outcome.CUT]
+    failed = sum(1 for r in counted if r.failed)
+    return {"sent": len(counted), "completed": len(counted) - failed, "failed": failed,
+            "causes": dict(j.failures), "by_kind": _by_kind(counted),
+            "cut_at_stop": len(requests) - len(counted)}
+
+
+def step_p50_ms(steps: list[StepTime]) -> float | None:
+    """The median finished step in milliseconds; None without one."""
+    finished = [s.seconds for s in steps if s.seconds is not None]
+    return round(statistics.median(finished) * 1000, 1) if finished else None
+
+
+def exit_codes(exits: list[Exit], by_us: bool) -> list[int | None]:
+    """The exit codes of the server's exits the soak caused (``by_us``), or of the others."""
+    return [x.code for x in exits if x.by_us == by_us]
 
 
 def _engine_steps(steps: list[StepTime]) -> int:

@@ -25,7 +25,7 @@ from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ...logic.soak.judge import Exit
 from ...process import reading
 from ...process.pinned import ProcRef
-from ..engines.cleanup import Reaper
+from ..engines.reaper import Reaper
 from ..engines.server import Server
 from ..probing.probe import probe
 from ..waiting import Progress

@@ -28,7 +28,7 @@ from ...contract.control import Injection
 from ...contract.decisions import Verdict
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 from ...logic.reporting.probereplay import PROBES, SAMPLE_S, SAMPLE_TIMEOUT_S, STATES, Run, Sample
-from ..engines.cleanup import Reaper
+from ..engines.reaper import Reaper
 from ..waiting import wait_until
 from . import probe
 

@@ -124,6 +124,17 @@ def config_problem(data: dict[str, Any], config: Path | str, prefix: str = "") -
     ``head_dim`` says otherwise), the query heads into key/value heads.  A nested
     ``text_config`` (multimodal configs) is checked the same way.
     """
+    problem = _size_problem(data, config, prefix) or _heads_problem(data, config, prefix)
+    if problem:
+        return problem
+    text = data.get("text_config")
+    if isinstance(text, dict) and not prefix:
+        return config_problem(text, config, "text_config.")
+    return None
+
+
+def _size_problem(data: dict[str, Any], config: Path | str, prefix: str) -> str | None:
+    """The first of ``SIZE_KEYS`` the config gives that is not a whole number from 1 to ``MAX_SIZE``."""
     for key in SIZE_KEYS:
         value = data.get(key)
         if value is None:
@@ -134,6 +145,12 @@ def config_problem(data: dict[str, Any], config: Path | str, prefix: str = "") -
             return f'{config}: "{prefix}{key}": {value!r} must be at least 1'
         if value > MAX_SIZE:
             return f'{config}: "{prefix}{key}": {value!r} is too large (at most {MAX_SIZE})'
+    return None
+
+
+def _heads_problem(data: dict[str, Any], config: Path | str, prefix: str) -> str | None:
+    """Heads that do not split: the hidden size into query heads (no ``head_dim``), those into
+    key/value heads."""
     hidden, heads = data.get("hidden_size"), data.get("num_attention_heads")
     kv_heads = data.get("num_key_value_heads")
     if data.get("head_dim") is None and hidden is not None and heads is not None and hidden % heads:
@@ -146,9 +163,6 @@ def config_problem(data: dict[str, Any], config: Path | str, prefix: str = "") -
             f'{config}: "{prefix}num_attention_heads" {heads} is not a multiple of '
             f'"{prefix}num_key_value_heads" {kv_heads}'
         )
-    text = data.get("text_config")
-    if isinstance(text, dict) and not prefix:
-        return config_problem(text, config, "text_config.")
     return None
 
 
@@ -203,21 +217,28 @@ def model_max_len(config: Mapping[str, object]) -> int | None:
     found = [v for k in MAX_LEN_KEYS if isinstance(v := text.get(k), int) and not isinstance(v, bool)]
     if not found:
         return None
-    derived = float(min(found))
-    model_type = str(text.get("model_type", ""))
+    return int(min(found) * _rope_factor(text))
+
+
+def _rope_params(text: Mapping[str, object]) -> list[Mapping[str, Any]]:
+    """The config's RoPE parameter sets: one per attention kind where it nests them, else the one."""
     rope = text.get("rope_parameters") or text.get("rope_scaling")
-    params = (
-        list(rope.values())
-        if isinstance(rope, dict) and all(isinstance(v, dict) for v in rope.values())
-        else [rope]
-        if isinstance(rope, dict)
-        else []
-    )
-    if params and "gemma3" not in model_type:
-        factor = 1.0
-        for p in params:
-            kind = p.get("rope_type", p.get("type", "default"))
-            if kind not in _SCALED_ROPE and isinstance(p.get("factor"), (int, float)):
-                factor = float(p["factor"])
-        derived *= factor
-    return int(derived)
+    if not isinstance(rope, dict):
+        return []
+    if all(isinstance(v, dict) for v in rope.values()):
+        return list(rope.values())
+    return [rope]
+
+
+def _rope_factor(text: Mapping[str, object]) -> float:
+    """How much RoPE scaling stretches the context, as vLLM applies it: the last ``factor`` of a
+    type it does not apply again; 1 for none, and for Gemma 3 (whose scaling vLLM leaves alone)."""
+    params = _rope_params(text)
+    if not params or "gemma3" in str(text.get("model_type", "")):
+        return 1.0
+    factor = 1.0
+    for p in params:
+        kind = p.get("rope_type", p.get("type", "default"))
+        if kind not in _SCALED_ROPE and isinstance(p.get("factor"), (int, float)):
+            factor = float(p["factor"])
+    return factor

@@ -281,6 +281,38 @@ def run_label(mode: CheckMode, plan: CheckPlan, policy: str) -> str:
     return f"policy {policy}"
 
 
+def _judged(rows: Sequence[Row], verdict: RunResult) -> list[int]:
+    """The batch sizes of the runs judged ``verdict``."""
+    return [r.batch_size for r in rows if r.verdict is verdict]
+
+
+def _batches(sizes: Sequence[int]) -> str:
+    return ", ".join(map(str, sizes))
+
+
+def mode_verdict(mine: Sequence[Row], mode: CheckMode, batch_sizes: Sequence[int]) -> tuple[list[str], int]:
+    """What one mode's runs say (false deaths, failures, holes) and the exit status they alone give.
+
+    A stock run's false death is vLLM's bug, expected: it says so and gives 0.  A spin run that
+    did not die counts as failed: a genuine death is its answer.
+    """
+    dead = _judged(mine, RunResult.FALSE_DEATH)
+    failed = _judged(mine, RunResult.FAILED)
+    if mode is CheckMode.SPIN:
+        failed += _judged(mine, RunResult.OK)
+    ran = {r.batch_size for r in mine}
+    missing = [n for n in batch_sizes if n not in ran]
+    said = []
+    if dead:
+        said.append(f"FALSE DEATH at batch {_batches(dead)}")
+    if failed:
+        said.append(f"FAILED at batch {_batches(failed)} (see the log)")
+    if missing:
+        said.append(f"did not run at batch {_batches(missing)} (see the log)")
+    code = 1 if failed or missing or (dead and mode is not CheckMode.STOCK) else 0
+    return said, code
+
+
 def verdict_line(
     rows: Sequence[Row], plan: CheckPlan, policy: str, batch_sizes: Sequence[int]
 ) -> tuple[str, int]:
@@ -294,22 +326,8 @@ def verdict_line(
     parts = []
     code = 0
     for mode in plan.modes:
-        mine = [r for r in rows if r.mode == mode]
-        dead = [r.batch_size for r in mine if r.verdict is RunResult.FALSE_DEATH]
-        failed = [r.batch_size for r in mine if r.verdict is RunResult.FAILED]
-        if mode is CheckMode.SPIN:  # a genuine death is the run's answer: anything else is wrong
-            failed += [r.batch_size for r in mine if r.verdict is RunResult.OK]
-        missing = [n for n in batch_sizes if n not in {r.batch_size for r in mine}]
-        said = []
-        if dead:
-            said.append(f"FALSE DEATH at batch {', '.join(map(str, dead))}")
-            code = code or (1 if mode is not CheckMode.STOCK else 0)
-        if failed:
-            said.append(f"FAILED at batch {', '.join(map(str, failed))} (see the log)")
-            code = 1
-        if missing:
-            said.append(f"did not run at batch {', '.join(map(str, missing))} (see the log)")
-            code = 1
+        said, mode_code = mode_verdict([r for r in rows if r.mode == mode], mode, batch_sizes)
+        code = code or mode_code
         fine = "judged hung, a genuine death" if mode is CheckMode.SPIN else "no false death"
         parts.append(f"{run_label(mode, plan, policy)}: {'; '.join(said) or fine}")
     return "; ".join(parts), code

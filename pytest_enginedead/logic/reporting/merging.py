@@ -148,8 +148,8 @@ def merge(inputs: Sequence[Loaded]) -> Merged:
     return merged
 
 
-def _shard_problems(reports: Sequence[Loaded]) -> list[str]:
-    """Shards of one split: all present, none twice, each test in one of them only."""
+def _shard_groups(reports: Sequence[Loaded]) -> dict[tuple[Any, int, int], list[Loaded]]:
+    """The sharded reports by split: (vLLM release, shard count, tests collected)."""
     groups: dict[tuple[Any, int, int], list[Loaded]] = {}
     for x in reports:
         shard = x.data.get("shard")
@@ -157,27 +157,51 @@ def _shard_problems(reports: Sequence[Loaded]) -> list[str]:
             vllm = (x.data.get("vllm") or {}).get("version")
             key = (vllm, int(shard.get("count", 0)), int(shard.get("collected", 0)))
             groups.setdefault(key, []).append(x)
+    return groups
+
+
+def _listed(shards: Sequence[int], count: int) -> str:
+    return ", ".join(f"{k}/{count}" for k in shards)
+
+
+def _tests_twice(where: str, members: Sequence[Loaded]) -> tuple[list[str], int]:
+    """Each test one shard ran that another shard ran too, and how many tests the shards hold."""
     problems = []
-    for (vllm, count, collected), members in groups.items():
-        where = f"vLLM {vllm}, {count} shards of {collected} tests"
-        indices = [int(x.data["shard"].get("index", 0)) for x in members]
-        missing = sorted(set(range(1, count + 1)) - set(indices))
-        if missing:
-            problems.append(f"{where}: shard {', '.join(f'{k}/{count}' for k in missing)} missing")
-        twice = sorted({k for k in indices if indices.count(k) > 1})
-        if twice:
-            problems.append(f"{where}: shard {', '.join(f'{k}/{count}' for k in twice)} given twice")
-        seen: dict[str, str] = {}
-        total = 0
-        for x in members:
-            tests = x.data["shard"].get("tests") or []
-            total += len(tests)
-            for t in tests:
-                if t in seen and seen[t] != x.path:
-                    problems.append(f"{where}: {t} ran in {seen[t]} and in {x.path}")
-                seen.setdefault(t, x.path)
-        if not missing and not twice and total != collected:
-            problems.append(f"{where}: the shards hold {total} tests, the collection {collected}")
+    seen: dict[str, str] = {}
+    total = 0
+    for x in members:
+        tests = x.data["shard"].get("tests") or []
+        total += len(tests)
+        for t in tests:
+            if t in seen and seen[t] != x.path:
+                problems.append(f"{where}: {t} ran in {seen[t]} and in {x.path}")
+            seen.setdefault(t, x.path)
+    return problems, total
+
+
+def _split_problems(vllm: Any, count: int, collected: int, members: Sequence[Loaded]) -> list[str]:
+    """One split's shards: all present, none twice, each test in one of them only, all collected."""
+    where = f"vLLM {vllm}, {count} shards of {collected} tests"
+    indices = [int(x.data["shard"].get("index", 0)) for x in members]
+    missing = sorted(set(range(1, count + 1)) - set(indices))
+    twice = sorted({k for k in indices if indices.count(k) > 1})
+    problems = []
+    if missing:
+        problems.append(f"{where}: shard {_listed(missing, count)} missing")
+    if twice:
+        problems.append(f"{where}: shard {_listed(twice, count)} given twice")
+    doubled, total = _tests_twice(where, members)
+    problems += doubled
+    if not missing and not twice and total != collected:
+        problems.append(f"{where}: the shards hold {total} tests, the collection {collected}")
+    return problems
+
+
+def _shard_problems(reports: Sequence[Loaded]) -> list[str]:
+    """Shards of one split: all present, none twice, each test in one of them only."""
+    problems = []
+    for (vllm, count, collected), members in _shard_groups(reports).items():
+        problems += _split_problems(vllm, count, collected, members)
     return problems
 
 

@@ -10,7 +10,7 @@ asks an engine anything.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -132,6 +132,21 @@ def _r(x: float | None, nd: int = 4) -> float | None:
 
 def _f(x: Any) -> float | None:
     return None if x is None else float(x)
+
+
+def _count(data: Mapping[str, Any], key: str) -> int:
+    """A count a report row holds under ``key``; 0 where it holds none (an older report)."""
+    return int(data.get(key) or 0)
+
+
+def _listed(data: Mapping[str, Any], key: str) -> Iterable[Any]:
+    """The list a report row holds under ``key``; empty where it holds none."""
+    return data.get(key) or ()
+
+
+def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """The strings a report row lists under ``key``, as a tuple; empty where it lists none."""
+    return tuple(str(s) for s in _listed(data, key))
 
 
 @dataclass(frozen=True)
@@ -303,14 +318,13 @@ class EngineRow:
             deadline_source=str(data.get("deadline_source", "")),
             injection=str(data.get("injection", "none")),
             guard=data.get("guard"), model=str(data.get("model", "")), start_s=_f(data.get("start_s")),
-            restart=bool(data.get("restart")), steps=int(data.get("steps") or 0),
+            restart=bool(data.get("restart")), steps=_count(data, "steps"),
             step_p50_s=_f(data.get("step_p50_s")), step_max_s=_f(data.get("step_max_s")),
             step_total_s=float(data.get("step_total_s") or 0.0), headroom=_f(data.get("headroom")),
-            false_deaths=int(data.get("false_deaths") or 0),
-            genuine_deaths=int(data.get("genuine_deaths") or 0),
-            guard_events=tuple(GuardEvent.from_dict(e) for e in data.get("guard_events") or ()),
-            tests=tuple(str(t) for t in data.get("tests") or ()),
-            pids=tuple((int(p["pid"]), float(p["create_time"])) for p in data.get("pids") or ()),
-            shm=tuple(str(s) for s in data.get("shm") or ()),
-            survived_kill=tuple(str(s) for s in data.get("survived_kill") or ()), worker=data.get("worker"),
+            false_deaths=_count(data, "false_deaths"), genuine_deaths=_count(data, "genuine_deaths"),
+            guard_events=tuple(GuardEvent.from_dict(e) for e in _listed(data, "guard_events")),
+            tests=_strings(data, "tests"),
+            pids=tuple((int(p["pid"]), float(p["create_time"])) for p in _listed(data, "pids")),
+            shm=_strings(data, "shm"), survived_kill=_strings(data, "survived_kill"),
+            worker=data.get("worker"),
         )

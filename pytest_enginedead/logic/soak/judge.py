@@ -324,25 +324,52 @@ def deaths_of(exits: Sequence[Exit], windows: Sequence[Window], failed: Sequence
     return deaths
 
 
-def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequence[StepTime],
-          exits: Sequence[Exit], requests: Sequence[Request], limits: Limits, t0: float,
-          now: float) -> Judgement:
-    """The run judged: each window, the deaths and the requests they cost."""
+def owned_exits(exits: Sequence[Exit], windows: Sequence[Window]) -> dict[int, Exit]:
+    """Per window (by ``id``): the first exit the soak did not cause that falls to it."""
     owned: dict[int, Exit] = {}
     for x in exits:
         w = death_cause(x, windows)[1] if not x.by_us else None
         if w is not None:
             owned.setdefault(id(w), x)
+    return owned
+
+
+def stray_ends(events: Sequence[GuardEvent], windows: Sequence[Window]) -> list[GuardEvent]:
+    """The guard's ``END``/``CAP`` outside every window."""
+    return [e for e in events if e.action.ends and not any(w.start <= e.t <= w.end for w in windows)]
+
+
+def _false_ends(results: Sequence[WindowResult], stray: Sequence[GuardEvent], limits: Limits) -> int:
+    """The windows judged a false end, plus (guarded) each stray end."""
+    return sum(1 for r in results if _false_end(r, limits)) + (len(stray) if limits.guarded else 0)
+
+
+def _missed_hangs(results: Sequence[WindowResult], limits: Limits) -> int | None:
+    """The hang and spin windows the guard did not end; None for a run without the guard."""
+    if not limits.guarded:
+        return None
+    return sum(1 for r in results if r.window.kind in STUCK and not r.ok)
+
+
+def _lost_to(deaths: Sequence[Death], cause: Cause) -> int:
+    """The requests the deaths of this cause cost."""
+    return sum(d.requests_lost for d in deaths if d.cause is cause)
+
+
+def judge(windows: Sequence[Window], events: Sequence[GuardEvent], steps: Sequence[StepTime],
+          exits: Sequence[Exit], requests: Sequence[Request], limits: Limits, t0: float,
+          now: float) -> Judgement:
+    """The run judged: each window, the deaths and the requests they cost."""
+    owned = owned_exits(exits, windows)
     results = [judge_window(w, events, steps, owned.get(id(w)), limits, now) for w in windows]
-    stray = [e for e in events if e.action.ends and not any(w.start <= e.t <= w.end for w in windows)]
-    false_ends = sum(1 for r in results if _false_end(r, limits)) + (len(stray) if limits.guarded else 0)
-    missed = sum(1 for r in results if r.window.kind in STUCK and not r.ok) if limits.guarded else None
+    stray = stray_ends(events, windows)
     failed = [r for r in requests if r.failed]
     deaths = deaths_of(exits, windows, failed, t0, now)
     return Judgement(
-        windows=results, false_ends=false_ends, missed_hangs=missed,
-        lost_to_false_death=sum(d.requests_lost for d in deaths if d.cause is Cause.FALSE),
-        lost_to_genuine_death=sum(d.requests_lost for d in deaths if d.cause is Cause.GENUINE),
+        windows=results, false_ends=_false_ends(results, stray, limits),
+        missed_hangs=_missed_hangs(results, limits),
+        lost_to_false_death=_lost_to(deaths, Cause.FALSE),
+        lost_to_genuine_death=_lost_to(deaths, Cause.GENUINE),
         failures=Counter(r.failure or "" for r in failed), deaths=deaths, decisions=_tally(events),
         stray_ends=len(stray),
     )

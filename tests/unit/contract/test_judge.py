@@ -35,6 +35,8 @@ def test_the_stall_window_is_a_floor_or_a_multiple_of_the_runs_pace() -> None:
     assert stall_window_s(0.0) == STALL_FLOOR_S
     assert stall_window_s(0.01) == STALL_FLOOR_S  # a fast model: scheduling noise decides
     assert stall_window_s(10.0) == STALL_MULTIPLE * 10.0  # long layers: the run's own pace
+    assert stall_window_s(0.01, 5.0) == 5.0  # the guard's hang_s is the floor
+    assert stall_window_s(10.0, 5.0) == STALL_MULTIPLE * 10.0  # and never shortens the pace's window
 
 
 def test_a_step_that_advances_with_its_cpu_computes_and_one_idle_since_its_last_layer_is_hung() -> None:
@@ -67,10 +69,19 @@ def test_a_step_that_stopped_advancing_while_idle_is_hung() -> None:
 
 
 def test_the_window_follows_the_runs_pace_not_one_boxs_seconds() -> None:
-    """Layers of 20 s each (a long prefill on a big model): 30 s without a layer is their pace."""
+    """Layers of 20 s each (a long prefill on a big model): 30 s without a layer is their pace, under
+    the harness's floor and under a guard whose hang_s (5 s) is shorter than one layer — a layer is
+    not a hang for being slower than hang_s; past four of its paces it is."""
     long_layers = progress(advanced=NOW - 30.0, pace_s=20.0)
     assert judge_rank(rank(1.0, long_layers), NOW).verdict is Verdict.SLOW
-    assert judge_rank(rank(1.0, long_layers), NOW, window_s=5.0).verdict is Verdict.HUNG  # the guard's hang_s
+    assert judge_rank(rank(1.0, long_layers), NOW, window_s=5.0).verdict is Verdict.SLOW
+    stuck = progress(advanced=NOW - STALL_MULTIPLE * 20.0 - 1.0, pace_s=20.0)
+    assert judge_rank(rank(1.0, stuck), NOW, window_s=5.0).state is RankState.SPINNING
+    # where the pace is short the guard's hang_s is the window: a spin is ended after it
+    spin = progress(advanced=NOW - 6.0, pace_s=0.01)
+    assert judge_rank(rank(1.0, spin), NOW, window_s=5.0).state is RankState.SPINNING
+    assert judge_rank(rank(1.0, progress(advanced=NOW - 4.0, pace_s=0.01)), NOW, window_s=5.0).verdict \
+        is Verdict.SLOW
 
 
 @pytest.mark.parametrize(("phase", "cores", "verdict"), [

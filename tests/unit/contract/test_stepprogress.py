@@ -15,6 +15,7 @@ from pytest_enginedead.contract.stepprogress import (
     Phase,
     ProgressWriter,
     StepProgress,
+    expected_gap_s,
     layers_path,
     layers_pid,
     read_step_progress,
@@ -53,6 +54,22 @@ def test_a_step_through_its_phases(tmp_path: Path) -> None:
     assert p is not None and p.ends_in_s(22.1) == pytest.approx(3.2 * 1.0)
     w.remove()
     assert read() is None
+
+
+def test_the_pace_grows_with_a_steps_tokens(tmp_path: Path) -> None:
+    """The run's longest gap, seen in a decode of 8 tokens, carried to a step of 800 (a prefill
+    chunk): 100 times as long; a step of fewer tokens, or of tokens not known, keeps it as it is."""
+    w = ProgressWriter(str(tmp_path), layers=2)
+    w.begin_step(1, 10.0, tokens=8)
+    w.layer_begins(10.1)
+    w.layer_begins(10.3)  # a gap of 0.2 s
+    w.forward_ends(10.4)
+    w.phase_begins(Phase.IDLE, 10.5)
+    for tokens, pace in ((800, 20.0), (4, 0.2), (0, 0.2)):
+        w.begin_step(2, 11.0, tokens=tokens)
+        assert w.snapshot().pace_s == pytest.approx(pace), tokens
+    assert expected_gap_s(0.2, 8, 16) == pytest.approx(0.4) and expected_gap_s(0.2, 0, 16) == 0.2
+    w.remove()
 
 
 @pytest.mark.processes

@@ -49,7 +49,7 @@ from pytest_enginedead.contract.steps import (
 )
 from pytest_enginedead.harness.judging.stacks import innermost_frames
 from pytest_enginedead.process import reading
-from pytest_enginedead.vllm_plugin import faults, layers, worker
+from pytest_enginedead.vllm_plugin import faults, layers, stackdumps, worker
 from tests.support import procs
 
 ME = os.getpid()
@@ -201,7 +201,7 @@ def test_a_step_past_its_deadline_dumps_the_workers_own_stack_then_and_a_deadlin
     frames = innermost_frames(first.text, frames=50)
     assert any("in model_step" in f for f in frames) and any("in run_step" in f for f in frames)
     # and the main thread sampled evenly until then (20 per deadline), each inside the step
-    assert 12 <= len(first.samples) <= worker.SAMPLES_PER_DEADLINE, first.samples
+    assert 12 <= len(first.samples) <= stackdumps.SAMPLES_PER_DEADLINE, first.samples
     assert all("in model_step" in sample for sample in first.samples)
     assert first.samples[0].startswith(SAMPLE_HEADER)
 

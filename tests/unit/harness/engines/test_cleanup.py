@@ -6,6 +6,7 @@ in child processes; the reaper's parent is a real process that is SIGKILLed.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -25,11 +26,11 @@ import pytest
 from pytest_enginedead.harness.engines.cleanup import (
     SHM_DIR,
     ProcRef,
-    Reaper,
     mapped_shm,
     terminate,
     unlink_shm,
 )
+from pytest_enginedead.harness.engines.reaper import Reaper
 from tests.support.badinput import leftovers
 from tests.support.downstream import assert_nothing_left
 
@@ -347,7 +348,7 @@ PARENT = textwrap.dedent(
     """
     import json, os, subprocess, sys, time
     import psutil
-    from pytest_enginedead.harness.engines.cleanup import Reaper
+    from pytest_enginedead.harness.engines.reaper import Reaper
     from pytest_enginedead.process.pinned import ProcRef
 
     holder, mapped, listed, run_dir = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
@@ -406,11 +407,13 @@ def test_reaper_closed_normally_stops_nothing(spawned: list[subprocess.Popen[str
     try:
         reaper.track("a", [ref], set())
         registered = json.loads(Path(reaper.registry).read_text())
-        assert registered == {"procs": [[ref.pid, ref.create_time]], "shm": [], "dirs": []}
+        assert registered == {"procs": [[ref.pid, ref.create_time]], "shm": [], "dirs": [],
+                              "starting": False, "older": []}
         reaper.track("b", [], {"/dev/shm/psm_x"}, "/tmp/enginedead-b")  # a second engine adds, not replaces
         both = json.loads(Path(reaper.registry).read_text())
         assert both == {
-            "procs": [[ref.pid, ref.create_time]], "shm": ["/dev/shm/psm_x"], "dirs": ["/tmp/enginedead-b"]
+            "procs": [[ref.pid, ref.create_time]], "shm": ["/dev/shm/psm_x"], "dirs": ["/tmp/enginedead-b"],
+            "starting": False, "older": [],
         }
         reaper.forget("a")
         assert json.loads(Path(reaper.registry).read_text())["procs"] == []
@@ -424,10 +427,55 @@ def test_reaper_closed_normally_stops_nothing(spawned: list[subprocess.Popen[str
     os.kill(proc.pid, signal.SIGKILL)
 
 
+#: A harness killed while an engine starts: a child it started before (not the engine's), then,
+#: inside ``starting``, an engine-like child that starts one of its own; it says the pids.
+MID_START = textwrap.dedent(
+    """
+    import json, subprocess, sys, time
+    from pytest_enginedead.harness.engines.reaper import Reaper
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    reaper = Reaper()
+    before = subprocess.Popen(sleeper)
+    with reaper.starting("engine"):
+        core = subprocess.Popen([sys.executable, "-c",
+            "import subprocess, sys, time; w = subprocess.Popen(sys.argv[1:]); print(w.pid, flush=True); "
+            "time.sleep(600)", *sleeper], stdout=subprocess.PIPE, text=True)
+        worker = int(core.stdout.readline())
+        time.sleep(1.0)  # the reaper looks every 0.25 s
+        print(json.dumps({"before": before.pid, "core": core.pid, "worker": worker}), flush=True)
+        time.sleep(600)
+    """
+)
+
+
+@pytest.mark.processes
+def test_the_reaper_ends_an_engine_whose_harness_died_while_it_started(
+    spawned: list[subprocess.Popen[str]]
+) -> None:
+    """Killed mid-start, before the harness knew the engine's processes by pid: the reaper ends
+    what was born during the start (the core and the worker it started) and leaves the harness's
+    older child alone."""
+    parent = start(spawned, sys.executable, "-c", MID_START)
+    assert parent.stdout is not None
+    made = json.loads(parent.stdout.readline())
+    procs = {name: psutil.Process(pid) for name, pid in made.items()}
+    try:
+        parent.kill()
+        parent.wait()
+        _, alive = psutil.wait_procs([procs["core"], procs["worker"]], timeout=15)
+        assert not alive, alive
+        assert procs["before"].is_running() and procs["before"].status() != psutil.STATUS_ZOMBIE
+    finally:
+        for proc in procs.values():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
 @pytest.mark.processes
 def test_the_reaper_starts_cleanly_and_leaves_nothing(private_tmp: Path) -> None:
     """The reaper starts without runpy's RuntimeWarning; its registry goes with it."""
-    script = ("import time\nfrom pytest_enginedead.harness.engines.cleanup import Reaper\n"
+    script = ("import time\nfrom pytest_enginedead.harness.engines.reaper import Reaper\n"
               "r = Reaper()\ntime.sleep(1.0)\nassert r.proc.poll() is None\nr.close()\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
                           check=False)

@@ -11,6 +11,7 @@ from pytest_enginedead.logic.inputs.modelconfig import (
     BUNDLED_MODEL,
     MODELS_DIR,
     config_problem,
+    model_max_len,
     preset_summary,
     presets,
     read_config,
@@ -90,3 +91,31 @@ def test_a_preset_summary_names_depth_width_experts_and_context() -> None:
     nested = {"architectures": ["Gemma4ForConditionalGeneration"], "text_config": {"num_hidden_layers": 2}}
     assert preset_summary(nested) == "Gemma4ForConditionalGeneration; 2 layers"
     assert preset_summary({}) == "?"
+
+
+# --- the longest context: vLLM's derivation, RoPE scaling included -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "longest"),
+    [
+        ({}, None),
+        ({"max_position_embeddings": True}, None),
+        ({"n_positions": 2048, "seq_length": 1024}, 1024),  # the smallest key present
+        ({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}}, 8192),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, 4096),
+        ({"max_position_embeddings": 4096, "rope_scaling": {"factor": "x"}}, 4096),
+        ({"max_position_embeddings": 4096, "model_type": "gemma3", "rope_scaling": {"factor": 8.0}}, 4096),
+        ({"max_position_embeddings": 4097, "rope_scaling": {"type": "linear", "factor": 1.5}}, 6145),
+        # one parameter set per attention kind: the last factor counts
+        ({"max_position_embeddings": 4096, "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 2.0},
+            "sliding_attention": {"rope_type": "linear", "factor": 3}}}, 12288),
+        ({"text_config": {"max_position_embeddings": 8192, "rope_scaling": {"type": "linear", "factor": 2}}},
+         16384),
+    ],
+)
+def test_model_max_len_applies_rope_scaling_as_vllm_does(
+    config: dict[str, object], longest: int | None
+) -> None:
+    assert model_max_len(config) == longest
