@@ -1,11 +1,11 @@
 """``python bench/sizing.py validate``: the forecast against full-depth steps it never saw.
 
-    flock /work/engine.lock python bench/sizing.py validate:tiny validate:moe:slices   # one rank
-    flock /work/engine.lock python bench/sizing.py validate:moe                        # one rank
-    flock /work/engine.lock python bench/sizing.py validate:tiny:tp2 ...               # two ranks
-    python bench/sizing.py validate                                  # the figures, from what was recorded
+    python bench/sizing.py validate:tiny validate:moe:slices   # one rank
+    python bench/sizing.py validate:moe                        # one rank
+    python bench/sizing.py validate:tiny:tp2 ...               # two ranks
+    python bench/sizing.py validate                            # the figures, from what was recorded
 
-Each ``validate:MODEL[:slices][:tp2]`` part is one run under the lock: the model at a 32K context
+Each ``validate:MODEL[:slices][:tp2]`` part is one run (one engine at a time on a shared machine): the model at a 32K context
 measured with the runs ``calibrate`` fits (decodes at 1, 8 and 32, a short prefill, an 8K prompt
 beside 8 decodes, 8 decodes at 256, 2K and 8K keys) and then with the held-out runs of
 ``logic.sizing.validation.held_out_runs``, never fitted (one engine: the 8K prompt taken on to
@@ -96,7 +96,7 @@ def measure(key: str, tp: int, which: str, argv: Sequence[str]) -> dict[str, Any
             "limits": LIMITS.as_dict(), "engines": engines, "wall_s": time.monotonic() - t0,
             "vllm": versions.installed_version(), "machine": this_machine(),
             "when": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": "flock /work/engine.lock python bench/sizing.py " + " ".join(map(shlex.quote, argv))}
+            "command": "python bench/sizing.py " + " ".join(map(shlex.quote, argv))}
 
 
 def merged(before: dict[str, Any] | None, part: dict[str, Any], which: str) -> dict[str, Any]:

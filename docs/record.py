@@ -38,7 +38,7 @@ environment's ``bin`` first on ``PATH`` (``enginedead`` and ``python`` are this 
     python docs/record.py --all           run every one
 
 Runs that start vLLM engines take the machine's cores: on a shared machine run one at a time
-(``flock /work/engine.lock python docs/record.py check``).
+(``python docs/record.py check``, one engine at a time).
 """
 
 from __future__ import annotations
