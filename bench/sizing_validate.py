@@ -5,19 +5,18 @@
     python bench/sizing.py validate:tiny:tp2 ...               # two ranks
     python bench/sizing.py validate                            # the figures, from what was recorded
 
-Each ``validate:MODEL[:slices][:tp2]`` part is one run (one engine at a time on a shared
-machine): the model at a 32K context measured with the runs ``calibrate`` fits (decodes at 1, 8
-and 32, a short prefill, an 8K prompt beside 8 decodes, 8 decodes at 256, 2K and 8K keys) and
-then with the held-out runs of ``logic.sizing.validation.held_out_runs``, never fitted (one engine: the 8K prompt taken on to
-16K, the held-out steps at long context sharing it from the prefix cache); or, with ``:slices``,
-its depth slices as ``calibrate --forecast-layers`` measures them.  Every step recorded is kept in
-``bench/sizing-results.json`` (``validate.runs``), with the machine, date, vLLM release and
-command.  ``validate`` alone (no engine) fits them again with this checkout's code: per model,
-ranks and source (the forecast from depth slices; the model's own fit), each held-out group's
-error, MAPE, the mean signed error, the worst error, the most short, and the interval's coverage
-against its stated level (``validate.table``); docs/benchmarks.md shows it (generated:
-``sizing-validation``).
-"""
+Each ``validate:MODEL[:slices][:tp2]`` part is one run (one engine at a time on a shared machine):
+the model at a 32K context measured with the runs ``calibrate`` fits (decodes at 1, 8 and 32, a
+short prefill, an 8K prompt beside 8 decodes, 8 decodes at 256, 2K and 8K keys) and then with the
+held-out runs of ``logic.sizing.validation.held_out_runs``, never fitted (one engine: the 8K prompt
+taken on to 16K, the held-out steps at long context sharing it from the prefix cache); or, with
+``:slices``, its depth slices as ``calibrate --forecast-layers`` measures them. Every step recorded
+is kept in ``bench/sizing-results.json`` (``validate.runs``), with the machine, date, vLLM release
+and command. ``validate`` alone (no engine) fits them again with this checkout's code: per model,
+ranks and source (the forecast from depth slices; the model's own fit), each held-out group's error,
+MAPE, the mean signed error, the worst error, the most short, and the interval's coverage against
+its stated level (``validate.table``); docs/benchmarks.md shows it (generated:
+``sizing-validation``). """
 
 from __future__ import annotations
 
