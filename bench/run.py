@@ -287,6 +287,41 @@ def bench_layers(rounds: int = 12, n: int = 1, tokens: int = 192, repeats: int =
             "machine": fingerprint.this_machine(), "command": "python bench/run.py layers"}
 
 
+def metrics_rpc_cost(calls: int = 100_000) -> float:
+    """Seconds the engine core's figures take per step RPC (``CoreMetricsWriter.step_begins`` and
+    ``step_ends``: the writes ``vllm_plugin.stepmetrics`` makes), measured directly."""
+    from pytest_enginedead.contract.metricsfile import CoreMetricsWriter, DeadlineSource
+    from pytest_enginedead.contract.metricstotals import StepPhase
+
+    with tempfile.TemporaryDirectory() as scratch:
+        writer = CoreMetricsWriter(scratch, "bench", os.getpid(), True, True, 60.0, 300.0)
+        t0 = time.perf_counter()
+        for step in range(calls):
+            sent = time.monotonic()
+            writer.step_begins(StepPhase.FORWARD, step, 1, 300.0, 300.0, DeadlineSource.STOCK, sent)
+            writer.step_ends(StepPhase.FORWARD, time.monotonic() - sent, time.monotonic())
+        took = time.perf_counter() - t0
+    return took / calls
+
+
+def bench_metrics() -> dict[str, Any]:
+    """What the metrics cost a step: their writes per step RPC (two a step: the forward pass and the
+    sampling), measured directly, as a share of the batch-1 step of the tiny model that the ``layers``
+    bench measured (its engines off), the cheapest step there is.  No engine starts."""
+    recorded = json.loads(RESULTS.read_text()).get("layers") if RESULTS.exists() else None
+    if not recorded:
+        raise RuntimeError("run `python bench/run.py layers` first: its batch-1 step is the yardstick")
+    per_rpc = metrics_rpc_cost()
+    step_s = recorded["median_off_s"]
+    share = 2 * per_rpc / step_s
+    print(f"  directly {per_rpc * 1e6:.2f} us a step RPC, two a step: {share * 100:.3f} % of a batch-1 step "
+          f"of the tiny model ({step_s * 1e3:.2f} ms, the layers bench of {recorded.get('measured')})",
+          flush=True)
+    return {"direct_s_per_rpc": per_rpc, "rpcs_per_step": 2, "step_s": step_s,
+            "step_measured": recorded.get("measured"), "direct_share": share, "target": "<= 0.01",
+            "machine": fingerprint.this_machine(), "command": "python bench/run.py metrics"}
+
+
 def bench_estimate() -> dict[str, Any]:
     """The end of a step foreseen halfway through it, on natural steps of the shrunk Gemma-4 MoE:
     128 decodes a step, and prefill chunks of a 16K-token prompt (``scripts/estimate.py``)."""
@@ -617,7 +652,7 @@ def _preload_summary(n: int, pairs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "guard": bench_guard,
-           "layers": bench_layers, "estimate": bench_estimate,
+           "layers": bench_layers, "metrics": bench_metrics, "estimate": bench_estimate,
            "verdict": bench_verdict, "server": bench_server, "check": bench_check, "suite": bench_suite,
            "xdist": bench_xdist, "preloads": bench_preloads}
 

