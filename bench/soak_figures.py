@@ -1,9 +1,10 @@
 """The soak's results as the benchmarks page shows them, made from the JSON ``bench/soak.py`` wrote.
 
 One section per results file (``bench/soak-results.json``, then ``bench/soak-tp2-results.json``, the
-two-rank rerun, then ``bench/soak-gemma-results.json``, the guard on gemma-4-moe-mini with the spin): where and when it ran and the command, what each run proved (requests, false deaths,
-false ends, missed hangs, restarts), what it left (memory drift, processes, ``/dev/shm``, fds), and the
-fault windows in words.  ``docs/hooks.py`` writes it between ``<!-- generated: soak -->`` and its end
+two-rank rerun, then ``bench/soak-gemma-results.json``, the guard on gemma-4-moe-mini with the
+spin): where and when it ran and the command, what each run proved (requests, false deaths, false
+ends, missed hangs, restarts), what it left (memory drift, processes, ``/dev/shm``, fds), and the
+fault windows in words. ``docs/hooks.py`` writes it between ``<!-- generated: soak -->`` and its end
 marker; ``tests/unit/test_docs.py`` fails when the committed block differs from the files.
 """
 
