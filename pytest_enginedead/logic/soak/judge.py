@@ -9,8 +9,9 @@ workers' own record; the exits are the serving process's, as the supervisor saw 
   looks) was waited on (``WAIT`` with ``SLOW``), nothing ended, the server lived —
   otherwise it is a **false end**;
 * a ``hang`` or ``spin`` window: the guard ended it (``END`` with ``HUNG``) within ``hang_s`` +
-  two looks (+ one healthy step at several ranks, which the peers compute before they wait) of
-  the stuck step's start — otherwise a **missed hang** (a spin at a whole core included);
+  two looks of the stuck step's last progress — counted from the step's start, plus one healthy
+  step for the layers it went through before it stopped (and one more at several ranks, which
+  the peers compute before they wait) — otherwise a **missed hang** (a spin included);
 * a ``kill`` window: no ``END``/``CAP`` (the dead worker is vLLM's monitor's);
 * every other ``END``/``CAP``, anywhere but in a hang or spin window, is a false end too.
 
@@ -137,12 +138,16 @@ class Limits:
     hang_s: float
     guarded: bool
     ranks: int = 1
-    healthy_step_s: float = 0.0  # the run's median step: what a peer rank computes before it waits
+    #: the run's median step: what a stuck step computes before it stops, and a peer before it waits
+    healthy_step_s: float = 0.0
 
     @property
     def hang_within_s(self) -> float:
-        extra = self.healthy_step_s if self.ranks > 1 else 0.0
-        return self.hang_s + TWO_LOOKS_S + extra
+        """From the stuck step's start: the step went through its first layers before it stopped,
+        and the guard's clock runs from its last layer (up to one healthy step); at several ranks
+        the peers compute their part first (one more)."""
+        steps = 2 if self.ranks > 1 else 1
+        return self.hang_s + TWO_LOOKS_S + steps * self.healthy_step_s
 
 
 def _in(events: Iterable[GuardEvent], w: Window) -> list[GuardEvent]:
@@ -213,7 +218,7 @@ def judge_hang(w: Window, events: list[GuardEvent], steps: Sequence[StepTime], d
     after = ends[0].t - stuck.started
     if after > limits.hang_within_s:
         return WindowResult(w, False, f"MISSED: ended {after:.2f} s after the hang began, later than "
-                                      f"hang_s + two looks ({limits.hang_within_s:.2f} s)",
+                                      f"hang_s + two looks after its last layer ({limits.hang_within_s:.2f} s)",
                             _tally(events), ended_after_s=after)
     return WindowResult(w, True, f"HUNG, ended {after:.2f} s after the hang began (hang_s "
                                  f"{limits.hang_s:g} s)", _tally(events), ended_after_s=after)

@@ -87,6 +87,22 @@ def test_a_hang_ended_late_or_never_is_a_missed_hang() -> None:
     tp2 = Limits(2.0, 5.0, True, ranks=2, healthy_step_s=2.0)
     assert judge([hang_window()], [event(107.0, GuardAction.END, Verdict.HUNG)], [hung], [], [],
                  tp2, 0.0, 200.0).missed_hangs == 0
+    assert judge([hang_window()], [event(110.0, GuardAction.END, Verdict.HUNG)], [hung], [], [],
+                 tp2, 0.0, 200.0).missed_hangs == 1  # past 5 + 0.5 + 2 x 2 s
+
+
+def test_a_hang_is_timed_from_its_last_layer_up_to_one_healthy_step_after_the_steps_start() -> None:
+    """The fault stops a step in its middle layer, after the layers before it ran (on a model of
+    1 s steps, up to 1 s); the guard's clock runs from that last layer: hang_s + two looks + one
+    healthy step from the step's start holds, a look past it is missed."""
+    hung = step(100.2, None, 40)
+    one_s_steps = Limits(2.0, 5.0, True, healthy_step_s=1.0)
+    within = judge([hang_window()], [event(106.7, GuardAction.END, Verdict.HUNG)], [hung], [], [],
+                   one_s_steps, 0.0, 200.0)
+    assert within.missed_hangs == 0, within.windows[0].why
+    late = judge([hang_window()], [event(106.9, GuardAction.END, Verdict.HUNG)], [hung], [], [],
+                 one_s_steps, 0.0, 200.0)
+    assert late.missed_hangs == 1 and "later than" in late.windows[0].why
 
 
 def test_a_spin_is_judged_as_a_hang_its_death_is_genuine_and_one_the_guard_waited_on_is_missed() -> None:
