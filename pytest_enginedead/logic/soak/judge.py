@@ -218,7 +218,8 @@ def judge_hang(w: Window, events: list[GuardEvent], steps: Sequence[StepTime], d
     after = ends[0].t - stuck.started
     if after > limits.hang_within_s:
         return WindowResult(w, False, f"MISSED: ended {after:.2f} s after the hang began, later than "
-                                      f"hang_s + two looks after its last layer ({limits.hang_within_s:.2f} s)",
+                                      f"hang_s + two looks after its last layer "
+                                      f"({limits.hang_within_s:.2f} s)",
                             _tally(events), ended_after_s=after)
     return WindowResult(w, True, f"HUNG, ended {after:.2f} s after the hang began (hang_s "
                                  f"{limits.hang_s:g} s)", _tally(events), ended_after_s=after)
