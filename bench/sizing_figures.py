@@ -9,8 +9,10 @@ page is never a hand copy that a new run left behind.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
+
+from pytest_enginedead.logic import machine as fingerprint
 
 #: the parts, in the order the page shows them, and what each measures
 WHAT = {
@@ -26,24 +28,14 @@ WHAT = {
 }
 
 
-def _vector(isa: Sequence[str] | None) -> str:
-    if not isa:
-        return "ISA not recorded"
-    if any(f.startswith("amx") for f in isa):
-        return "AMX"
-    if any(f.startswith("avx512") for f in isa):
-        return "AVX-512"
-    return "AVX2 only" if "avx2" in isa else "no AVX2"
-
-
 def machine(part: dict[str, Any]) -> str:
     """Where a part ran, as its ``calibrate`` output recorded it."""
     m = (part.get("output") or {}).get("machine") or {}
     if not m:
         return "not recorded"
     memory = (m.get("memory_bytes") or 0) / 2**30
-    cpu = (m.get("cpu_model") or "CPU").replace("(R)", "").replace(" Processor", "")
-    return f"{cpu} ({_vector(m.get('isa_flags'))}), {m.get('cores')} cores, {memory:.0f} GiB"
+    cpu = fingerprint.cpu_words(m.get("cpu_model"))
+    return f"{cpu} ({fingerprint.vector_words(m.get('isa_flags'))}), {m.get('cores')} cores, {memory:.0f} GiB"
 
 
 def _vllm(part: dict[str, Any]) -> str:

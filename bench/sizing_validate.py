@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_enginedead.logic import machine as fingerprint
 from pytest_enginedead.logic.inputs.modelconfig import presets
 from pytest_enginedead.logic.machine import this_machine
 from pytest_enginedead.logic.sizing import slices, validation
@@ -227,18 +228,10 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
 
-def _vector(isa: Sequence[str]) -> str:
-    if any(f.startswith("amx") for f in isa):
-        return "AMX"
-    if any(f.startswith("avx512") for f in isa):
-        return "AVX-512"
-    return "AVX2 only" if "avx2" in isa else "no AVX2"
-
-
 def _machine(m: dict[str, Any]) -> str:
     memory = (m.get("memory_bytes") or 0) / 2**30
-    vector = _vector(m.get("isa_flags") or [])
-    return f"{m.get('cpu_model') or 'CPU'} ({vector}), {m.get('cores')} cores, {memory:.0f} GiB"
+    vector = fingerprint.vector_words(m.get("isa_flags"))
+    return f"{fingerprint.cpu_words(m.get('cpu_model'))} ({vector}), {m.get('cores')} cores, {memory:.0f} GiB"
 
 
 def _row(r: dict[str, Any]) -> str:

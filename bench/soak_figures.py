@@ -13,24 +13,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_enginedead.logic import machine as fingerprint
+
 #: what ``--json PATH`` wrote to is no part of the command to rerun
 _OWN_FLAGS = ("--json",)
 
 
-def _vector(isa: Sequence[str] | None) -> str:
-    if not isa:
-        return "ISA not recorded"
-    if any(f.startswith("amx") for f in isa):
-        return "AVX-512 and AMX"
-    if any(f.startswith("avx512") for f in isa):
-        return "AVX-512"
-    return "AVX2 only" if "avx2" in isa else "no AVX2"
-
-
 def machine(m: dict[str, Any]) -> str:
-    cpu = (m.get("cpu_model") or "CPU").replace("(R)", "").replace(" Processor", "")
+    cpu = fingerprint.cpu_words(m.get("cpu_model"))
     memory = (m.get("memory_bytes") or 0) / 2**30
-    return f"a {m.get('cores')}-core {cpu} with {_vector(m.get('isa_flags'))}, {memory:.0f} GiB"
+    vector = fingerprint.vector_words(m.get("isa_flags"))
+    return f"a {m.get('cores')}-core {cpu} with {vector}, {memory:.0f} GiB"
 
 
 def command(argv: Sequence[str]) -> str:

