@@ -10,13 +10,13 @@ A reader may read while the worker writes: the record begins with a sequence cou
 writer makes odd before it writes and even after (a seqlock), and a reader retries until it reads
 the same even count before and after the fields.
 
-The worker also keeps its **pace**: the longest time between two advances inside the layers
-(from one layer to the next, or from the last layer to the end of the forward pass) this step may
-take at its run's pace — the longest gap seen in the run so far, scaled up in proportion when this
-step schedules more tokens than the step that gap was seen in (a prefill chunk after decodes: a
-layer's work grows with its tokens; the estimate errs long).  How long a step may go without
-advancing before it is judged stalled is sized from it (``contract.judge``), never from one box's
-seconds.
+The worker also keeps its **pace**: the longest time between two advances inside the layers (from
+one layer to the next, or from the last layer to the end of the forward pass) this step may take at
+its run's pace — the longest gap seen in the run so far in steps of its size, or carried up in
+proportion from smaller steps when it schedules more tokens than any seen (a prefill chunk after
+decodes: a layer's work grows with its tokens; the estimate errs long) — ``expected_gap_s``. How
+long a step may go without advancing before it is judged stalled is sized from it
+(``contract.judge``), never from one box's seconds.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import enum
 import mmap
 import os
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: one progress file per worker process, beside its collective mark
@@ -130,13 +131,27 @@ def layers_pid(name: str) -> int | None:
     return int(digits) if digits.isdigit() else None
 
 
-def expected_gap_s(longest_s: float, longest_tokens: int, tokens: int) -> float:
-    """The longest gap between two advances a step of ``tokens`` may take, from the run's longest
-    (``longest_s``, seen in a step of ``longest_tokens``): in proportion to the tokens where this
-    step has more (0: not known, the run's longest as it is)."""
-    if tokens > longest_tokens > 0:
-        return longest_s * tokens / longest_tokens
-    return longest_s
+def size_class(tokens: int) -> int:
+    """Steps of like size (their tokens within a factor of two) share a class; 0: size not known."""
+    return max(0, tokens).bit_length()
+
+
+def expected_gap_s(longest: Mapping[int, tuple[float, int]], tokens: int) -> float:
+    """The longest gap between two advances a step of ``tokens`` may take, from the run's longest per
+    size class (``longest``: class -> the longest gap seen, the tokens of its step).  From the nearest
+    class at or below this step's, in proportion to the tokens (a prefill chunk after decodes: a
+    layer's work grows with its tokens; the estimate errs long); a step smaller than any seen takes
+    the nearest class above as it is; a step of unknown size, the run's longest."""
+    if not longest:
+        return 0.0
+    if tokens <= 0:
+        return max(gap for gap, _ in longest.values())
+    mine = size_class(tokens)
+    below = [c for c in longest if 0 < c <= mine]
+    if below:
+        gap, seen = longest[max(below)]
+        return gap * max(1.0, tokens / seen)
+    return longest[min(c for c in longest if c > mine or c == 0)][0]
 
 
 class ProgressWriter:
@@ -160,8 +175,8 @@ class ProgressWriter:
         self.forward_done = False
         self.tail = 1.0
         self._tokens = 0  # the running step's scheduled tokens (0: not known)
-        #: the longest gap seen in the run, and the tokens of the step it was seen in
-        self._longest_s, self._longest_tokens = 0.0, 0
+        #: per size class of step (``size_class``): the longest gap seen in the run, its step's tokens
+        self._longest: dict[int, tuple[float, int]] = {}
         self._write()
 
     def begin_step(self, step: int, now: float, tokens: int = 0) -> None:
@@ -170,14 +185,15 @@ class ProgressWriter:
         self.began = self.advanced = now
         self.forward_at = 0.0
         self._tokens = max(0, tokens)
-        self.pace_s = expected_gap_s(self._longest_s, self._longest_tokens, self._tokens)
+        self.pace_s = expected_gap_s(self._longest, self._tokens)
         self._write()
 
     def _gap(self, gap_s: float) -> None:
         """A gap between two advances of the running step, seen: the step's pace, the run's longest."""
         self.pace_s = max(self.pace_s, gap_s)
-        if gap_s > self._longest_s:
-            self._longest_s, self._longest_tokens = gap_s, self._tokens
+        mine = size_class(self._tokens)
+        if gap_s > self._longest.get(mine, (0.0, 0))[0]:
+            self._longest[mine] = (gap_s, self._tokens)
 
     def layer_begins(self, now: float) -> None:
         """A layer's attention begins: the layer before it is finished."""

@@ -19,6 +19,7 @@ from pytest_enginedead.contract.stepprogress import (
     layers_path,
     layers_pid,
     read_step_progress,
+    size_class,
 )
 
 
@@ -68,8 +69,22 @@ def test_the_pace_grows_with_a_steps_tokens(tmp_path: Path) -> None:
     for tokens, pace in ((800, 20.0), (4, 0.2), (0, 0.2)):
         w.begin_step(2, 11.0, tokens=tokens)
         assert w.snapshot().pace_s == pytest.approx(pace), tokens
-    assert expected_gap_s(0.2, 8, 16) == pytest.approx(0.4) and expected_gap_s(0.2, 0, 16) == 0.2
     w.remove()
+
+
+def test_a_decode_after_a_long_prefill_keeps_the_pace_of_decodes() -> None:
+    """Each size of step is held to the longest gap of its own size: a prefill's 3 s layers lengthen
+    the window of the next prefill, not of the decodes beside it (a spin in a decode is still ended
+    after hang_s); sizes between are carried up from the nearest below."""
+    seen = {size_class(8): (0.2, 8), size_class(4096): (3.0, 4096)}
+    assert expected_gap_s(seen, 8) == pytest.approx(0.2)
+    assert expected_gap_s(seen, 12) == pytest.approx(0.2 * 12 / 8)  # same class, carried up
+    assert expected_gap_s(seen, 4096) == pytest.approx(3.0)
+    assert expected_gap_s(seen, 1024) == pytest.approx(0.2 * 1024 / 8)  # from the decodes, up
+    assert expected_gap_s(seen, 8192) == pytest.approx(6.0)
+    assert expected_gap_s(seen, 2) == pytest.approx(0.2)  # smaller than any seen: the nearest above
+    assert expected_gap_s(seen, 0) == pytest.approx(3.0)  # size unknown: the run's longest
+    assert expected_gap_s({}, 100) == 0.0
 
 
 @pytest.mark.processes
