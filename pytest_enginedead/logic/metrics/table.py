@@ -77,7 +77,8 @@ REMAINING = Metric(
 STALLED = Metric(
     "enginedead_step_stalled_seconds", Kind.GAUGE,
     "Since the rank's step in flight last advanced (a layer began, its forward pass ended, sampling "
-    "began); 0 between steps. The guard ends a step that shows no work for its hang_s.", RANK_LABELS)
+    "began); 0 between steps. The guard ends a step that shows no work for its hang_s, or for four of its "
+    "layers' pace where that is longer.", RANK_LABELS)
 GUARD_ENABLED = Metric(
     "enginedead_guard_enabled", Kind.GAUGE, "1 when the guard runs in the engine core, else 0.")
 GUARD_REQUESTED = Metric(
