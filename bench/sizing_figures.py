@@ -24,6 +24,7 @@ WHAT = {
     "26b": "gemma-4-26B-A4B at vLLM's defaults (`--forecast-layers 1,2`): the worst step",
     "26b-again": "the same, run again: the worst step and how far from the first run",
     "26b-8k": "gemma-4-26B-A4B at `--max-model-len 8192`: the worst step",
+    "26b-noamx": "gemma-4-26B-A4B at vLLM's defaults on a CPU without AMX: the worst step",
     "defaults": "`enginedead calibrate` on gemma-4-moe-mini at vLLM's defaults, to its answer",
 }
 
@@ -97,7 +98,7 @@ def _defaults(p: dict[str, Any]) -> str:
 
 RESULT: dict[str, Callable[[dict[str, Any]], str]] = {
     "worst": _worst, "forecast": _forecast, "longctx": _longctx, "26b": _worst_26b,
-    "26b-again": _worst_26b, "26b-8k": _worst_26b, "defaults": _defaults,
+    "26b-again": _worst_26b, "26b-8k": _worst_26b, "26b-noamx": _worst_26b, "defaults": _defaults,
 }
 
 
@@ -123,7 +124,7 @@ def markdown(results: dict[str, Any]) -> str:
 
 #: the parts that forecast the reported model, and the limits each ran at
 REPORTED = {"26b": "vLLM's defaults", "26b-again": "vLLM's defaults, run again",
-            "26b-8k": "vLLM's defaults but `--max-model-len 8192`"}
+            "26b-8k": "vLLM's defaults but `--max-model-len 8192`", "26b-noamx": "vLLM's defaults"}
 
 
 def reported_answers(results: dict[str, Any]) -> str:
