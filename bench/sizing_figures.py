@@ -18,9 +18,10 @@ from pytest_enginedead.logic import machine as fingerprint
 WHAT = {
     "worst": "gemma-4-moe-mini: the worst step its limits allow, formed on the engine, against its "
              "prediction",
-    "forecast": "gemma-4-moe-mini at full depth: decode steps against the forecast from depth slices 1,3",
+    "forecast": "gemma-4-moe-mini at full depth: decode steps against the forecast from slices of its "
+                "first 1 and 3 layers",
     "longctx": "gemma-4-moe-mini at a 32K context: 8 decodes at 16,384 keys at full depth, against the "
-               "forecast from depth slices 1,3",
+               "forecast from slices of its first 1 and 3 layers",
     "26b": "gemma-4-26B-A4B at vLLM's defaults (`--forecast-layers 1,2`): the worst step",
     "26b-again": "the same, run again: the worst step and how far from the first run",
     "26b-8k": "gemma-4-26B-A4B at `--max-model-len 8192`: the worst step",
@@ -88,8 +89,8 @@ def _answer(p: dict[str, Any], worst_s: float) -> str:
     if worst_s > deadline:
         return f"the {deadline:g} s deadline **fires**"
     if worst_s * room > deadline:
-        return f"the {deadline:g} s deadline **holds**, without headroom {room:g}"
-    return f"the {deadline:g} s deadline **holds** with headroom {room:g}"
+        return f"the {deadline:g} s deadline **holds**, but not with a {room:g}x margin"
+    return f"the {deadline:g} s deadline **holds** with a {room:g}x margin"
 
 
 def _defaults(p: dict[str, Any]) -> str:

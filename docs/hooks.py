@@ -48,6 +48,12 @@ each page is rendered.  The tables:
 - ``dashboard-panels``: the Grafana dashboard's panels and their queries (``logic.metrics.dashboard``).
 - ``metrics-cost``: what the metrics cost a step, from ``bench/results.json`` (``python bench/run.py
   metrics``), with its machine and date.
+- ``harness-cost``, ``judging``, ``preloads``: the benchmarks page's tables of ``bench/results.json``
+  (``bench/run_figures.py``): per benchmark what it measures, the result, its target, the machine
+  and day it recorded and the command that measures it again.
+- ``noted-NAME``: the table NAME of ``bench/noted-results.json`` (``bench/noted_figures.py``): the
+  figures of commands that keep no results file (``make test``, ``make matrix``, ``enginedead
+  probe-settings``, research runs), with their machine and date or "not recorded".
 
 An unknown NAME fails the build.  The hook imports the package from this checkout (the
 repository root goes first on ``sys.path``); it needs pytest and psutil, never vLLM.
@@ -607,7 +613,56 @@ def metrics_cost() -> str:
             f"{str(data['step_measured'])[:10]}), the cheapest step there is; the target is 1 %.")
 
 
+def _results() -> dict[str, Any]:
+    """``bench/results.json``, what ``bench/run.py`` recorded."""
+    found: dict[str, Any] = json.loads((ROOT / "bench" / "results.json").read_text())
+    return found
+
+
+def harness_cost() -> str:
+    """What the harness and the plugin cost, from ``bench/results.json`` (``bench/run_figures.py``)."""
+    text: str = _bench("run_figures").harness_cost(_results())
+    return text
+
+
+def judging() -> str:
+    """What the guard costs and how fast the harness answers, from ``bench/results.json``."""
+    text: str = _bench("run_figures").judging(_results())
+    return text
+
+
+def preloads() -> str:
+    """The allocator and OpenMP preloads side by side, from ``bench/results.json``."""
+    text: str = _bench("run_figures").preloads(_results())
+    return text
+
+
+#: the figures of commands that keep no results file of their own, a table each (``noted-NAME``)
+NOTED_RESULTS = ROOT / "bench" / "noted-results.json"
+
+
+def noted_tables() -> dict[str, Any]:
+    """``bench/noted-results.json``'s tables, by name."""
+    found: dict[str, Any] = json.loads(NOTED_RESULTS.read_text())["tables"]
+    return found
+
+
+def noted(name: str) -> Callable[[], str] | None:
+    """The generator of ``noted-NAME``: that table of ``bench/noted-results.json``; None for another name."""
+    if not name.startswith("noted-") or name.removeprefix("noted-") not in noted_tables():
+        return None
+
+    def make() -> str:
+        text: str = _bench("noted_figures").markdown(noted_tables()[name.removeprefix("noted-")])
+        return text
+
+    return make
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
+    "harness-cost": harness_cost,
+    "judging": judging,
+    "preloads": preloads,
     "options": options,
     "option-variables": option_variables,
     "markers": markers,
@@ -740,7 +795,7 @@ def with_tables(markdown: str, where: str) -> str:
     done: dict[str, str] = {}
 
     def generate(name: str) -> str:
-        make = GENERATORS.get(name)
+        make = GENERATORS.get(name) or noted(name)
         if make is None:
             raise PluginError(f"{where}: unknown <!-- generated: {name} -->; known: {', '.join(GENERATORS)}")
         if name not in done:

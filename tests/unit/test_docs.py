@@ -249,6 +249,54 @@ def test_a_new_result_changes_the_page() -> None:
     assert sizing_figures().markdown({}).startswith("_No sizing run recorded yet")
 
 
+def run_figures() -> Any:
+    return docs.hooks()._bench("run_figures")
+
+
+def test_every_benchmark_row_says_on_what_machine_and_day() -> None:
+    """Each row of the tables written from ``bench/results.json`` names its machine (or says it was not
+    recorded), its date and the command that measures it again; each table of
+    ``bench/noted-results.json`` says so once above it or in every row."""
+    results = docs.hooks()._results()
+    for table in (run_figures().harness_cost(results), run_figures().judging(results),
+                  run_figures().preloads(results)):
+        rows = [r for r in table.splitlines()[2:] if r.startswith("| ")]
+        assert rows, table
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split(" | ")]
+            assert DATE.search(cells[-2]) and "`python bench/run.py " in cells[-1], row
+            assert " cores" in cells[-3] or cells[-3] == run_figures().NOT_RECORDED, row
+    noted = docs.hooks()._bench("noted_figures")
+    tables = docs.hooks().noted_tables()
+    assert tables
+    undated = [name for name, table in tables.items() if not noted.dated(table)]
+    assert not undated, f"bench/noted-results.json: tables whose rows say no machine and date: {undated}"
+
+
+def test_a_machine_not_recorded_is_said_not_guessed() -> None:
+    """A result without its machine reads "not recorded", and the table says why."""
+    results = copy.deepcopy(docs.hooks()._results())
+    results["guard"].pop("machine", None)
+    text = run_figures().judging(results)
+    assert "| not recorded |" in text and "kept the machine" in text
+
+
+#: a measured figure as prose would type it: a duration or a share (inline code is left out first)
+FIGURE = re.compile(r"(?<![\w.=-])\d[\d,]*(?:\.\d+)? ?(?:ms|µs|%|s|min)(?!\w)")
+
+
+def test_the_benchmarks_page_types_no_figure_outside_its_tables() -> None:
+    """On the benchmarks page every duration or percentage comes from a generated block (which says
+    where and when); its prose refers to the tables and quotes none."""
+    hooks = docs.hooks()
+    page = (docs.ROOT / "docs" / "benchmarks.md").read_text()
+    prose = hooks.BLOCK.sub("", page)
+    prose = hooks.FENCE.sub("", prose)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    typed = [" ".join(p.split())[:120] for p in prose.split("\n\n") if FIGURE.search(p)]
+    assert not typed, f"docs/benchmarks.md: figures typed in prose, put them in a results file: {typed}"
+
+
 # --- every name the docs give exists ----------------------------------------------------------------
 
 
