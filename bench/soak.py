@@ -248,15 +248,17 @@ def watching(scrape_s: float) -> Iterator[Watch | None]:
 
 #: the picture's graphs: the step in flight against vLLM's deadline and the guard's hang_s, and the
 #: guard's decisions counted (each start of the server counts from 0)
-SHOT_GRAPHS = ("enginedead_step_age_seconds or enginedead_stock_deadline_seconds "
-               "or enginedead_guard_hang_seconds",
+#: (one selector by name: ``or`` would drop hang_s, whose labels are the deadline's)
+SHOT_GRAPHS = ('{__name__=~"enginedead_step_age_seconds|enginedead_stock_deadline_seconds|'
+               'enginedead_guard_hang_seconds"}',
                "sum by (action, verdict) (enginedead_guard_decisions_total) > 0")
 
 
 def shoot(watch: Watch, path: str, minutes: float) -> None:
     """The picture of Prometheus' graph page over the run just done (one line where it fails)."""
     try:
-        screenshot(watch.prom, path, range_s=max(60, round(minutes * 60) + 30), graphs=SHOT_GRAPHS)
+        screenshot(watch.prom, path, range_s=max(60, round(minutes * 60) + 30), graphs=SHOT_GRAPHS,
+                   height=1800)
         say(f"Prometheus' graph page: {path}")
     except (OSError, PrometheusError, RuntimeError) as exc:
         say(f"no picture of Prometheus' graph page: {exc}")

@@ -2,7 +2,8 @@
 
 One section per results file (``bench/soak-results.json``, then ``bench/soak-tp2-results.json``, the
 two-rank rerun, then ``bench/soak-gemma-results.json``, the guard on gemma-4-moe-mini with the
-spin): where and when it ran and the command, what each run proved (requests, false deaths, false
+spin, then ``bench/soak-prometheus-results.json``, a short guarded run with a real Prometheus and
+what it saw): where and when it ran and the command, what each run proved (requests, false deaths, false
 ends, missed hangs, restarts), what it left (memory drift, processes, ``/dev/shm``, fds), and the
 fault windows in words. ``docs/hooks.py`` writes it between ``<!-- generated: soak -->`` and its end
 marker; ``tests/unit/test_docs.py`` fails when the committed block differs from the files.
@@ -15,8 +16,8 @@ from typing import Any
 
 from pytest_enginedead.logic import machine as fingerprint
 
-#: what ``--json PATH`` wrote to is no part of the command to rerun
-_OWN_FLAGS = ("--json",)
+#: where ``--json PATH`` and ``--shot PNG`` wrote to is no part of the command to rerun
+_OWN_FLAGS = ("--json", "--shot")
 
 
 def machine(m: dict[str, Any]) -> str:
