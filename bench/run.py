@@ -33,6 +33,10 @@ xdist    the same downstream suite (2 configurations) with -n 0 and
 preloads decode steps with tcmalloc and iomp in LD_PRELOAD (as vLLM's CPU docs serve)
          vs without, two engines side by side, on the bundled model and the
          shrunk Gemma-4 MoE; each order of engine start; with / without
+metrics_engine  the metrics on a real engine: two guarded engines side by side,
+         one keeping its figures for /metrics and one with ENGINEDEAD_METRICS=0,
+         batch 1 on the tiny model; each order of engine start, plus an
+         off-vs-off control                                             ratio <= 1.01
 """
 
 from __future__ import annotations
@@ -320,6 +324,22 @@ def bench_metrics() -> dict[str, Any]:
     return {"direct_s_per_rpc": per_rpc, "rpcs_per_step": 2, "step_s": step_s,
             "step_measured": recorded.get("measured"), "direct_share": share, "target": "<= 0.01",
             "machine": fingerprint.this_machine(), "command": "python bench/run.py metrics"}
+
+
+def bench_metrics_engine(rounds: int = 12, n: int = 1, tokens: int = 192, repeats: int = 1) -> dict[str, Any]:
+    """What the metrics cost on a real engine: two guarded engines side by side in one process, one
+    keeping its figures for ``/metrics`` and one not (``ENGINEDEAD_METRICS=0``), their decode steps
+    timed in alternating rounds, at batch 1 on the tiny model (the cheapest step there is), paired."""
+    pairs = _paired("guard", "nometrics", rounds, n, tokens, repeats)
+    for p in pairs:
+        if p.get("figures") != [m == "guard" for m in p["modes"]]:
+            raise RuntimeError(f"figures kept only by the 'guard' engine: {p['modes']} {p.get('figures')}")
+    s = _summary(pairs, "guard", "nometrics")
+    print(f"  metrics on/off over {len(s['pair_ratios'])} pairs, start order cancelled: {s['ratio']:.3f} "
+          f"(pairs {', '.join(f'{r:.3f}' for r in s['pair_ratios'])}); identical engines differ by "
+          f"{s['control_ratio']:.3f}", flush=True)
+    return {"batch": n, "tokens": tokens, "pairs": pairs, **s, "target": "<= 1.01",
+            "machine": fingerprint.this_machine(), "command": "python bench/run.py metrics_engine"}
 
 
 def bench_estimate() -> dict[str, Any]:
@@ -652,7 +672,8 @@ def _preload_summary(n: int, pairs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "guard": bench_guard,
-           "layers": bench_layers, "metrics": bench_metrics, "estimate": bench_estimate,
+           "layers": bench_layers, "metrics": bench_metrics, "metrics_engine": bench_metrics_engine,
+           "estimate": bench_estimate,
            "verdict": bench_verdict, "server": bench_server, "check": bench_check, "suite": bench_suite,
            "xdist": bench_xdist, "preloads": bench_preloads}
 

@@ -2,6 +2,7 @@
 
     python bench/soak.py [--minutes N] [--schedule FILE] [--model M] [--runs LIST]
                          [--restarts N] [--guidellm PATH] [--json PATH]      (make soak: 20 minutes)
+                         [--scrape-s S] [--shot PNG]
 
 Runs, one server at a time, each under a restart-on-exit supervisor (as systemd or
 Kubernetes runs a server) with the same clients and fault schedule:
@@ -13,6 +14,12 @@ gemma    the guard on the bundled shrunk Gemma-4 MoE (gemma-4-moe-mini), one pas
 tp2      the guard at --tensor-parallel-size 2 (schedules/tp2.toml: one rank slow, one hung)
 cost     the guard's per-step cost, guard on ÷ off, side by side (bench/run.py's guard bench)
 
+With ``prometheus`` on PATH (Debian's package), each run has a real Prometheus of its own scraping
+the server's /metrics on 127.0.0.1 every --scrape-s (its data in a temporary directory, stopped by
+its pid); after the run, what it recorded is held against what the soak counted (the step
+histogram's count against the steps run, the guard's decisions, deaths, restarts).  --shot takes a
+picture of its graph page over the first guarded run (headless Chromium).
+
 Prints progress while it runs and one table at the end; --json writes every run's record.
 Exit 0 when every guarded run met its targets (0 lost to false deaths, 0 false ends,
 0 missed hangs, engine-core RSS drift <= 5 %, nothing leaked, cost <= 1 %), 1 when one
@@ -23,9 +30,13 @@ everything within seconds.  Load goes to 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +45,8 @@ from pytest_enginedead.harness.engines.reaper import Reaper
 from pytest_enginedead.harness.load.guidellm import find_guidellm
 from pytest_enginedead.harness.load.soak import soak
 from pytest_enginedead.harness.load.soakfaults import Plan
+from pytest_enginedead.harness.load.soakprom import Watch
+from pytest_enginedead.harness.probing.promserver import MISSING, PrometheusError, prometheus, screenshot
 from pytest_enginedead.logic import machine as fingerprint
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL, presets
 from pytest_enginedead.logic.soak.schedule import ScheduleError, load
@@ -74,6 +87,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="the supervisor's restart budget per run (default: no limit)")
     p.add_argument("--guidellm", default=None, help="guidellm executable (default $GUIDELLM, else on PATH)")
     p.add_argument("--json", default=None, help="write every run's record here")
+    p.add_argument("--scrape-s", type=float, default=1.0, help="Prometheus' scrape interval; default 1")
+    p.add_argument("--shot", default=None,
+                   help="a PNG of Prometheus' graph page over the first guarded run (needs chromium)")
     args = p.parse_args(argv)
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     bad = [r for r in runs if r not in RUNS]
@@ -81,6 +97,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"--runs {args.runs!r}: {bad[0] if bad else 'none'} is not one of {', '.join(RUNS)}")
     if not 0 < args.minutes <= 24 * 60:
         p.error(f"--minutes {args.minutes:g}: must be above 0 and at most a day")
+    if not 0.1 <= args.scrape_s <= 60:
+        p.error(f"--scrape-s {args.scrape_s:g}: must be 0.1 to 60")
     if args.restarts is not None and args.restarts < 0:
         p.error(f"--restarts {args.restarts}: must be 0 or more")
     args.runs = runs
@@ -164,8 +182,37 @@ def misses(records: list[dict[str, Any]], cost: dict[str, Any] | None) -> list[s
         for key in ("processes", "shm", "fds"):
             if r["leaked"][key]:
                 out.append(f"{name}: leaked {key}: {r['leaked']['what'][key]}")
+        out += [f"{name}: Prometheus {line}" for line in prometheus_disagrees(r.get("prometheus"))]
     if cost is not None and cost["ratio"] > COST_RATIO:
         out.append(f"guard cost: on ÷ off {cost['ratio']:.3f} > {COST_RATIO}")
+    return out
+
+
+def prometheus_disagrees(seen: dict[str, Any] | None) -> list[str]:
+    """What Prometheus saw that the soak's count does not allow (nothing without Prometheus)."""
+    if not seen:
+        return []
+    if "error" in seen:
+        return [f"could not be asked: {seen['error']}"]
+    return [f"saw {t['prometheus']} {t['what']}, the soak counted {t['soak']} "
+            f"({_range(t)} by its last scrape)" for t in seen["tallies"] if not t["agree"]]
+
+
+def _range(tally: dict[str, Any]) -> str:
+    low, high = tally["by_last_scrape"]
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def prometheus_lines(records: list[dict[str, Any]]) -> list[str]:
+    """What Prometheus saw of each run against what the soak counted, a line per run."""
+    out = []
+    for r in records:
+        seen = r.get("prometheus")
+        if not seen or "error" in seen:
+            continue
+        parts = [f"{t['what']} {t['prometheus']}/{t['soak']}{'' if t['agree'] else ' DISAGREE'}"
+                 for t in seen["tallies"]]
+        out.append(f"[{r['name']}] Prometheus saw / the soak counted: {'; '.join(parts)}")
     return out
 
 
@@ -187,18 +234,53 @@ def stock_line(records: list[dict[str, Any]]) -> str | None:
     return line
 
 
+@contextlib.contextmanager
+def watching(scrape_s: float) -> Iterator[Watch | None]:
+    """A Prometheus of its own for one run (None where ``prometheus`` is not on PATH), its data in a
+    temporary directory removed after."""
+    if shutil.which("prometheus") is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="enginedead-soak-prometheus-") as tmp, \
+            prometheus(Path(tmp), interval_s=scrape_s) as prom:
+        yield Watch(prom, scrape_s)
+
+
+#: the picture's graphs: the step in flight against vLLM's deadline and the guard's hang_s, and the
+#: guard's decisions counted (each start of the server counts from 0)
+#: (one selector by name: ``or`` would drop hang_s, whose labels are the deadline's)
+SHOT_GRAPHS = ('{__name__=~"enginedead_step_age_seconds|enginedead_stock_deadline_seconds|'
+               'enginedead_guard_hang_seconds"}',
+               "sum by (action, verdict) (enginedead_guard_decisions_total) > 0")
+
+
+def shoot(watch: Watch, path: str, minutes: float) -> None:
+    """The picture of Prometheus' graph page over the run just done (one line where it fails)."""
+    try:
+        screenshot(watch.prom, path, range_s=max(60, round(minutes * 60) + 30), graphs=SHOT_GRAPHS,
+                   height=1800)
+        say(f"Prometheus' graph page: {path}")
+    except (OSError, PrometheusError, RuntimeError) as exc:
+        say(f"no picture of Prometheus' graph page: {exc}")
+
+
 def run_all(
-    todo: list[Plan], runs: list[str], reaper: Reaper
+    todo: list[Plan], args: argparse.Namespace, reaper: Reaper
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Each plan's soak, one at a time (its record), then the guard's cost when ``cost`` is asked."""
     records: list[dict[str, Any]] = []
+    shot = args.shot
     for plan in todo:
         say(f"[{plan.name}] starting: {plan.schedule.describe()}"
             f"{f', {plan.minutes:g} min' if plan.minutes else ', one pass'}")
-        records.append(soak(plan, say, reaper))
+        with watching(args.scrape_s) as watch:
+            records.append(soak(plan, say, reaper, watch))
+            if watch is not None and shot and plan.guard:
+                shoot(watch, shot, records[-1]["minutes"])
+                shot = None
         say(f"[{plan.name}] done: {json.dumps({k: records[-1][k] for k in ('requests', 'false_ends')})}")
     cost = None
-    if "cost" in runs:
+    if "cost" in args.runs:
         say("[cost] guard on ÷ off, side by side (two engines per pair)")
         cost = guard_cost()
     for r in records:
@@ -211,7 +293,7 @@ def report(records: list[dict[str, Any]], cost: dict[str, Any] | None) -> list[s
     print()
     for line in table(records):
         print(line)
-    for line in filter(None, [stock_line(records)]):
+    for line in [*filter(None, [stock_line(records)]), *prometheus_lines(records)]:
         print(line)
     if cost:
         print(f"guard cost per step, on ÷ off: {cost['ratio']:.3f} (pairs {cost['pair_ratios']}; "
@@ -243,10 +325,12 @@ def main(argv: list[str]) -> int:
         return 2
     say(f"soak: runs {', '.join(args.runs)}; schedule {todo[0].schedule.describe() if todo else '-'}; "
         f"guidellm {'at ' + guidellm if guidellm else 'not installed (pip install guidellm, or --guidellm)'}")
+    if shutil.which("prometheus") is None:
+        say(f"the soak runs without Prometheus: {MISSING}")
     reaper = Reaper()
     began = time.time()
     try:
-        records, cost = run_all(todo, args.runs, reaper)
+        records, cost = run_all(todo, args, reaper)
     except KeyboardInterrupt:
         say("interrupted: everything stopped")
         return 130

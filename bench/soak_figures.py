@@ -2,7 +2,8 @@
 
 One section per results file (``bench/soak-results.json``, then ``bench/soak-tp2-results.json``, the
 two-rank rerun, then ``bench/soak-gemma-results.json``, the guard on gemma-4-moe-mini with the
-spin): where and when it ran and the command, what each run proved (requests, false deaths, false
+spin, then ``bench/soak-prometheus-results.json``, a short guarded run with a real Prometheus and
+what it saw): where and when it ran and the command, what each run proved (requests, false deaths, false
 ends, missed hangs, restarts), what it left (memory drift, processes, ``/dev/shm``, fds), and the
 fault windows in words. ``docs/hooks.py`` writes it between ``<!-- generated: soak -->`` and its end
 marker; ``tests/unit/test_docs.py`` fails when the committed block differs from the files.
@@ -15,8 +16,8 @@ from typing import Any
 
 from pytest_enginedead.logic import machine as fingerprint
 
-#: what ``--json PATH`` wrote to is no part of the command to rerun
-_OWN_FLAGS = ("--json",)
+#: where ``--json PATH`` and ``--shot PNG`` wrote to is no part of the command to rerun
+_OWN_FLAGS = ("--json", "--shot")
 
 
 def machine(m: dict[str, Any]) -> str:
@@ -121,6 +122,41 @@ def _death_parts(run: dict[str, Any]) -> list[str]:
     return parts
 
 
+#: what the "what Prometheus saw" table compares
+_SAW = ("What a real Prometheus saw (Debian's `prometheus`, scraping the server's `/metrics` on 127.0.0.1"
+        "{every}; each start of the server is an instance of its own, its counters summed over the "
+        "starts), against what the soak counted from its own records. A start that died takes what "
+        "happened after Prometheus' last scrape of it with it, so the soak's count is also given as what "
+        "that scrape could hold (what had happened when it began, up to what had happened before it read "
+        "the figures); Prometheus agrees where its figure lies in that range:")
+
+
+def _by_scrape(tally: dict[str, Any]) -> str:
+    low, high = tally["by_last_scrape"]
+    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+
+def _prometheus_rows(run: dict[str, Any]) -> list[str]:
+    """What Prometheus saw of one run against what the soak counted, a row per figure."""
+    seen = run.get("prometheus") or {}
+    if "error" in seen:
+        return [f"| {run['name']} | Prometheus could not be asked: {seen['error']} | — | — | — | — |"]
+    return [f"| {run['name']} | {t['what']} | {t['soak']:,} | {_by_scrape(t)} | {t['prometheus']:,} | "
+            f"{'agree' if t['agree'] else '**disagree**'} |" for t in seen.get("tallies") or []]
+
+
+def prometheus_saw(results: dict[str, Any]) -> list[str]:
+    """The "what Prometheus saw" table of a results file (nothing where no run had a Prometheus)."""
+    runs = [r for r in results["runs"] if r.get("prometheus")]
+    if not runs:
+        return []
+    every = next((r["prometheus"].get("interval_s") for r in runs if "interval_s" in r["prometheus"]), None)
+    lines = ["", _SAW.format(every=f" every {every:g} s" if every else ""), "",
+             "| run | what | the soak counted | by Prometheus' last scrape of each start | Prometheus saw "
+             "| |", "|---" * 6 + "|"]
+    return lines + [row for r in runs for row in _prometheus_rows(r)]
+
+
 def _first_pass(run: dict[str, Any]) -> list[dict[str, Any]]:
     """The run's fault windows up to the schedule's first repeat."""
     seen: set[str] = set()
@@ -186,6 +222,7 @@ def section(results: dict[str, Any], path: str) -> str:
     lines += ["", "| run | engine steps | step p50 | engine-core RSS drift | workers' RSS drift | "
               "left behind (processes / shm / fds) |", "|---" * 6 + "|"]
     lines += [_left(r) for r in results["runs"]]
+    lines += prometheus_saw(results)
     lines += ["", *[_windows(r) for r in results["runs"]]]
     lines += _timelines(results)
     cost = results.get("guard_cost") or {}

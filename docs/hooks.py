@@ -36,9 +36,10 @@ each page is rendered.  The tables:
   ``26b`` parts): limits, worst step, what the deadline does, machine and date.
 - ``check-plot``: ``enginedead check``'s verdict table from the first-run tutorial's recording, as a
   Mermaid chart (the longest step of each run against vLLM's stock deadline).
-- ``soak``: the soak's runs, from ``bench/soak-results.json``, ``bench/soak-tp2-results.json`` and
-  ``bench/soak-gemma-results.json`` (``bench/soak_figures.py``): machine, date and command, then per
-  run what it proved and what it left, and its fault windows in words.
+- ``soak``: the soak's runs, from ``bench/soak-results.json``, ``bench/soak-tp2-results.json``,
+  ``bench/soak-gemma-results.json`` and ``bench/soak-prometheus-results.json`` (``bench/soak_figures.py``):
+  machine, date and command, then per run what it proved and what it left, what Prometheus saw, and
+  its fault windows in words.
 - ``sizing-figures``: the other parts of ``bench/sizing.py`` the same file holds
   (``bench/sizing_figures.py``): per part what it measures, the result, its target and whether it
   was met, the machine, vLLM release and date it ran on, and the command that measures it again.
@@ -557,7 +558,8 @@ def check_plot() -> str:
 
 
 #: the soak's results files, in the order the page shows them
-SOAK_RESULTS = ("bench/soak-results.json", "bench/soak-tp2-results.json", "bench/soak-gemma-results.json")
+SOAK_RESULTS = ("bench/soak-results.json", "bench/soak-tp2-results.json", "bench/soak-gemma-results.json",
+                "bench/soak-prometheus-results.json")
 
 
 def soak() -> str:

@@ -9,13 +9,11 @@ import shutil
 import psutil
 import pytest
 
+from pytest_enginedead.harness.probing.promserver import MISSING
 from tests.support import examples
 from tests.support.downstream import Downstream, assert_nothing_left, engine_processes
 
 pytestmark = pytest.mark.engine
-
-MISSING = "prometheus not found: install Debian's package `prometheus` (apt-get install prometheus)"
-
 
 def test_prometheus_records_what_the_guarded_server_counted(
     downstream: Downstream, bystander: psutil.Process

@@ -47,7 +47,7 @@ NEEDS_ENGINE = "needs_engine"
 OPERATORS = "operators"
 #: a downstream suite without engines (and nothing of the plugin's: it hears nothing of it)
 PLAIN = "plain"
-#: a real Prometheus scraping a guarded server through a slow window (``promserver.py`` beside it)
+#: a real Prometheus scraping a guarded server through a slow window (``harness.probing.promserver``)
 PROMETHEUS = "prometheus"
 #: a downstream suite that uses the plugin (its policy fixture) and starts no engine
 USES_PLUGIN = "uses_plugin"

@@ -28,6 +28,7 @@ from ..engines.leaks import Leaks
 from ..engines.reaper import Reaper
 from ..waiting import Progress, wait_until
 from .soakfaults import Faults, Plan, Stop
+from .soakprom import Watch, seen
 from .supervisor import Monitor, Supervisor, rss_drift
 from .traffic import Traffic
 
@@ -40,7 +41,8 @@ DRIFT_LEAST_S = 30.0
 class Soak(Faults):
     """The state of one run while it goes (see ``soak``)."""
 
-    def __init__(self, plan: Plan, progress: Progress, reaper: Reaper | None) -> None:
+    def __init__(self, plan: Plan, progress: Progress, reaper: Reaper | None,
+                 watch: Watch | None = None) -> None:
         self.plan = plan
         self.sched = plan.schedule
         self.progress = progress
@@ -54,6 +56,9 @@ class Soak(Faults):
         self.traffic = Traffic(os.path.basename(plan.model.rstrip("/")), self.sched.clients,
                                timeout_s=max(120.0, 3 * self.sched.hang_s), vocab=_vocab(plan.model))
         self.supervisor.on_ready.append(self._pointed)
+        self.watch = watch
+        if watch is not None:
+            self.supervisor.on_ready.append(watch.point)
         self.windows: list[Window] = []
         self.notes: list[str] = []
         self.guidellm: list[dict[str, Any]] = []
@@ -169,10 +174,12 @@ class StepCounter:
 END_MARK = END_LINE.split(b",")[0]
 
 
-def soak(plan: Plan, progress: Progress, reaper: Reaper | None = None) -> dict[str, Any]:
-    """Run ``plan`` and return its record (the JSON the soak writes per run)."""
+def soak(plan: Plan, progress: Progress, reaper: Reaper | None = None,
+         watch: Watch | None = None) -> dict[str, Any]:
+    """Run ``plan`` and return its record (the JSON the soak writes per run); with ``watch``, what
+    Prometheus saw of it beside what the soak counted."""
     leaks = Leaks()
-    run = Soak(plan, progress, reaper)
+    run = Soak(plan, progress, reaper, watch)
     interrupted = False
     try:
         run.go()
@@ -182,6 +189,8 @@ def soak(plan: Plan, progress: Progress, reaper: Reaper | None = None) -> dict[s
     finally:
         run.traffic.stop(grace_s=0.0 if interrupted else 5.0)
         run.monitor.stop()
+        if not interrupted:
+            _settled(run)
         if interrupted and run.supervisor.server is not None:
             run.supervisor.server.hurry = True
         run.supervisor.end_current(by_us=True)
@@ -214,7 +223,25 @@ def record(run: Soak, leaked: dict[str, Any], now: float) -> dict[str, Any]:
         "leaked": leaked, "guidellm": run.guidellm or None, "notes": run.notes,
         "workers_during_hangs": [{"at_s": round(t - run.t0, 1), "cores": cores}
                                  for t, cores in run.monitor.fault_cpu[:60]],
+        "prometheus": _prometheus(run),
     }
+
+
+def _settled(run: Soak) -> None:
+    """With Prometheus, wait until it has scraped the last start's figures as they stand."""
+    server = run.supervisor.server
+    if run.watch is not None and server is not None and not run.watch.settle(server.base_url):
+        run.notes.append("Prometheus did not scrape the server after the traffic stopped")
+
+
+def _prometheus(run: Soak) -> dict[str, Any] | None:
+    """What Prometheus saw against what the soak counted (``logic.soak.seen``); None without it."""
+    if run.watch is None:
+        return None
+    try:
+        return seen(run.watch, run.supervisor.incarnations, time.time() - time.monotonic()).to_dict()
+    except (OSError, ValueError, RuntimeError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _all_requests(run: Soak) -> list[Any]:

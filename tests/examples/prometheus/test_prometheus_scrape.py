@@ -2,8 +2,8 @@
 counted, every dashboard query returns series, and the shipped rules fire where they should.
 
 One guarded server (hang_s 5 s, a 2 s deadline), each step busy 0.2 s a sequence: a batch of 16 runs
-3.2 s steps, past vLLM's deadline, and the guard waits on each.  Prometheus (``promserver.py``) scrapes
-its ``/metrics`` every second with the package's rules loaded.
+3.2 s steps, past vLLM's deadline, and the guard waits on each.  Prometheus
+(``harness.probing.promserver``) scrapes its ``/metrics`` every second with the package's rules loaded.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from promserver import MISSING, Prometheus, prometheus, screenshot
 
 import pytest_enginedead
 from pytest_enginedead.contract.decisions import GuardAction
+from pytest_enginedead.harness.probing.promserver import MISSING, Prometheus, prometheus, screenshot
 from pytest_enginedead.logic.metrics import dashboard
 
 RULES = Path(pytest_enginedead.__file__).parent / "monitoring" / "enginedead-rules.yml"
@@ -97,7 +97,7 @@ def test_prometheus_records_what_the_guarded_server_counted(vllm_server_factory,
     if not shutil.which("prometheus"):
         pytest.skip(MISSING)
     server = vllm_server_factory(16, timeout_s=DEADLINE_S, inject={"slow_s_per_seq": 0.2})
-    with prometheus(tmp_path / "prometheus", f"127.0.0.1:{server.port}", RULES) as prom:
+    with prometheus(tmp_path / "prometheus", [f"127.0.0.1:{server.port}"], RULES) as prom:
         wait_for(prom, "enginedead_build_info")
         server.complete(1, max_tokens=4)  # fast steps: 0.2 s
         server.complete(16, max_tokens=4)  # the slow window: 3.2 s steps past the 2 s deadline

@@ -1,0 +1,107 @@
+"""The soak's Prometheus: pointed at each start of the server, asked at the end what it recorded.
+
+``Watch`` follows the supervisor (each restart is a new server on a new port: a new ``instance``),
+waits at the run's end until Prometheus has scraped the last start's figures as they stand, and then
+reads every sample it holds of the step histogram's count, the guard's decisions and the deaths;
+``logic.soak.seen`` holds them against the soak's own evidence of each start.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from typing import Any
+
+from ...contract.steps import StepTime
+from ...logic.soak.seen import Counted, Scraped, Seen, compare, through_resets
+from ..probing.promserver import Prometheus, Series
+from ..waiting import wait_until
+
+STEPS = 'enginedead_step_duration_seconds_count{phase="forward"}'
+DECISIONS = "enginedead_guard_decisions_total"
+DEATHS = "enginedead_engine_deaths_total"
+
+
+def target(base_url: str) -> str:
+    """``host:port`` of a server's base URL (``http://127.0.0.1:8000/v1``)."""
+    return urllib.parse.urlsplit(base_url).netloc
+
+
+class Watch:
+    """Prometheus over one soak run (``Soak.prom``)."""
+
+    def __init__(self, prom: Prometheus, interval_s: float) -> None:
+        self.prom = prom
+        self.interval_s = interval_s
+        self.began = time.time()
+
+    def point(self, base_url: str) -> None:
+        self.prom.point(target(base_url))
+
+    def last_scrape(self, instance: str) -> float | None:
+        """When Prometheus last scraped ``instance`` and had an answer (unix seconds)."""
+        found = self.prom.series(f'up{{instance="{instance}"}}', time.time() - self.began + 5)
+        answered = [t for _, samples in found for t, v in samples if v == 1]
+        return max(answered, default=None)
+
+    def settle(self, base_url: str, limit_s: float = 15.0) -> bool:
+        """Wait until Prometheus has scraped the server twice since now (its figures as they stand once
+        the traffic is over); whether it did within ``limit_s``."""
+        since = time.time() + self.interval_s
+        instance = target(base_url)
+        return wait_until(lambda: (self.last_scrape(instance) or 0.0) >= since, limit_s, every_s=0.25)
+
+    def scraped(self) -> list[Scraped]:
+        """What Prometheus holds of each instance it scraped in this run."""
+        range_s = time.time() - self.began + 5
+        ups: dict[str, float] = {}
+        for labels, samples in self.prom.series("up", range_s):
+            answered = [t for t, v in samples if v == 1]
+            if answered:
+                ups[labels.get("instance", "")] = max(answered)
+        steps = _per_instance(self.prom.series(STEPS, range_s), lambda labels: "")
+        decisions = _per_instance(self.prom.series(DECISIONS, range_s),
+                                  lambda labels: f"{labels.get('action')} {labels.get('verdict')}")
+        deaths = _per_instance(self.prom.series(DEATHS, range_s), lambda labels: "")
+        return [Scraped(i, t, sum(steps.get(i, {}).values()), dict(decisions.get(i, {})),
+                        sum(deaths.get(i, {}).values())) for i, t in ups.items()]
+
+
+def _per_instance(found: list[Series], key: Any) -> dict[str, dict[str, int]]:
+    """Each counter's count by instance and ``key(labels)``, summed over the series that share them."""
+    out: dict[str, dict[str, int]] = {}
+    for labels, samples in found:
+        row = out.setdefault(labels.get("instance", ""), {})
+        k = key(labels)
+        row[k] = row.get(k, 0) + through_resets(v for _, v in samples)
+    return out
+
+
+def counted(incarnations: list[Any], wall: float) -> list[Counted]:
+    """The soak's evidence of each start (``supervisor.Incarnation``), its times turned into unix
+    seconds by ``wall`` (``time.time() - time.monotonic()``)."""
+    out = []
+    for inc in incarnations:
+        server = inc.server
+        steps: list[StepTime] = server.evidence.steps()
+        ends = _step_ends(steps, wall)
+        decisions = [(f"{e.action.value} {e.verdict.name}", e.t + wall)
+                     for e in server.evidence.guard_events()]
+        died = inc.exit is not None and not inc.exit.by_us
+        out.append(Counted(target(server.base_url), ends, decisions, died))
+    return out
+
+
+def _step_ends(steps: list[StepTime], wall: float) -> list[float]:
+    """When each finished step ended, as one worker recorded them (with several ranks: the one with
+    the most, as the soak counts steps)."""
+    per_pid: dict[int, list[float]] = {}
+    for s in steps:
+        if s.seconds is not None:
+            per_pid.setdefault(s.pid, []).append(s.started + s.seconds + wall)
+    return max(per_pid.values(), key=len, default=[])
+
+
+def seen(watch: Watch, incarnations: list[Any], wall: float) -> Seen:
+    """The run's comparison: Prometheus' figures against the soak's."""
+    return compare(counted(incarnations, wall), watch.scraped(), watch.interval_s)

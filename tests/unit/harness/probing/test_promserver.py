@@ -1,0 +1,67 @@
+"""The soak's Prometheus with no vLLM: a real Prometheus (skipped without Debian's package) scrapes a
+stand-in ``/metrics`` that is restarted on a new port, as the soak's supervisor restarts a server, and
+``soakprom.Watch`` reads back each start's counters as its own instance."""
+
+from __future__ import annotations
+
+import http.server
+import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from pytest_enginedead.harness.load.soakprom import Watch
+from pytest_enginedead.harness.probing.promserver import MISSING, prometheus
+
+pytestmark = pytest.mark.processes
+
+
+def exposition(steps: int, waits: int) -> bytes:
+    return (f'enginedead_step_duration_seconds_count{{phase="forward"}} {steps}\n'
+            f'enginedead_guard_decisions_total{{action="wait",verdict="SLOW"}} {waits}\n'
+            f'enginedead_guard_decisions_total{{action="end",verdict="HUNG"}} 0\n'
+            f'enginedead_engine_deaths_total{{verdict="SLOW"}} 0\n').encode()
+
+
+@contextmanager
+def metrics(steps: int, waits: int) -> Iterator[str]:
+    """A stand-in server whose /metrics says ``steps`` and ``waits``; its base URL."""
+    body = exposition(steps, waits)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_each_start_is_read_back_as_its_own_instance(tmp_path: Path) -> None:
+    if shutil.which("prometheus") is None:
+        pytest.skip(MISSING)
+    with prometheus(tmp_path / "prom", interval_s=0.5) as prom:
+        watch = Watch(prom, 0.5)
+        with metrics(7, 2) as first:
+            watch.point(first)
+            assert watch.settle(first)
+        with metrics(3, 0) as second:
+            watch.point(second)
+            assert watch.settle(second)
+        found = {s.instance: (s.steps, {k: n for k, n in s.decisions.items() if n}, s.deaths)
+                 for s in watch.scraped()}
+    assert sorted(found.values(), key=str) == [(3, {}, 0), (7, {"wait SLOW": 2}, 0)]
