@@ -247,7 +247,7 @@ def watching(scrape_s: float) -> Iterator[Watch | None]:
 
 
 #: the picture's graphs: the step in flight against vLLM's deadline and the guard's hang_s, and the
-#: guard's decisions counted (each start of the server counts from 0)
+#: guard's decisions counted (carried across restarts: the server keeps its port and state directory)
 #: (one selector by name: ``or`` would drop hang_s, whose labels are the deadline's)
 SHOT_GRAPHS = ('{__name__=~"enginedead_step_age_seconds|enginedead_stock_deadline_seconds|'
                'enginedead_guard_hang_seconds"}',

@@ -124,11 +124,13 @@ def _death_parts(run: dict[str, Any]) -> list[str]:
 
 #: what the "what Prometheus saw" table compares
 _SAW = ("What a real Prometheus saw (Debian's `prometheus`, scraping the server's `/metrics` on 127.0.0.1"
-        "{every}; each start of the server is an instance of its own, its counters summed over the "
-        "starts), against what the soak counted from its own records. A start that died takes what "
-        "happened after Prometheus' last scrape of it with it, so the soak's count is also given as what "
-        "that scrape could hold (what had happened when it began, up to what had happened before it read "
-        "the figures); Prometheus agrees where its figure lies in that range:")
+        "{every}), against what the soak counted from its own records. The soak's supervisor restarts the "
+        "server as an operator's does, on the same port with the same guard state directory, so Prometheus "
+        "sees one instance whose counters carry across restarts (the next engine core folds in the gone "
+        "one's steps, ended hangs and death), and a restart as the instance up again. Prometheus' figure is "
+        "its last scrape of the instance; the soak's count is also given as what that scrape could hold "
+        "(what had happened when it began, up to what had happened before it read the figures); "
+        "Prometheus agrees where its figure lies in that range:")
 
 
 def _by_scrape(tally: dict[str, Any]) -> str:
@@ -152,7 +154,7 @@ def prometheus_saw(results: dict[str, Any]) -> list[str]:
         return []
     every = next((r["prometheus"].get("interval_s") for r in runs if "interval_s" in r["prometheus"]), None)
     lines = ["", _SAW.format(every=f" every {every:g} s" if every else ""), "",
-             "| run | what | the soak counted | by Prometheus' last scrape of each start | Prometheus saw "
+             "| run | what | the soak counted | by Prometheus' last scrape | Prometheus saw "
              "| |", "|---" * 6 + "|"]
     return lines + [row for r in runs for row in _prometheus_rows(r)]
 

@@ -99,7 +99,7 @@ class Server(EngineBase):
 
     def launch(self, first: DeadlineAndFaults) -> None:
         """``python -m vllm.entrypoints.openai.api_server``, in a session of its own; ready on /health."""
-        self.port = free_port()
+        self.port = self.pick_port()
         cmd = server_command(self.spec.model, self.port, self.spec.max_num_seqs, self.served_name,
                              tuple({**engine_arguments(self.spec), **self.multi_node_arguments()}.items()))
         env = process_environment(self.environment(first), self.spec, os.environ)
@@ -111,6 +111,10 @@ class Server(EngineBase):
             )
         self._track_early()
         self._wait_ready(t0)
+
+    def pick_port(self) -> int:
+        """The port this start listens on: a free one (a subclass may keep one across restarts)."""
+        return free_port()
 
     def adopt_started(self) -> None:
         self.adopt_tree()

@@ -194,6 +194,7 @@ def soak(plan: Plan, progress: Progress, reaper: Reaper | None = None,
         if interrupted and run.supervisor.server is not None:
             run.supervisor.server.hurry = True
         run.supervisor.end_current(by_us=True)
+        run.supervisor.close()
     now = time.monotonic()
     return record(run, leaks.after(run.supervisor.procs(), run.supervisor.shm()), now)
 

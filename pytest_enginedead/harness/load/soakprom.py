@@ -1,9 +1,10 @@
 """The soak's Prometheus: pointed at each start of the server, asked at the end what it recorded.
 
-``Watch`` follows the supervisor (each restart is a new server on a new port: a new ``instance``),
-waits at the run's end until Prometheus has scraped the last start's figures as they stand, and then
-reads every sample it holds of the step histogram's count, the guard's decisions and the deaths;
-``logic.soak.seen`` holds them against the soak's own evidence of each start.
+``Watch`` follows the supervisor (its restarts keep the server's port: one ``instance``, whose
+counters carry across them), waits at the run's end until Prometheus has scraped the last start's
+figures as they stand (by then the next engine core has folded every gone one's counters in), and
+then reads every sample it holds of ``up``, the step histogram's count, the guard's decisions and the
+deaths; ``logic.soak.seen`` holds them against the soak's own evidence of each start.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import urllib.parse
 from typing import Any
 
 from ...contract.steps import StepTime
-from ...logic.soak.seen import Counted, Scraped, Seen, compare, through_resets
+from ...logic.soak.seen import Counted, Scraped, Seen, comebacks, compare, through_resets
 from ..probing.promserver import Prometheus, Series
 from ..waiting import wait_until
 
@@ -54,17 +55,17 @@ class Watch:
     def scraped(self) -> list[Scraped]:
         """What Prometheus holds of each instance it scraped in this run."""
         range_s = time.time() - self.began + 5
-        ups: dict[str, float] = {}
+        ups: dict[str, tuple[float, int]] = {}
         for labels, samples in self.prom.series("up", range_s):
             answered = [t for t, v in samples if v == 1]
             if answered:
-                ups[labels.get("instance", "")] = max(answered)
+                ups[labels.get("instance", "")] = (max(answered), comebacks(v for _, v in samples))
         steps = _per_instance(self.prom.series(STEPS, range_s), lambda labels: "")
         decisions = _per_instance(self.prom.series(DECISIONS, range_s),
                                   lambda labels: f"{labels.get('action')} {labels.get('verdict')}")
         deaths = _per_instance(self.prom.series(DEATHS, range_s), lambda labels: "")
         return [Scraped(i, t, sum(steps.get(i, {}).values()), dict(decisions.get(i, {})),
-                        sum(deaths.get(i, {}).values())) for i, t in ups.items()]
+                        sum(deaths.get(i, {}).values()), back) for i, (t, back) in ups.items()]
 
 
 def _per_instance(found: list[Series], key: Any) -> dict[str, dict[str, int]]:
@@ -78,7 +79,7 @@ def _per_instance(found: list[Series], key: Any) -> dict[str, dict[str, int]]:
 
 
 def counted(incarnations: list[Any], wall: float) -> list[Counted]:
-    """The soak's evidence of each start (``supervisor.Incarnation``), its times turned into unix
+    """The soak's evidence of each start (``supervisor.Incarnation``), in order, its times turned into unix
     seconds by ``wall`` (``time.time() - time.monotonic()``)."""
     out = []
     for inc in incarnations:
@@ -88,7 +89,7 @@ def counted(incarnations: list[Any], wall: float) -> list[Counted]:
         decisions = [(f"{e.action.value} {e.verdict.name}", e.t + wall)
                      for e in server.evidence.guard_events()]
         died = inc.exit is not None and not inc.exit.by_us
-        out.append(Counted(target(server.base_url), ends, decisions, died))
+        out.append(Counted(target(server.base_url), ends, decisions, died, inc.ready_at + wall))
     return out
 
 

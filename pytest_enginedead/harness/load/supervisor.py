@@ -4,14 +4,20 @@
 ``python -m vllm.entrypoints.openai.api_server`` command line, the guard's environment as
 an operator sets it, a run directory for the faults) and, each time the serving process
 exits on its own, records the exit and starts a new one (``Restart=always``), while its
-restart budget lasts.  ``Monitor`` samples what runs meanwhile: the engine core's and
-the workers' RSS, and what ``enginedead probe`` says of the server.
+restart budget lasts: on the same port and with the same guard state directory
+(``ENGINEDEAD_GUARD_STATE_DIR``, a scratch directory the supervisor owns for the run), as an
+operator's supervisor restarts a unit, so that the next engine core carries the gone one's counters
+and Prometheus sees one server whose counters never begin again at 0.  ``Monitor`` samples what runs
+meanwhile: the engine core's and the workers' RSS, and what ``enginedead probe`` says of the server.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
+import socket
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,28 +25,61 @@ from typing import Any
 
 import psutil
 
-from ...contract.names import EXIT_ENV
+from ...contract.names import EXIT_ENV, STATE_DIR_ENV
 from ...logic import releases
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec
 from ...logic.soak.judge import Exit
 from ...process import reading
 from ...process.pinned import ProcRef
+from ..engines.coreready import EngineStartError
 from ..engines.reaper import Reaper
 from ..engines.server import Server
 from ..probing.probe import probe
-from ..waiting import Progress
+from ..waiting import Progress, wait_until
+
+#: how long a restart waits for the port of the server's first start to be free again
+REBIND_S = 10.0
 
 
 class SoakServer(Server):
     """The harness's API server with the exit status an operator's supervisor reads: a guarded
     server exits non-zero after its engine died (``ENGINEDEAD_EXIT_ON_DEATH=1``, as
-    docs/how-to/probes.md deploys it); a stock one as vLLM does (status 0)."""
+    docs/how-to/probes.md deploys it); a stock one as vLLM does (status 0).  ``port`` (0: a free
+    one) and ``state_dir`` (None: the run directory) are what its supervisor keeps across restarts."""
+
+    def __init__(self, spec: EngineSpec, reaper: Reaper | None, port: int = 0,
+                 state_dir: str | None = None) -> None:
+        super().__init__(spec, reaper)
+        self.fixed_port = port
+        self.state_dir = state_dir
+
+    def pick_port(self) -> int:
+        if not self.fixed_port:
+            return super().pick_port()
+        if not wait_until(lambda: bindable(self.fixed_port), REBIND_S, every_s=0.25):
+            raise EngineStartError(f"the server's port {self.fixed_port} could not be bound again for its "
+                                   f"restart within {REBIND_S:g} s (something else listens on it)")
+        return self.fixed_port
 
     def environment(self, first: DeadlineAndFaults) -> dict[str, str]:
         env = super().environment(first)
         if self.spec.guard is not None:
             env[EXIT_ENV] = "1"
+        if self.state_dir is not None:
+            env[STATE_DIR_ENV] = self.state_dir
         return env
+
+
+def bindable(port: int) -> bool:
+    """Whether a server could listen on 127.0.0.1:``port`` now (as uvicorn binds: ``SO_REUSEADDR``, so a
+    gone server's connections in TIME_WAIT do not hold it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass
@@ -56,7 +95,8 @@ class Incarnation:
 
 
 class Supervisor:
-    """Restart-on-exit for the soak's server; ``restarts`` None is no limit."""
+    """Restart-on-exit for the soak's server; ``restarts`` None is no limit.  Each start after the first
+    listens on the first one's port and shares its guard state directory (removed by ``close``)."""
 
     def __init__(self, spec: EngineSpec, first: DeadlineAndFaults, reaper: Reaper | None,
                  progress: Progress | None = None, restarts: int | None = None) -> None:
@@ -69,6 +109,8 @@ class Supervisor:
         self.exits: list[Exit] = []
         self.restarts = 0
         self.on_ready: list[Any] = []  # callbacks(base_url) after each start
+        self.port = 0  # the first start picks a free one; restarts keep it
+        self.state_dir = tempfile.mkdtemp(prefix="enginedead-soak-state-")
 
     @property
     def current(self) -> Incarnation | None:
@@ -80,9 +122,10 @@ class Supervisor:
         return inc.server if inc is not None and inc.exit is None else None
 
     def start(self) -> SoakServer:
-        server = SoakServer(self.spec, self.reaper)
+        server = SoakServer(self.spec, self.reaper, self.port, self.state_dir)
         self.incarnations.append(Incarnation(len(self.incarnations), server, 0.0))
         server.start(self.first, self.progress)
+        self.port = server.port
         now = time.monotonic()
         self.incarnations[-1].ready_at = now
         if self.exits and self.exits[-1].back_at is None:
@@ -129,6 +172,10 @@ class Supervisor:
             code = server.exit_code
         inc.exit = Exit(inc.number, t, code, by_us)
         self.exits.append(inc.exit)
+
+    def close(self) -> None:
+        """Remove the guard state directory (once every start was stopped)."""
+        shutil.rmtree(self.state_dir, ignore_errors=True)
 
     def procs(self) -> list[ProcRef]:
         return [r for inc in self.incarnations for r in inc.server.procs]

@@ -1,12 +1,14 @@
 """The soak's Prometheus with no vLLM: a real Prometheus (skipped without Debian's package) scrapes a
-stand-in ``/metrics`` that is restarted on a new port, as the soak's supervisor restarts a server, and
-``soakprom.Watch`` reads back each start's counters as its own instance."""
+stand-in ``/metrics`` that is restarted, and ``soakprom.Watch`` reads back each start on a new port as
+its own instance, and starts on the same port (as the soak's supervisor restarts a server) as one
+instance whose counters carried on, and the restart as ``up`` back after failed scrapes."""
 
 from __future__ import annotations
 
 import http.server
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,8 +29,9 @@ def exposition(steps: int, waits: int) -> bytes:
 
 
 @contextmanager
-def metrics(steps: int, waits: int) -> Iterator[str]:
-    """A stand-in server whose /metrics says ``steps`` and ``waits``; its base URL."""
+def metrics(steps: int, waits: int, port: int = 0) -> Iterator[str]:
+    """A stand-in server whose /metrics says ``steps`` and ``waits`` (on ``port``, 0: a free one); its
+    base URL."""
     body = exposition(steps, waits)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -41,7 +44,7 @@ def metrics(steps: int, waits: int) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -65,3 +68,20 @@ def test_each_start_is_read_back_as_its_own_instance(tmp_path: Path) -> None:
         found = {s.instance: (s.steps, {k: n for k, n in s.decisions.items() if n}, s.deaths)
                  for s in watch.scraped()}
     assert sorted(found.values(), key=str) == [(3, {}, 0), (7, {"wait SLOW": 2}, 0)]
+
+
+def test_starts_on_the_same_port_are_one_instance_that_came_back(tmp_path: Path) -> None:
+    if shutil.which("prometheus") is None:
+        pytest.skip(MISSING)
+    with prometheus(tmp_path / "prom", interval_s=0.5) as prom:
+        watch = Watch(prom, 0.5)
+        with metrics(7, 2) as first:
+            watch.point(first)
+            assert watch.settle(first)
+        time.sleep(2.5)  # down for several scrapes, as a restarted server is
+        port = int(first.rsplit(":", 1)[1].split("/")[0])
+        with metrics(9, 3, port) as second:  # the counters carried on
+            watch.point(second)
+            assert watch.settle(second)
+        found = [(s.steps, {k: n for k, n in s.decisions.items() if n}, s.comebacks) for s in watch.scraped()]
+    assert found == [(9, {"wait SLOW": 3}, 1)]
