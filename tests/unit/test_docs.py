@@ -127,6 +127,7 @@ def test_the_recorder_runs_the_commands_as_shown(tmp_path: Path) -> None:
     assert recorder.recordings([page])[0].commands == found.commands  # written, it runs the same again
 
 
+@pytest.mark.processes  # the machine's fingerprint reads platform.platform(): `uname -p`, the first time
 def test_the_recording_note_says_what_the_docs_ask() -> None:
     note = docs.recorder().machine_note(83.0)
     page = f"{note}\n\n```console\n$ enginedead doctor\n```\n"
