@@ -689,6 +689,9 @@ def main(argv: list[str]) -> int:
         print(f"{name}:", flush=True)
         results[name] = BENCHES[name]()
         results[name]["measured"] = time.strftime("%Y-%m-%d %H:%M")
+        # every figure with where it ran and how to run it again (the docs' tables show both)
+        results[name].setdefault("machine", fingerprint.this_machine())
+        results[name].setdefault("command", f"python bench/run.py {name}")
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps({k: {kk: vv for kk, vv in v.items() if not isinstance(vv, (list, dict))}
                       for k, v in results.items()}, indent=2))
