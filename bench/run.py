@@ -678,7 +678,14 @@ BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "gu
            "xdist": bench_xdist, "preloads": bench_preloads}
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM as an exit: ``subprocess.run`` then kills the bench script it waits on, whose reaper ends
+    that script's engines (without it the script and its engines outlived the bench)."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     chosen = argv or list(BENCHES)
     unknown = [c for c in chosen if c not in BENCHES]
     if unknown:
