@@ -679,8 +679,8 @@ BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "gu
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM as an exit: ``subprocess.run`` then kills the bench script it waits on, whose reaper ends
-    that script's engines (without it the script and its engines outlived the bench)."""
+    """SIGTERM as an exit: ``subprocess.run`` then kills the bench script it waits on, and the script's
+    reaper ends its engines (without this the script and its engines outlived the bench)."""
     raise SystemExit(128 + signum)
 
 

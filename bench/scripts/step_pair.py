@@ -32,6 +32,7 @@ from pytest_enginedead.contract.guardfiles import core_ready_path
 from pytest_enginedead.contract.metricsfile import PREFIX, metrics_dir
 from pytest_enginedead.contract.names import ENV_DIR, LAYERS_ENV, METRICS_ENV
 from pytest_enginedead.harness.engines.offline import Engine
+from pytest_enginedead.harness.engines.reaper import Reaper
 from pytest_enginedead.logic.inputs.modelconfig import BUNDLED_MODEL
 from pytest_enginedead.logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
 from pytest_enginedead.pytest_plugin.handles import EngineHandle
@@ -87,12 +88,14 @@ def main(rounds: int, n: int, tokens: int, modes: list[str]) -> None:
     handles: list[EngineHandle] = []
     firsts: list[DeadlineAndFaults] = []
     with contextlib.ExitStack() as running:
+        # ends both engines if this script is killed (the bench is stopped, or times out)
+        reaper = running.enter_context(Reaper())
         for i, mode in enumerate(modes):
             guard = GuardSpec(60.0, "reference") if mode in ("guard", "nometrics") else None
             instructions = DeadlineAndFaults(300.0, f"bench {i}")
             kind = {"off": Inert, "nolayers": NoLayers, "nometrics": NoMetrics}.get(mode, Engine)
             spec = EngineSpec(BUNDLED_MODEL, n, guard=guard)
-            engine = running.enter_context(kind(spec).start(instructions))
+            engine = running.enter_context(kind(spec, reaper=reaper).start(instructions))
             engines.append(engine)
             firsts.append(instructions)
             handles.append(EngineHandle(engine, n, instructions))
