@@ -287,8 +287,7 @@ def bench_layers(rounds: int = 12, n: int = 1, tokens: int = 192, repeats: int =
           f"{s['control_ratio']:.3f}; directly {per_layer * 1e6:.2f} us a layer, "
           f"{per_layer * layers / s['median_off_s'] * 100:.3f} % of a step", flush=True)
     return {"batch": n, "pairs": pairs, **s, "direct_s_per_layer": per_layer, "layers": layers,
-            "direct_share": per_layer * layers / s["median_off_s"], "target": "<= 1.01",
-            "machine": fingerprint.this_machine(), "command": "python bench/run.py layers"}
+            "direct_share": per_layer * layers / s["median_off_s"], "target": "<= 1.01"}
 
 
 def metrics_rpc_cost(calls: int = 100_000) -> float:
@@ -322,8 +321,7 @@ def bench_metrics() -> dict[str, Any]:
           f"of the tiny model ({step_s * 1e3:.2f} ms, the layers bench of {recorded.get('measured')})",
           flush=True)
     return {"direct_s_per_rpc": per_rpc, "rpcs_per_step": 2, "step_s": step_s,
-            "step_measured": recorded.get("measured"), "direct_share": share, "target": "<= 0.01",
-            "machine": fingerprint.this_machine(), "command": "python bench/run.py metrics"}
+            "step_measured": recorded.get("measured"), "direct_share": share, "target": "<= 0.01"}
 
 
 def bench_metrics_engine(rounds: int = 12, n: int = 1, tokens: int = 192, repeats: int = 1) -> dict[str, Any]:
@@ -338,8 +336,7 @@ def bench_metrics_engine(rounds: int = 12, n: int = 1, tokens: int = 192, repeat
     print(f"  metrics on/off over {len(s['pair_ratios'])} pairs, start order cancelled: {s['ratio']:.3f} "
           f"(pairs {', '.join(f'{r:.3f}' for r in s['pair_ratios'])}); identical engines differ by "
           f"{s['control_ratio']:.3f}", flush=True)
-    return {"batch": n, "tokens": tokens, "pairs": pairs, **s, "target": "<= 1.01",
-            "machine": fingerprint.this_machine(), "command": "python bench/run.py metrics_engine"}
+    return {"batch": n, "tokens": tokens, "pairs": pairs, **s, "target": "<= 1.01"}
 
 
 def bench_estimate() -> dict[str, Any]:
@@ -359,8 +356,7 @@ def bench_estimate() -> dict[str, Any]:
         found[kind] = data
         print(f"  {kind}: {len(errors)} steps, estimate at half the layers vs the step's end: median "
               f"{data['median_abs_error'] or 0:.1%} off, worst {data['worst_error'] or 0:+.1%}", flush=True)
-    return {**found, "target": "within +-15 %", "machine": fingerprint.this_machine(),
-            "command": "python bench/run.py estimate"}
+    return {**found, "target": "within +-15 %"}
 
 
 # --- downstream suites ------------------------------------------------------------------
@@ -621,8 +617,7 @@ def _preload_pair(model: str, n: int, tokens: int, rounds: int, modes: str, prel
 def bench_preloads() -> dict[str, Any]:
     """Per model: with ÷ without, each start order once (geometric mean), plus a control."""
     preload = preload_value()
-    out: dict[str, Any] = {"ld_preload": preload, "machine": fingerprint.this_machine(),
-                           "vllm": fingerprint.installed(*fingerprint.VLLM_DISTS)}
+    out: dict[str, Any] = {"ld_preload": preload, "vllm": fingerprint.installed(*fingerprint.VLLM_DISTS)}
     for model, n, tokens, rounds in PRELOAD_MODELS:
         orders = ["with,without", "without,with"] + (["without,without"] if model in PRELOAD_CONTROLS else [])
         pairs = [_preload_order(model, n, tokens, rounds, modes, preload) for modes in orders]
