@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from ...contract.steps import StepTime
 from ...logic.soak.seen import Counted, Scraped, Seen, comebacks, compare, through_resets
 from ..probing.promserver import Prometheus, Series
 from ..waiting import wait_until
+from .supervisor import Incarnation
 
 STEPS = 'enginedead_step_duration_seconds_count{phase="forward"}'
 DECISIONS = "enginedead_guard_decisions_total"
@@ -68,7 +69,7 @@ class Watch:
                         sum(deaths.get(i, {}).values()), back) for i, (t, back) in ups.items()]
 
 
-def _per_instance(found: list[Series], key: Any) -> dict[str, dict[str, int]]:
+def _per_instance(found: list[Series], key: Callable[[Mapping[str, str]], str]) -> dict[str, dict[str, int]]:
     """Each counter's count by instance and ``key(labels)``, summed over the series that share them."""
     out: dict[str, dict[str, int]] = {}
     for labels, samples in found:
@@ -78,8 +79,8 @@ def _per_instance(found: list[Series], key: Any) -> dict[str, dict[str, int]]:
     return out
 
 
-def counted(incarnations: list[Any], wall: float) -> list[Counted]:
-    """The soak's evidence of each start (``supervisor.Incarnation``), in order, its times turned into unix
+def counted(incarnations: Sequence[Incarnation], wall: float) -> list[Counted]:
+    """The soak's evidence of each start, in order, its times turned into unix
     seconds by ``wall`` (``time.time() - time.monotonic()``)."""
     out = []
     for inc in incarnations:
@@ -103,6 +104,6 @@ def _step_ends(steps: list[StepTime], wall: float) -> list[float]:
     return max(per_pid.values(), key=len, default=[])
 
 
-def seen(watch: Watch, incarnations: list[Any], wall: float) -> Seen:
+def seen(watch: Watch, incarnations: Sequence[Incarnation], wall: float) -> Seen:
     """The run's comparison: Prometheus' figures against the soak's."""
     return compare(counted(incarnations, wall), watch.scraped(), watch.interval_s)
