@@ -12,9 +12,11 @@ from __future__ import annotations
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
+from ...contract.decisions import GuardAction, Verdict
 from ...contract.steps import StepTime
-from ...logic.soak.seen import Counted, Scraped, Seen, comebacks, compare, through_resets
+from ...logic.soak.seen import Counted, Decision, Scraped, Seen, comebacks, compare, through_resets
 from ..probing.promserver import Prometheus, Series
 from ..waiting import wait_until
 from .supervisor import Incarnation
@@ -22,6 +24,8 @@ from .supervisor import Incarnation
 STEPS = 'enginedead_step_duration_seconds_count{phase="forward"}'
 DECISIONS = "enginedead_guard_decisions_total"
 DEATHS = "enginedead_engine_deaths_total"
+
+K = TypeVar("K")
 
 
 def target(base_url: str) -> str:
@@ -62,19 +66,34 @@ class Watch:
             if answered:
                 ups[labels.get("instance", "")] = (max(answered), comebacks(v for _, v in samples))
         steps = _per_instance(self.prom.series(STEPS, range_s), lambda labels: "")
-        decisions = _per_instance(self.prom.series(DECISIONS, range_s),
-                                  lambda labels: f"{labels.get('action')} {labels.get('verdict')}")
+        decisions = _per_instance(self.prom.series(DECISIONS, range_s), _decision)
         deaths = _per_instance(self.prom.series(DEATHS, range_s), lambda labels: "")
         return [Scraped(i, t, sum(steps.get(i, {}).values()), dict(decisions.get(i, {})),
                         sum(deaths.get(i, {}).values()), back) for i, (t, back) in ups.items()]
 
 
-def _per_instance(found: list[Series], key: Callable[[Mapping[str, str]], str]) -> dict[str, dict[str, int]]:
-    """Each counter's count by instance and ``key(labels)``, summed over the series that share them."""
-    out: dict[str, dict[str, int]] = {}
+def _decision(labels: Mapping[str, str]) -> Decision | None:
+    """The kind of decision a series of ``DECISIONS`` counts, from its ``action`` and ``verdict`` labels
+    (the action's value and the verdict's name, as ``logic.metrics.families`` exports them).  None where
+    either is missing or names none this plugin knows (a server running another version of it): that
+    series is left out, counted nowhere, as the soak's own evidence skips a guard event it cannot read
+    (``read_guard_events``), so neither side could hold such a decision to match."""
+    try:
+        return Decision(GuardAction.parse(labels.get("action")), Verdict.parse(labels.get("verdict")))
+    except ValueError:
+        return None
+
+
+def _per_instance(found: list[Series],
+                  key: Callable[[Mapping[str, str]], K | None]) -> dict[str, dict[K, int]]:
+    """Each counter's count by instance and ``key(labels)``, summed over the series that share them; a
+    series whose key is None is left out."""
+    out: dict[str, dict[K, int]] = {}
     for labels, samples in found:
-        row = out.setdefault(labels.get("instance", ""), {})
         k = key(labels)
+        if k is None:
+            continue
+        row = out.setdefault(labels.get("instance", ""), {})
         row[k] = row.get(k, 0) + through_resets(v for _, v in samples)
     return out
 
@@ -87,8 +106,7 @@ def counted(incarnations: Sequence[Incarnation], wall: float) -> list[Counted]:
         server = inc.server
         steps: list[StepTime] = server.evidence.steps()
         ends = _step_ends(steps, wall)
-        decisions = [(f"{e.action.value} {e.verdict.name}", e.t + wall)
-                     for e in server.evidence.guard_events()]
+        decisions = [(Decision(e.action, e.verdict), e.t + wall) for e in server.evidence.guard_events()]
         died = inc.exit is not None and not inc.exit.by_us
         out.append(Counted(target(server.base_url), ends, decisions, died, inc.ready_at + wall))
     return out

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...contract.decisions import GuardAction, Verdict
+
 #: failed scrapes in a row before ``up`` 1 again is a restart: a vLLM server takes longer than that
 #: to start, a scrape that timed out on a busy server does not stand for one
 DOWN_SCRAPES = 3
@@ -34,6 +36,18 @@ SLACK_S = 0.5
 
 
 @dataclass(frozen=True)
+class Decision:
+    """One kind of the guard's decisions: what it did and what it found, said as its tally says it
+    (``wait SLOW``)."""
+
+    action: GuardAction
+    verdict: Verdict
+
+    def __str__(self) -> str:
+        return f"{self.action.value} {self.verdict.name}"
+
+
+@dataclass(frozen=True)
 class Scraped:
     """What Prometheus last scraped of one ``instance`` (a server's ``host:port``: every start of it
     when restarts keep the port); ``last_s`` None: never scraped."""
@@ -41,7 +55,7 @@ class Scraped:
     instance: str
     last_s: float | None
     steps: int = 0  # the step histogram's count, phase forward
-    decisions: Mapping[str, int] = field(default_factory=dict)  # "action verdict" -> count
+    decisions: Mapping[Decision, int] = field(default_factory=dict)  # each kind's count
     deaths: int = 0
     comebacks: int = 0  # ``up`` back to 1 after DOWN_SCRAPES or more failed scrapes: restarts seen
 
@@ -49,12 +63,12 @@ class Scraped:
 @dataclass(frozen=True)
 class Counted:
     """What the soak's evidence holds of one start: when each step ended, each decision of the guard
-    (``"action verdict"``, when), whether the engine died (not stopped by the soak), and when the
-    start was ready (answered ``/health``)."""
+    (its ``Decision``, when), whether the engine died (not stopped by the soak), and when the start
+    was ready (answered ``/health``)."""
 
     instance: str
     step_ends: Sequence[float]
-    decisions: Sequence[tuple[str, float]]
+    decisions: Sequence[tuple[Decision, float]]
     died: bool = False
     ready_s: float = 0.0
 
@@ -164,17 +178,18 @@ def _tally(what: str, instances: Sequence[Instance], times: Callable[[Counted], 
     return Tally(what, soak, least, most, prom)
 
 
-def _decision(key: str, instances: Sequence[Instance]) -> Tally:
-    """One kind of the guard's decisions (``"wait SLOW"``)."""
+def _decision(key: Decision, instances: Sequence[Instance]) -> Tally:
+    """One kind of the guard's decisions (``guard wait SLOW``)."""
     return _tally(f"guard {key}", instances, lambda c: [t for d, t in c.decisions if d == key],
                   lambda s: s.decisions.get(key, 0))
 
 
-def _decision_keys(instances: Sequence[Instance]) -> list[str]:
-    """Every decision either side counted, waits and ends first."""
+def _decision_keys(instances: Sequence[Instance]) -> list[Decision]:
+    """Every kind of decision either side counted: waits, then ends, then the rest, each by its words."""
     keys = {d for inst in instances for c in inst.starts for d, _ in c.decisions}
     keys |= {k for inst in instances for k, n in inst.scraped.decisions.items() if n}
-    return sorted(keys, key=lambda k: (not k.startswith("wait"), not k.startswith("end"), k))
+    return sorted(keys, key=lambda k: (k.action is not GuardAction.WAIT, k.action is not GuardAction.END,
+                                       str(k)))
 
 
 def _deaths(instances: Sequence[Instance]) -> Tally:

@@ -15,10 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.harness.load.soakprom import Watch
 from pytest_enginedead.harness.probing.promserver import MISSING, prometheus
+from pytest_enginedead.logic.soak.seen import Decision
 
 pytestmark = pytest.mark.processes
+
+WAIT_SLOW = Decision(GuardAction.WAIT, Verdict.SLOW)
 
 
 def exposition(steps: int, waits: int) -> bytes:
@@ -67,7 +71,7 @@ def test_each_start_is_read_back_as_its_own_instance(tmp_path: Path) -> None:
             assert watch.settle(second)
         found = {s.instance: (s.steps, {k: n for k, n in s.decisions.items() if n}, s.deaths)
                  for s in watch.scraped()}
-    assert sorted(found.values(), key=str) == [(3, {}, 0), (7, {"wait SLOW": 2}, 0)]
+    assert sorted(found.values(), key=str) == [(3, {}, 0), (7, {WAIT_SLOW: 2}, 0)]
 
 
 def test_starts_on_the_same_port_are_one_instance_that_came_back(tmp_path: Path) -> None:
@@ -84,4 +88,4 @@ def test_starts_on_the_same_port_are_one_instance_that_came_back(tmp_path: Path)
             watch.point(second)
             assert watch.settle(second)
         found = [(s.steps, {k: n for k, n in s.decisions.items() if n}, s.comebacks) for s in watch.scraped()]
-    assert found == [(9, {"wait SLOW": 3}, 1)]
+    assert found == [(9, {WAIT_SLOW: 3}, 1)]

@@ -4,10 +4,12 @@ a death carried across a restart on the same port."""
 
 from __future__ import annotations
 
+from pytest_enginedead.contract.decisions import GuardAction, Verdict
 from pytest_enginedead.logic.soak.seen import (
     DOWN_SCRAPES,
     SLACK_S,
     Counted,
+    Decision,
     Scraped,
     Seen,
     comebacks,
@@ -16,6 +18,8 @@ from pytest_enginedead.logic.soak.seen import (
 )
 
 A, B = "127.0.0.1:8001", "127.0.0.1:8002"
+WAIT_SLOW, WAIT_HUNG = Decision(GuardAction.WAIT, Verdict.SLOW), Decision(GuardAction.WAIT, Verdict.HUNG)
+END_HUNG, MONITOR_DEAD = Decision(GuardAction.END, Verdict.HUNG), Decision(GuardAction.MONITOR, Verdict.DEAD)
 
 
 def tallies(seen: Seen) -> dict[str, tuple[int, int, int, int, bool]]:
@@ -23,16 +27,16 @@ def tallies(seen: Seen) -> dict[str, tuple[int, int, int, int, bool]]:
 
 
 def test_a_start_scraped_after_its_last_step_agrees_to_the_count() -> None:
-    counted = [Counted(A, [1.0, 2.0, 3.0], [("wait SLOW", 2.5), ("wait SLOW", 2.8)])]
-    seen = compare(counted, [Scraped(A, 10.0, steps=3, decisions={"wait SLOW": 2, "end HUNG": 0})], 1.0)
+    counted = [Counted(A, [1.0, 2.0, 3.0], [(WAIT_SLOW, 2.5), (WAIT_SLOW, 2.8)])]
+    seen = compare(counted, [Scraped(A, 10.0, steps=3, decisions={WAIT_SLOW: 2, END_HUNG: 0})], 1.0)
     assert tallies(seen) == {"forward steps": (3, 3, 3, 3, True), "guard wait SLOW": (2, 2, 2, 2, True),
                              "engine deaths": (0, 0, 0, 0, True), "restarts": (0, 0, 0, 0, True)}
     assert seen.agree and seen.starts == seen.scraped == 1
 
 
 def test_a_count_prometheus_did_not_record_disagrees() -> None:
-    counted = [Counted(A, [1.0, 2.0, 3.0], [("wait SLOW", 2.5)])]
-    seen = compare(counted, [Scraped(A, 10.0, steps=2, decisions={"wait SLOW": 0, "wait HUNG": 1})], 1.0)
+    counted = [Counted(A, [1.0, 2.0, 3.0], [(WAIT_SLOW, 2.5)])]
+    seen = compare(counted, [Scraped(A, 10.0, steps=2, decisions={WAIT_SLOW: 0, WAIT_HUNG: 1})], 1.0)
     got = tallies(seen)
     assert got["forward steps"] == (3, 3, 3, 2, False)
     assert got["guard wait SLOW"] == (1, 1, 1, 0, False)
@@ -43,9 +47,9 @@ def test_a_count_prometheus_did_not_record_disagrees() -> None:
 
 
 def test_a_start_that_died_is_held_to_what_its_last_scrape_could_hold() -> None:
-    counted = [Counted(A, [1.0, 2.0, 5.0, 5.0 + SLACK_S / 2, 9.0], [("end HUNG", 5.2)], died=True),
+    counted = [Counted(A, [1.0, 2.0, 5.0, 5.0 + SLACK_S / 2, 9.0], [(END_HUNG, 5.2)], died=True),
                Counted(B, [20.0], [])]
-    scraped = [Scraped(A, 5.0, steps=4, decisions={"end HUNG": 1}), Scraped(B, 30.0, steps=1)]
+    scraped = [Scraped(A, 5.0, steps=4, decisions={END_HUNG: 1}), Scraped(B, 30.0, steps=1)]
     got = tallies(compare(counted, scraped, 1.0))
     # 3 steps had ended when the scrape began, 4 before it could have read them; B's one on top
     assert got["forward steps"] == (6, 4, 5, 5, True)
@@ -64,10 +68,11 @@ def test_a_start_prometheus_never_scraped_is_a_restart_it_missed() -> None:
 
 
 def test_waits_and_ends_come_first() -> None:
-    counted = [Counted(A, [], [("monitor DEAD", 1.0), ("end HUNG", 2.0), ("wait SLOW", 3.0)])]
+    cap_hung = Decision(GuardAction.CAP, Verdict.HUNG)
+    counted = [Counted(A, [], [(MONITOR_DEAD, 1.0), (END_HUNG, 2.0), (WAIT_SLOW, 3.0), (cap_hung, 4.0)])]
     whats = [t.what for t in compare(counted, [Scraped(A, 9.0)], 1.0).tallies]
-    assert whats == ["forward steps", "guard wait SLOW", "guard end HUNG", "guard monitor DEAD",
-                     "engine deaths", "restarts"]
+    assert whats == ["forward steps", "guard wait SLOW", "guard end HUNG", "guard cap HUNG",
+                     "guard monitor DEAD", "engine deaths", "restarts"]
 
 
 def test_a_counter_is_counted_through_its_resets() -> None:
@@ -79,13 +84,13 @@ def test_a_counter_is_counted_through_its_resets() -> None:
 def restarted_on_the_same_port() -> list[Counted]:
     """A start whose hung step the guard ended at 5.2 s (its engine died, the last steps at 5.0 and
     5.1), and the next start on the same port, ready at 30 s."""
-    return [Counted(A, [1.0, 2.0, 5.0, 5.1], [("wait HUNG", 4.0), ("end HUNG", 5.2)], died=True, ready_s=0.5),
+    return [Counted(A, [1.0, 2.0, 5.0, 5.1], [(WAIT_HUNG, 4.0), (END_HUNG, 5.2)], died=True, ready_s=0.5),
             Counted(A, [31.0, 32.0], [], ready_s=30.0)]
 
 
 def test_a_death_carried_across_a_restart_is_seen_at_the_last_scrape() -> None:
     # the next engine core folded the dead one's counters in: nothing began again at 0
-    scraped = [Scraped(A, 40.0, steps=6, decisions={"wait HUNG": 1, "end HUNG": 1}, deaths=1, comebacks=1)]
+    scraped = [Scraped(A, 40.0, steps=6, decisions={WAIT_HUNG: 1, END_HUNG: 1}, deaths=1, comebacks=1)]
     seen = compare(restarted_on_the_same_port(), scraped, 1.0)
     got = tallies(seen)
     assert got["forward steps"] == (6, 6, 6, 6, True)
@@ -98,7 +103,7 @@ def test_a_death_carried_across_a_restart_is_seen_at_the_last_scrape() -> None:
 def test_counters_that_did_not_carry_miss_the_death_and_the_ended_hang() -> None:
     # the next start's counters began at 0 (read through the reset): the dead start's last scrape at
     # 4.5 s held 2 steps and the wait, never its last steps, the ended hang nor the death
-    scraped = [Scraped(A, 40.0, steps=2 + 2, decisions={"wait HUNG": 1}, deaths=0, comebacks=1)]
+    scraped = [Scraped(A, 40.0, steps=2 + 2, decisions={WAIT_HUNG: 1}, deaths=0, comebacks=1)]
     got = tallies(compare(restarted_on_the_same_port(), scraped, 1.0))
     assert got["forward steps"] == (6, 6, 6, 4, False)
     assert got["guard end HUNG"] == (1, 1, 1, 0, False)
