@@ -9,7 +9,7 @@ import http.server
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -58,34 +58,40 @@ def metrics(steps: int, waits: int, port: int = 0) -> Iterator[str]:
         server.server_close()
 
 
-def test_each_start_is_read_back_as_its_own_instance(tmp_path: Path) -> None:
+@pytest.fixture
+def watch(tmp_path: Path) -> Iterator[Watch]:
+    """A real Prometheus scraping every 0.5 s, watched as the soak watches it (skipped without one)."""
     if shutil.which("prometheus") is None:
         pytest.skip(MISSING)
     with prometheus(tmp_path / "prom", interval_s=0.5) as prom:
-        watch = Watch(prom, 0.5)
-        with metrics(7, 2) as first:
-            watch.point(first)
-            assert watch.settle(first)
-        with metrics(3, 0) as second:
-            watch.point(second)
-            assert watch.settle(second)
-        found = {s.instance: (s.steps, {k: n for k, n in s.decisions.items() if n}, s.deaths)
-                 for s in watch.scraped()}
+        yield Watch(prom, 0.5)
+
+
+def start(watch: Watch, steps: int, waits: int, port: int = 0) -> str:
+    """A start of the stand-in server (``metrics``) that serves until Prometheus has scraped it, then
+    stops; its base URL."""
+    with metrics(steps, waits, port) as url:
+        watch.point(url)
+        assert watch.settle(url)
+    return url
+
+
+def counted(decisions: Mapping[Decision, int]) -> dict[Decision, int]:
+    """The decisions Prometheus counted at least once."""
+    return {k: n for k, n in decisions.items() if n}
+
+
+def test_each_start_is_read_back_as_its_own_instance(watch: Watch) -> None:
+    start(watch, 7, 2)
+    start(watch, 3, 0)
+    found = {s.instance: (s.steps, counted(s.decisions), s.deaths) for s in watch.scraped()}
     assert sorted(found.values(), key=str) == [(3, {}, 0), (7, {WAIT_SLOW: 2}, 0)]
 
 
-def test_starts_on_the_same_port_are_one_instance_that_came_back(tmp_path: Path) -> None:
-    if shutil.which("prometheus") is None:
-        pytest.skip(MISSING)
-    with prometheus(tmp_path / "prom", interval_s=0.5) as prom:
-        watch = Watch(prom, 0.5)
-        with metrics(7, 2) as first:
-            watch.point(first)
-            assert watch.settle(first)
-        time.sleep(2.5)  # down for several scrapes, as a restarted server is
-        port = int(first.rsplit(":", 1)[1].split("/")[0])
-        with metrics(9, 3, port) as second:  # the counters carried on
-            watch.point(second)
-            assert watch.settle(second)
-        found = [(s.steps, {k: n for k, n in s.decisions.items() if n}, s.comebacks) for s in watch.scraped()]
+def test_starts_on_the_same_port_are_one_instance_that_came_back(watch: Watch) -> None:
+    first = start(watch, 7, 2)
+    time.sleep(2.5)  # down for several scrapes, as a restarted server is
+    port = int(first.rsplit(":", 1)[1].split("/")[0])
+    start(watch, 9, 3, port)  # the counters carried on
+    found = [(s.steps, counted(s.decisions), s.comebacks) for s in watch.scraped()]
     assert found == [(9, {WAIT_SLOW: 3}, 1)]
