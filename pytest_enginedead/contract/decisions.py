@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 #: Busy means at least this share of one core over the window (5 %): the harness's
 #: verdict, the guard inside vLLM and the exec probe all judge with it.
@@ -115,6 +116,18 @@ class GuardAction(str, enum.Enum):
     def tally_word(self) -> str:
         """How a tally of decisions says it: ``2 SLOW (waited), 1 HUNG (ended)``."""
         return _TALLY[self]
+
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One kind of the guard's decisions: what it did and what it found (``wait SLOW``)."""
+
+    action: GuardAction
+    verdict: Verdict
+
+    def __str__(self) -> str:
+        return f"{self.action.value} {self.verdict.name}"
 
 
 _TALLY = {

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from .control import write_whole
-from .decisions import GuardAction, Verdict
+from .decisions import Decision, GuardAction, Verdict
 from .metricstotals import (
     BUCKETS,
     DECISION_KEYS,
@@ -220,7 +220,7 @@ class CoreMetricsWriter:
             self._pack_counts()
 
     def decision(self, action: GuardAction, verdict: Verdict) -> None:
-        self._decisions[DECISION_KEYS.index((action, verdict))] += 1
+        self._decisions[DECISION_KEYS.index(Decision(action, verdict))] += 1
         with self._writing():
             self._pack_counts()
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .decisions import GuardAction, Verdict
+from .decisions import Decision, GuardAction, Verdict
 
 #: The step histogram's upper bounds, in seconds: a decode step on a GPU (milliseconds) to a
 #: prefill chunk at long context on a small CPU (hours); the last bucket is +Inf.
@@ -42,9 +42,9 @@ class StepPhase(enum.IntEnum):
         return cls.SAMPLING if method == "sample_tokens" else cls.FORWARD
 
 
-#: every (action, verdict) pair a decision can have, in the order the record keeps them
-DECISION_KEYS: tuple[tuple[GuardAction, Verdict], ...] = tuple(
-    (action, verdict) for action in GuardAction for verdict in Verdict
+#: every kind of decision (action, verdict), in the order the record keeps them
+DECISION_KEYS: tuple[Decision, ...] = tuple(
+    Decision(action, verdict) for action in GuardAction for verdict in Verdict
 )
 VERDICTS: tuple[Verdict, ...] = tuple(Verdict)
 
@@ -105,7 +105,7 @@ class Totals:
     deaths: tuple[int, ...] = (0,) * len(VERDICTS)
 
     def decided(self, action: GuardAction, verdict: Verdict) -> int:
-        return self.decisions[DECISION_KEYS.index((action, verdict))]
+        return self.decisions[DECISION_KEYS.index(Decision(action, verdict))]
 
     def died(self, verdict: Verdict) -> int:
         return self.deaths[VERDICTS.index(verdict)]
@@ -122,8 +122,8 @@ class Totals:
         """As the carried file holds it: decisions and deaths keyed by their written forms."""
         return {
             "steps": {phase.label: self.steps[phase].to_dict() for phase in StepPhase},
-            "decisions": {f"{a.value}/{v.name}": n for (a, v), n in zip(DECISION_KEYS, self.decisions,
-                                                                         strict=True) if n},
+            "decisions": {f"{d.action.value}/{d.verdict.name}": n
+                          for d, n in zip(DECISION_KEYS, self.decisions, strict=True) if n},
             "saved": self.saved,
             "deaths": {v.name: n for v, n in zip(VERDICTS, self.deaths, strict=True) if n},
         }
@@ -135,7 +135,8 @@ class Totals:
         decisions = [0] * len(DECISION_KEYS)
         for key, n in dict(data.get("decisions", {})).items():
             action, _, verdict = str(key).partition("/")
-            decisions[DECISION_KEYS.index((GuardAction.parse(action), Verdict.parse(verdict)))] = _count(n)
+            kind = Decision(GuardAction.parse(action), Verdict.parse(verdict))
+            decisions[DECISION_KEYS.index(kind)] = _count(n)
         deaths = [0] * len(VERDICTS)
         for key, n in dict(data.get("deaths", {})).items():
             deaths[VERDICTS.index(Verdict.parse(key))] = _count(n)

@@ -14,9 +14,9 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
-from ...contract.decisions import GuardAction, Verdict
+from ...contract.decisions import Decision, GuardAction, Verdict
 from ...contract.steps import StepTime
-from ...logic.soak.seen import Counted, Decision, Scraped, Seen, comebacks, compare, through_resets
+from ...logic.soak.seen import Counted, Scraped, Seen, comebacks, compare, through_resets
 from ..probing.promserver import Prometheus, Series
 from ..waiting import wait_until
 from .supervisor import Incarnation

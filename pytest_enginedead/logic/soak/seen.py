@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...contract.decisions import GuardAction, Verdict
+from ...contract.decisions import Decision, GuardAction
 
 #: failed scrapes in a row before ``up`` 1 again is a restart: a vLLM server takes longer than that
 #: to start, a scrape that timed out on a busy server does not stand for one
@@ -33,18 +33,6 @@ DOWN_SCRAPES = 3
 #: a scrape's figures are read at most this long after the scrape's timestamp (its duration, and the
 #: engine core's counter moving before the worker's record of the same step)
 SLACK_S = 0.5
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One kind of the guard's decisions: what it did and what it found, said as its tally says it
-    (``wait SLOW``)."""
-
-    action: GuardAction
-    verdict: Verdict
-
-    def __str__(self) -> str:
-        return f"{self.action.value} {self.verdict.name}"
 
 
 @dataclass(frozen=True)

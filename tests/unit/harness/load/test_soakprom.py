@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from pytest_enginedead.contract.decisions import GuardAction, Verdict
+from pytest_enginedead.contract.decisions import Decision, GuardAction, Verdict
 from pytest_enginedead.harness.load.soakprom import DECISIONS, Watch
 from pytest_enginedead.harness.probing.promserver import Prometheus, Series
-from pytest_enginedead.logic.soak.seen import Decision
 
 A = "127.0.0.1:8001"
 

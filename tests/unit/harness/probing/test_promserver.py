@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_enginedead.contract.decisions import GuardAction, Verdict
+from pytest_enginedead.contract.decisions import Decision, GuardAction, Verdict
 from pytest_enginedead.harness.load.soakprom import Watch
 from pytest_enginedead.harness.probing.promserver import MISSING, prometheus
-from pytest_enginedead.logic.soak.seen import Decision
 
 pytestmark = pytest.mark.processes
 
