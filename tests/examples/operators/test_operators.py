@@ -4,7 +4,8 @@ Two real servers on one machine, both guarded (``hang_s`` 3 s): one SLOW (64
 clients, each step busy 3.2 s past a 2 s deadline), one HUNG (its worker idles
 inside step 2 under a 30 s deadline, with ``ENGINEDEAD_EXIT_ON_DEATH=1``).  Each
 probe, pointed at its server's port, must find its own: alive all through the slow
-steps, not alive in a probe begun within ``hang_s`` and a round of probing of the hang.
+steps and before ``hang_s`` of the hang (the traffic starts once each probe has answered), not
+alive in a probe begun within ``hang_s`` and a round of probing of the hang.
 The hung server then exits with ``EXIT_HUNG``.  The slow server is made with explicit
 arguments, an extra keyword among them (``vllm_server_factory``'s own test, on a server started
 here anyway).  Without the opt-in a server exits 0 (vLLM's own behaviour; the server suite's
@@ -48,6 +49,14 @@ class Prober(threading.Thread):
             self.halt.wait(max(0.0, PERIOD_S - wall))
 
 
+def wait_answered(probers, limit_s: float = 60.0) -> bool:
+    """Whether every prober has a probe's answer within ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while not all(p.results for p in probers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return all(p.results for p in probers)
+
+
 def wait_exit(server, limit_s: float = 30.0) -> int | None:
     deadline = time.monotonic() + limit_s
     while server.exit_code is None and time.monotonic() < deadline:
@@ -65,6 +74,9 @@ def test_the_probe_tells_slow_from_hung_on_two_servers(vllm_server_factory, monk
     probers = {"slow": Prober(slow.port), "hung": Prober(hung.port)}
     for p in probers.values():
         p.start()
+    # the traffic begins once each probe has answered (its first run imports cold): the hung server's
+    # probes before hang_s are then never none, however long a probe takes on this machine
+    assert wait_answered(probers.values()), {name: p.results for name, p in probers.items()}
     outcome = {}
 
     def drive(name, server, n):
