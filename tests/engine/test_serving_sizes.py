@@ -8,6 +8,7 @@ slice, the steps recorded as vLLM scheduled them, the worst step formed and meas
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -144,17 +145,18 @@ def test_a_long_context_forecast_is_the_same_twice(tmp_path: Path) -> None:
     worst = out["worst_step"]
     measured = round_seconds(out)
     spread = out["fit"]["uncertainty"]["step_spread"]
-    # The machine may run the second round faster or slower than the first (under `-n 2` the other
-    # worker's engines share the two cores: CI saw rounds 53 % apart), and both the steps and the forecast
-    # follow it.  What must hold is that the forecasts move with the steps they were fitted on: their ratio
-    # within the rounds' measured ratio, give or take four times the spread of like steps in this run.
+    # The machine may run one round faster or slower than the other (under `-n 2` the other worker's
+    # engines share the two cores: CI saw rounds 53 % apart), and a forecast may follow its round's steps
+    # or not (a 2-core AVX2 box ran round 1's steps 32 % slower, its load on steps the worst one is not
+    # made of, and the two forecasts were 0.8 % apart).  What must hold: the forecasts differ by no more
+    # than the rounds' steps did, give or take four times the spread of like steps in this run.
     tolerance = max(0.15, 4 * spread)
-    moved = (first / second) / (measured[0] / measured[1])
+    apart, steps_apart = abs(math.log(first / second)), abs(math.log(measured[0] / measured[1]))
     print(f"worst step per round: {first:.3f} s, {second:.3f} s; steps per round {measured[0]:.1f} s, "
-          f"{measured[1]:.1f} s; forecast ratio over measured ratio {moved:.3f} (tolerance {tolerance:.2f}, "
-          f"spread {spread:.3f}); {worst['plan']['described']}; binding {worst['binding']}; contexts "
-          f"{out['contexts_measured']}; terms {out['fit']['terms']}")
-    assert abs(moved - 1) <= tolerance, (moved, tolerance, measured, out["repeats"])
+          f"{measured[1]:.1f} s; forecasts {apart:.3f} apart (log), steps {steps_apart:.3f} (tolerance "
+          f"{tolerance:.2f}, spread {spread:.3f}); {worst['plan']['described']}; binding {worst['binding']}; "
+          f"contexts {out['contexts_measured']}; terms {out['fit']['terms']}")
+    assert apart <= steps_apart + tolerance, (apart, steps_apart, tolerance, measured, out["repeats"])
     seen = out["contexts_measured"]
     assert seen["decode"]["factor"] >= 16 and seen["prefill"]["factor"] >= 16, seen
     assert seen["decode"]["longest"] >= 8192, seen
