@@ -337,7 +337,7 @@ def markdown(data: Mapping[str, Any]) -> str:
     runs = runs_of(data)
     if not runs:
         return ("_No run of the suite recorded yet: `make test-budget` records one into "
-                "`bench/suite-results.json` (`python bench/budget.py record DIR`, a run made before)._")
+                "`bench/suite-results.json`, and `python bench/budget.py record DIR` a run it made before._")
     lines = ["Recorded by `make test-budget` (`bench/budget.py`), the latest run on each kind of machine; "
              "the wall is the run's own clock, then what the tests' walls project for two workers (each "
              "`xdist_group` on one worker) and how long one of them waits at the end:", "",
