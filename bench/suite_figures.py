@@ -307,11 +307,29 @@ def minutes(seconds: float | None) -> str:
     return f"{whole // 60} min {whole % 60} s" if whole >= 60 else f"{whole} s"
 
 
+#: pytest options that only say where a run writes a file: no part of the command that runs it again
+OUTPUT_FLAGS = ("--enginedead-store-durations", "--enginedead-report", "--junitxml", "--junit-xml")
+
+
+def without_outputs(argv: list[str]) -> list[str]:
+    """``argv`` less ``OUTPUT_FLAGS`` and their paths (``--flag PATH`` or ``--flag=PATH``)."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip or arg.split("=")[0] in OUTPUT_FLAGS:
+            skip = not skip and arg in OUTPUT_FLAGS
+            continue
+        kept.append(arg)
+    return kept
+
+
 def rerun(command: str) -> str:
-    """The command that runs the suite so again and records it."""
-    if shlex.split(command) == list(DEFAULT_PYTEST):
+    """The command that runs the suite so again and records it (where the run wrote its own files
+    left out)."""
+    argv = without_outputs(shlex.split(command))
+    if argv == list(DEFAULT_PYTEST):
         return "`make test-budget`"
-    return f'`make test-budget BUDGET_PYTEST="{command}"`'
+    return f'`make test-budget BUDGET_PYTEST="{shlex.join(argv)}"`'
 
 
 def row(run: SuiteRun) -> list[str]:

