@@ -84,16 +84,21 @@ test-slow: setup
 # Where the suite's time goes (bench/budget.py): the engine suite (BUDGET_PYTEST) run with its
 # start ledger and a timeline of its tests kept in BUDGET_DIR, then the breakdown: each test's
 # wall and engine starts (why each exists, how it ended), vLLM's import against the engines' own
-# start, the total starts against tests/engine_budget.py, the projected wall.  BUDGET_FROM=DIR
-# reads a run made before instead; BUDGET_ARGS go to bench/budget.py (e.g. --imports FILE, from
-# `$(PY) bench/budget.py imports FILE`).  On a machine shared by engine runs: BUDGET_ARGS="--lock FILE".
+# start, the total starts against tests/engine_budget.py, the projected wall.  The finished run is
+# then recorded into bench/suite-results.json (BUDGET_RECORD, --record): the latest run on each kind
+# of machine, what the benchmarks page's suite table shows (`make docs-tables`); commit the file to
+# publish it, BUDGET_RECORD= to leave it alone (a run on a loaded box, a part of the suite).  A run
+# that did not finish is not recorded.  BUDGET_FROM=DIR reads a run made before instead (recording
+# it: `$(PY) bench/budget.py record DIR`); BUDGET_ARGS go to bench/budget.py (e.g. --imports FILE,
+# from `$(PY) bench/budget.py imports FILE`).  On a machine shared by engine runs: BUDGET_ARGS="--lock FILE".
 BUDGET_DIR    ?= budget
 BUDGET_PYTEST ?= -m engine -n 2 --dist loadgroup
 BUDGET_FROM   ?=
 BUDGET_ARGS   ?=
+BUDGET_RECORD ?= --record
 test-budget: setup
-	$(PY) bench/budget.py $(if $(BUDGET_FROM),report $(BUDGET_FROM),run $(BUDGET_DIR)) $(BUDGET_ARGS) \
-		$(if $(BUDGET_FROM),,-- $(BUDGET_PYTEST))
+	$(PY) bench/budget.py $(if $(BUDGET_FROM),report $(BUDGET_FROM),run $(BUDGET_DIR) $(BUDGET_RECORD)) \
+		$(BUDGET_ARGS) $(if $(BUDGET_FROM),,-- $(BUDGET_PYTEST))
 
 bench: setup
 	$(PY) bench/run.py

@@ -1,15 +1,25 @@
 """The suite's budget: where its wall time goes, test by test and engine start by engine start.
 
-    python bench/budget.py run DIR [--lock FILE] [-- PYTEST_ARGS]   run the suite, then the breakdown
-    python bench/budget.py report DIR [--imports FILE] [--json OUT] the breakdown of a run made before
-    python bench/budget.py imports OUT [--lock FILE]                time vLLM's imports (no engine)
-    python bench/budget.py compare BEFORE.json AFTER.json           two breakdowns, test by test
+    python bench/budget.py run DIR [--lock FILE] [--record] [-- PYTEST_ARGS]  run the suite, the breakdown
+    python bench/budget.py report DIR [--imports FILE] [--json OUT]  the breakdown of a run made before
+    python bench/budget.py record DIR [--results FILE]               record a run made before
+    python bench/budget.py imports OUT [--lock FILE]                 time vLLM's imports (no engine)
+    python bench/budget.py compare BEFORE.json AFTER.json            two breakdowns, test by test
 
 ``run`` runs ``pytest`` (default: the engine suite, ``-m engine -n 2 --dist loadgroup``) with the
 start ledger (``ENGINEDEAD_START_LEDGER``: every engine start of the run and of the runs inside it,
 and every stop) and a timeline of its tests (``tests/support/timeline.py``: each phase's worker,
-start and stop) kept in DIR, then prints the breakdown (``make test-budget``).  ``--lock FILE``
+start and stop) kept in DIR, with the command (``command.txt``), pytest's output (``pytest.log``)
+and the machine and commit it ran (``run.json``), then prints the breakdown.  ``--lock FILE``
 takes an flock on FILE for the run (a machine shared by several engine runs).
+
+``--record`` (``make test-budget`` passes it) then records the finished run into
+``bench/suite-results.json``, the file the benchmarks page's ``suite`` table is made from
+(``bench/suite_figures.py``): the latest run on each kind of machine (CPU, vector ISA, cores), with
+its date, commit, pytest arguments, vLLM release, the tests' outcomes, the wall measured and
+projected, the engine starts and their seconds.  ``record DIR`` does the same for a run made before.
+A run that did not finish (no pytest summary line) is not recorded: one line says why, exit 2.
+``--results FILE`` records into FILE instead.
 
 The breakdown:
 
@@ -35,6 +45,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -48,9 +59,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the budget list lives in tests/
 
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.append(str(Path(__file__).resolve().parent))  # its sibling, when imported as bench.budget
+
+import suite_figures  # noqa: E402
+
 from tests import engine_budget  # noqa: E402
 
-DEFAULT_PYTEST = ("-m", "engine", "-n", "2", "--dist", "loadgroup")
+DEFAULT_PYTEST = suite_figures.DEFAULT_PYTEST
 #: how a start's engine ended: stopped at its run's end, a death, cut with its run (Ctrl-C,
 #: pytest-timeout), killed with it (no stop recorded), ? (a ledger that records no stops)
 ENDINGS = ("stopped", "death", "cut", "killed", "?")
@@ -409,8 +425,10 @@ def run(run_dir: Path, pytest_args: Sequence[str], lock: str | None) -> int:
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     cmd = [sys.executable, "-m", "pytest", "-p", "tests.support.timeline",
            f"--budget-timeline={run_dir / 'timeline.jsonl'}", *pytest_args]
-    (run_dir / "command.txt").write_text(" ".join(cmd) + "\n")
+    (run_dir / "command.txt").write_text(shlex.join(cmd) + "\n")
     with locked(lock), open(run_dir / "pytest.log", "w") as log:
+        # the machine and the commit as the run begins (after the lock's wait)
+        (run_dir / "run.json").write_text(json.dumps(suite_figures.run_facts(ROOT), indent=1) + "\n")
         t0 = time.monotonic()
         done = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
         took = minutes(time.monotonic() - t0)
@@ -436,29 +454,63 @@ def measure_imports(out: Path, lock: str | None, repeat: int = 3) -> dict[str, f
     return found
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    pytest_args: list[str] = []
-    if "--" in argv:
-        at = argv.index("--")
-        argv, pytest_args = argv[:at], argv[at + 1:]
+def _breakdown(run_dir: Path) -> dict[str, Any]:
+    """The breakdown of the run to record; a ledger or timeline it cannot read is a ``RunError``."""
+    try:
+        return breakdown(run_dir)
+    except (KeyError, TypeError, ValueError) as e:
+        raise suite_figures.RunError(f"its ledger or timeline is not what `bench/budget.py run` writes "
+                                     f"({e!r})") from None
+
+
+def record(run_dir: Path, results: Path, data: dict[str, Any] | None = None) -> int:
+    """Record the finished run in ``run_dir`` (its breakdown ``data``, made here if None) into
+    ``results``; 0, or 2 with one line that says why it cannot be recorded."""
+    try:
+        totals = (data or _breakdown(run_dir))["totals"]
+        run = suite_figures.read_run(run_dir, totals)
+        suite_figures.record(results, run)
+    except (suite_figures.RunError, OSError) as e:
+        print(f"budget: {run_dir} not recorded: {e}", file=sys.stderr)
+        return 2
+    print(f"budget: recorded into {results} as the run on {run.kind}: {run.outcomes.words()}, "
+          f"wall {suite_figures.minutes(run.wall.measured_s)}, commit {run.commit}", file=sys.stderr)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bench/budget.py", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the suite with its start ledger and timeline, then the breakdown")
     r.add_argument("dir", type=Path)
     r.add_argument("--lock", default=None)
     r.add_argument("--imports", type=Path, default=None, help="a file `imports` wrote")
+    r.add_argument("--record", action="store_true", help="record the finished run into --results")
     p = sub.add_parser("report", help="the breakdown of a run in DIR")
     p.add_argument("dir", type=Path)
     p.add_argument("--imports", type=Path, default=None, help="a file `imports` wrote")
     p.add_argument("--json", type=Path, default=None)
+    w = sub.add_parser("record", help="record the finished run in DIR into --results")
+    w.add_argument("dir", type=Path)
+    for each in (r, w):
+        each.add_argument("--results", type=Path, default=suite_figures.RESULTS,
+                          help="the results file (default: bench/suite-results.json)")
     c = sub.add_parser("compare", help="a markdown table of two breakdowns (breakdown.json), test by test")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     i = sub.add_parser("imports", help="time vLLM's imports in fresh interpreters")
     i.add_argument("out", type=Path)
     i.add_argument("--lock", default=None)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    pytest_args: list[str] = []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, pytest_args = argv[:at], argv[at + 1:]
+    args = parser().parse_args(argv)
     if args.command == "compare":
         before, after = (json.loads(Path(p).read_text()) for p in (args.before, args.after))
         print("\n".join(compare(before, after)))
@@ -466,6 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "imports":
         print(json.dumps(measure_imports(args.out, args.lock)))
         return 0
+    if args.command == "record":
+        return record(args.dir, args.results)
     code = 0
     if args.command == "run":
         code = run(args.dir, pytest_args or DEFAULT_PYTEST, args.lock)
@@ -473,6 +527,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     data = breakdown(args.dir, imports)
     (getattr(args, "json", None) or args.dir / "breakdown.json").write_text(json.dumps(data, indent=1) + "\n")
     print("\n".join(render(data)))
+    if getattr(args, "record", False):
+        code = record(args.dir, args.results, data) or code
     return code or (1 if data["budget_problems"] else 0)
 
 

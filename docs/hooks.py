@@ -52,6 +52,10 @@ each page is rendered.  The tables:
 - ``harness-cost``, ``judging``, ``preloads``: the benchmarks page's tables of ``bench/results.json``
   (``bench/run_figures.py``): per benchmark what it measures, the result, its target, the machine
   and day it recorded and the command that measures it again.
+- ``suite``: the suite's recorded runs, the latest on each kind of machine, from
+  ``bench/suite-results.json`` (``bench/suite_figures.py``; ``make test-budget`` records them): machine
+  and vLLM release, date and commit, the tests' outcomes, the wall, the engine starts and their
+  seconds, the command that runs it again.
 - ``noted-NAME``: the table NAME of ``bench/noted-results.json`` (``bench/noted_figures.py``): the
   figures of commands that keep no results file (``make test``, ``make matrix``, ``enginedead
   probe-settings``, research runs), with their machine and date or "not recorded".
@@ -504,6 +508,7 @@ def _bench(name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # where dataclasses look up a module's annotations
     spec.loader.exec_module(module)
     return module
 
@@ -639,6 +644,13 @@ def preloads() -> str:
     return text
 
 
+def suite() -> str:
+    """The suite's runs, from ``bench/suite-results.json`` (``bench/suite_figures.py``)."""
+    results = json.loads((ROOT / "bench" / "suite-results.json").read_text())
+    text: str = _bench("suite_figures").markdown(results)
+    return text
+
+
 #: the figures of commands that keep no results file of their own, a table each (``noted-NAME``)
 NOTED_RESULTS = ROOT / "bench" / "noted-results.json"
 
@@ -665,6 +677,7 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "harness-cost": harness_cost,
     "judging": judging,
     "preloads": preloads,
+    "suite": suite,
     "options": options,
     "option-variables": option_variables,
     "markers": markers,

