@@ -134,8 +134,11 @@ def _offline_cold(r: dict[str, Any]) -> tuple[str, str]:
 
 def _xdist(r: dict[str, Any]) -> tuple[str, str]:
     same = "same outcomes" if r["same_outcomes"] else "**outcomes differ**"
-    return (f"{r['median_n0_s']:.1f} s vs {r['median_n2_s']:.1f} s: **{r['speedup']:.2f}× faster**, {same}",
-            "—")
+    runs = (r.get("runs") or {}).get("n0") or [{}]
+    suite = (f"{len(runs[0]['outcomes'])} tests, {runs[0]['configurations']} configurations: "
+             if "outcomes" in runs[0] and "configurations" in runs[0] else "")
+    return (f"{suite}{r['median_n0_s']:.1f} s vs {r['median_n2_s']:.1f} s: **{r['speedup']:.2f}× faster**, "
+            f"{same}", "—")
 
 
 JUDGING: tuple[Figure, ...] = (
@@ -147,7 +150,7 @@ JUDGING: tuple[Figure, ...] = (
                "ready at `/health`", _server_start),
     ("server", "the false death reproduced cold through the server (server start included)", _server_cold),
     ("check", "`enginedead check` on the bundled model: wall, engines started, lines printed", _check),
-    ("xdist", "a downstream suite (4 tests, 3 configurations), `-n 0` vs `-n 2 --dist loadgroup`", _xdist),
+    ("xdist", "a downstream suite, `-n 0` vs `-n 2 --dist loadgroup`", _xdist),
 )
 
 
