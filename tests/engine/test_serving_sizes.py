@@ -156,6 +156,9 @@ def test_a_long_context_forecast_is_the_same_twice(tmp_path: Path) -> None:
           f"{measured[1]:.1f} s; forecasts {apart:.3f} apart (log), steps {steps_apart:.3f} (tolerance "
           f"{tolerance:.2f}, spread {spread:.3f}); {worst['plan']['described']}; binding {worst['binding']}; "
           f"contexts {out['contexts_measured']}; terms {out['fit']['terms']}")
+    for r in out["repeats"]["rounds"]:  # what moved, where the rounds part: each round's own fit
+        print(f"round {r['round']}: {r['predicted_s']:.3f} s (interval {r['interval_s']}), {r['plan']}; "
+              f"terms {r['terms']}")
     assert apart <= steps_apart + tolerance, (apart, steps_apart, tolerance, measured, out["repeats"])
     seen = out["contexts_measured"]
     assert seen["decode"]["factor"] >= 16 and seen["prefill"]["factor"] >= 16, seen
