@@ -24,8 +24,7 @@ def machine(record: dict[str, Any]) -> str:
     m = record.get("machine") or {}
     if not m:
         return NOT_RECORDED
-    return f"{fingerprint.cpu_words(m.get('cpu_model'))} ({fingerprint.vector_words(m.get('isa_flags'))}), " \
-           f"{m.get('cores')} cores"
+    return fingerprint.machine_words(m)
 
 
 def _ms(seconds: float) -> str:

@@ -35,9 +35,7 @@ def machine(part: dict[str, Any]) -> str:
     m = (part.get("output") or {}).get("machine") or {}
     if not m:
         return "not recorded"
-    memory = (m.get("memory_bytes") or 0) / 2**30
-    cpu = fingerprint.cpu_words(m.get("cpu_model"))
-    return f"{cpu} ({fingerprint.vector_words(m.get('isa_flags'))}), {m.get('cores')} cores, {memory:.0f} GiB"
+    return fingerprint.machine_words(m, memory=True)
 
 
 def _vllm(part: dict[str, Any]) -> str:

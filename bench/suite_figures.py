@@ -114,7 +114,8 @@ class SuiteRun:
 
     @property
     def kind(self) -> str:
-        return kind(self.machine)
+        """Its kind of machine as the benchmarks page names it: ``AMD EPYC (AVX2 only), 2 cores``."""
+        return fingerprint.machine_words(self.machine)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,12 +129,6 @@ class SuiteRun:
                        starts=Starts(**data["starts"]))
         except (KeyError, TypeError) as e:
             raise RunError(f"a recorded run that is not one: {e!r}") from None
-
-
-def kind(machine: Mapping[str, Any]) -> str:
-    """A kind of machine as the benchmarks page names it: ``AMD EPYC (AVX2 only), 2 cores``."""
-    cpu = fingerprint.cpu_words(machine.get("cpu_model"))
-    return f"{cpu} ({fingerprint.vector_words(machine.get('isa_flags'))}), {machine.get('cores')} cores"
 
 
 # --- reading a run directory ---------------------------------------------------------------------

@@ -15,7 +15,7 @@ import platform
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from .releases import DIST_NAMES
 
@@ -108,6 +108,14 @@ def vector_words(flags: Iterable[str] | None) -> str:
 def cpu_words(model: str | None) -> str:
     """A CPU's model name without its trademark marks: ``AMD EPYC 7B13``, ``Intel Xeon``."""
     return re.sub(r"\((R|TM)\)", "", model or "CPU").replace(" Processor", "").strip()
+
+
+def machine_words(machine: Mapping[str, Any], memory: bool = False) -> str:
+    """A recorded machine as the benchmarks page names it: ``AMD EPYC (AVX2 only), 2 cores`` (with
+    ``memory``: ``, 24 GiB``)."""
+    words = (f"{cpu_words(machine.get('cpu_model'))} ({vector_words(machine.get('isa_flags'))}), "
+             f"{machine.get('cores')} cores")
+    return f"{words}, {(machine.get('memory_bytes') or 0) / 2**30:.0f} GiB" if memory else words
 
 
 def installed(*dists: str) -> str | None:

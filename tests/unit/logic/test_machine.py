@@ -185,3 +185,10 @@ def test_a_cpu_model_without_its_trademark_marks() -> None:
     assert fingerprint.cpu_words("Intel(R) Xeon(R) Processor") == "Intel Xeon"
     assert fingerprint.cpu_words("AMD EPYC 7B13 64-Core Processor") == "AMD EPYC 7B13 64-Core"
     assert fingerprint.cpu_words(None) == "CPU"
+
+
+def test_a_recorded_machine_is_named_by_its_cpu_vector_isa_and_cores() -> None:
+    m = {"cpu_model": "AMD EPYC 7B13 Processor", "isa_flags": ["avx2", "avx512f"], "cores": 2,
+         "memory_bytes": 24 * 2**30}
+    assert fingerprint.machine_words(m) == "AMD EPYC 7B13 (AVX-512 (no BF16)), 2 cores"
+    assert fingerprint.machine_words(m, memory=True) == "AMD EPYC 7B13 (AVX-512 (no BF16)), 2 cores, 24 GiB"
