@@ -49,19 +49,12 @@ class Prober(threading.Thread):
             self.halt.wait(max(0.0, PERIOD_S - wall))
 
 
-def wait_answered(probers, limit_s: float = 60.0) -> bool:
-    """Whether every prober has a probe's answer within ``limit_s``."""
+def until(done, limit_s: float, every_s: float) -> bool:
+    """Whether ``done()`` came true within ``limit_s``, asked every ``every_s``."""
     deadline = time.monotonic() + limit_s
-    while not all(p.results for p in probers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return all(p.results for p in probers)
-
-
-def wait_exit(server, limit_s: float = 30.0) -> int | None:
-    deadline = time.monotonic() + limit_s
-    while server.exit_code is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return server.exit_code
+    while not done() and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return done()
 
 
 @pytest.mark.enginedead_guard(hang_s=HANG_S)
@@ -76,7 +69,8 @@ def test_the_probe_tells_slow_from_hung_on_two_servers(vllm_server_factory, monk
         p.start()
     # the traffic begins once each probe has answered (its first run imports cold): the hung server's
     # probes before hang_s are then never none, however long a probe takes on this machine
-    assert wait_answered(probers.values()), {name: p.results for name, p in probers.items()}
+    assert until(lambda: all(p.results for p in probers.values()), 60.0, 0.1), \
+        {name: p.results for name, p in probers.items()}
     outcome = {}
 
     def drive(name, server, n):
@@ -91,7 +85,8 @@ def test_the_probe_tells_slow_from_hung_on_two_servers(vllm_server_factory, monk
         c.start()
     for c in clients:
         c.join()
-    code = wait_exit(hung)
+    until(lambda: hung.exit_code is not None, 30.0, 0.2)
+    code = hung.exit_code
     time.sleep(2 * PERIOD_S)
     for p in probers.values():
         p.halt.set()
