@@ -13,6 +13,7 @@ the slices' groups) travels with it: every forecast has an interval.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -130,6 +131,46 @@ def _uncertainty(groups: _Groups, coef: Mapping[str, float], lower: Sequence[flo
     return Uncertainty(names, full_cov, spread, misfit(residuals, active, spread))
 
 
+#: a term is resolved when its bootstrap standard deviation is at most this share of its value
+RESOLVED_SD = 0.5
+
+#: ... and when at least this share of what it multiplies (its column's norm) is something the
+#: other terms, added non-negatively, cannot make
+RESOLVED_OUTSIDE = 0.01
+
+
+def _resolved(groups: _Groups, coef: Mapping[str, float], lower: Sequence[float], term: str) -> bool:
+    """Whether the steps pin ``term`` down: the other terms cannot stand in for it, and its
+    bootstrap spread is small beside its value.
+
+    Past a sliding window every query sees the window, so the window term moves with
+    ``per_token`` (prefill chunks) and ``per_seq`` (decodes); only steps inside the window tell
+    it apart, and they carry little of any step's time.  Unresolved, it is tied to its full
+    twin by attention work per key (the same kernel per key) rather than left to noise.
+    """
+    rows = groups.scaled()
+    i = JOINT_TERMS.index(term)
+    if _outside(rows, i) < RESOLVED_OUTSIDE:
+        return False
+    cov = solve.bootstrap_covariance(rows, [coef[t] for t in JOINT_TERMS], lower)
+    return math.sqrt(cov[i][i]) <= RESOLVED_SD * coef[term]
+
+
+def _outside(rows: Sequence[Sequence[float]], i: int) -> float:
+    """The share of column ``i``'s norm the other columns, added non-negatively, leave unexplained."""
+    column = [r[i] for r in rows]
+    norm = math.hypot(*column)
+    if norm == 0.0:
+        return 0.0
+    others = [[x for j, x in enumerate(r) if j != i] for r in rows]
+    try:
+        c = solve.nnls(others, column)
+    except solve.SolveError:
+        return 1.0
+    left = [x - sum(a * b for a, b in zip(c, r, strict=True)) for x, r in zip(column, others, strict=True)]
+    return math.hypot(*left) / norm
+
+
 def fit_slices(slices: Sliced, full: Layout, config: Mapping[str, object], origin: str | None = None,
                floors: bool = True) -> Forecast:
     """One fit over the steps of every slice (each with its layout); the full model's terms.
@@ -138,12 +179,14 @@ def fit_slices(slices: Sliced, full: Layout, config: Mapping[str, object], origi
     context and read terms at or above the shape's floors at this machine's measured rates.
     """
     pooled = [x for _, samples in slices for x in samples]
-    # the layer types' context terms apart when the steps can tell them apart; where one falls, the
-    # floors hold it (tying them then let noise decide both: the 2026-12-04 forecast's every term 0)
-    tied = full.has_full and full.has_sliding and not separable(pooled)
-    model = JointModel.of(config, full, tied)
+    both = full.has_full and full.has_sliding
+    model = JointModel.of(config, full, both and not separable(pooled))
     groups = _groups(slices, model)
     coef, lower, rate = _with_floors(groups, model, floors)
+    if both and not model.tied and not _resolved(groups, coef, lower, "window_context"):
+        model = JointModel.of(config, full, True)
+        groups = _groups(slices, model)
+        coef, lower, rate = _with_floors(groups, model, floors)
     spread = step_spread(*(samples for _, samples in slices))
     fit = Fit(
         model.full_terms(coef),

@@ -20,8 +20,9 @@ head, sampler: ``fixed``, ``per_seq``, ``per_token``) plus, for each layer,
 Slices differ only in how many layers of each type they keep, so one non-negative fit over
 all their steps gives every coefficient, and the full model's terms are those coefficients
 at its own layer counts (``full_terms``, linear in them).  When no step's full-attention keys
-exceed its windowed keys by 30 % of its context (``separable``), the two context terms are
-tied by each type's attention work per key (query heads x head size).
+exceed its windowed keys by 30 % of its context (``separable``), or the steps do not resolve
+the window term (``forecast``: past the window its keys are the window times the tokens), the
+two context terms are tied by each type's attention work per key (query heads x head size).
 
 Pure.
 """

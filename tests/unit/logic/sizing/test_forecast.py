@@ -13,6 +13,7 @@ import pytest
 
 from pytest_enginedead.logic.sizing import forecast, joint, slices
 from pytest_enginedead.logic.sizing.fit import Step
+from pytest_enginedead.logic.sizing.shapes import Chunk, StepPlan
 from pytest_enginedead.logic.sizing.terms import Routing
 from tests.support.sizing import COEF, SHAPES, config_26b, priced, slice_steps
 
@@ -83,6 +84,49 @@ def test_contexts_that_cannot_tell_the_layer_types_apart_tie_them() -> None:
     parts = [(lay, [(s, priced(tied, COEF, s, lay)) for s in short]) for lay in lays]
     fc = forecast.fit_slices(parts, full, cfg)
     assert fc.tied and fc.fit.terms["per_context_token"] > 0 and fc.fit.terms["per_window_context_token"] > 0
+
+
+#: steps whose every query sees the 26B's whole window (1024 keys): decodes past it, chunks after it
+PAST_WINDOW = [p.step(1024) for p in (
+    *(StepPlan(n, 2000) for n in (1, 8, 32, 128)), *(StepPlan(8, c) for c in (4096, 16384)),
+    StepPlan(0, 0, (Chunk(2048, 4096),)), StepPlan(1, 3000, (Chunk(512, 2000),)), StepPlan(4, 6000),
+)]
+#: steps inside the window: the only ones whose windowed keys are not a multiple of their tokens
+INSIDE_WINDOW = [p.step(1024) for p in (
+    *(StepPlan(n, c) for n in (1, 8, 32) for c in (100, 500, 1000)), StepPlan(0, 0, (Chunk(1000, 0),)),
+)]
+
+
+def own_steps(shapes: list[Step], coef: dict[str, float], noise: float
+              ) -> list[tuple[slices.Layout, list[tuple[Step, float]]]]:
+    """The full model's own steps, each ``noise`` slow or fast in turn."""
+    cfg = config_26b()
+    full = slices.layout(cfg)
+    steps = slice_steps(full, coef, cfg, shapes=shapes)
+    return [(full, [(s, t * (1 + noise * (-1) ** i)) for i, (s, t) in enumerate(steps)])]
+
+
+def test_a_window_term_no_step_tells_apart_is_tied_to_its_twin() -> None:
+    """Past the window a sliding layer's keys are the window times the tokens: the other terms make
+    that column exactly, so even noiseless steps leave the window term to the solver's whim (it read
+    2.6e-7 for a true 2e-6).  Tied, it is the full term's cost per key, not a guess."""
+    cfg = config_26b()
+    fc = forecast.fit_slices(own_steps(PAST_WINDOW, COEF, 0.0), slices.layout(cfg), cfg)
+    assert fc.tied
+    assert fc.fit.terms["per_window_context_token"] > 0
+
+
+@pytest.mark.parametrize(("window_s", "tied"), [(2e-5, False), (2e-6, True)])
+def test_steps_inside_the_window_resolve_its_term_only_above_their_noise(window_s: float, tied: bool) -> None:
+    """The same steps, 3 % slow or fast in turn: a window term that costs 2e-5 s per key stands out of
+    that noise and is measured (within 20 %); one ten times cheaper does not, and is tied rather than
+    read off the noise (a repeat of one calibration moved such a term 224x)."""
+    cfg = config_26b()
+    steps = own_steps(INSIDE_WINDOW + PAST_WINDOW, {**COEF, "window_context": window_s}, 0.03)
+    fc = forecast.fit_slices(steps, slices.layout(cfg), cfg)
+    assert fc.tied is tied
+    if not tied:
+        assert fc.coefficients["window_context"] == pytest.approx(window_s, rel=0.2)
 
 
 def test_the_worst_residual_is_shown_where_it_was_measured() -> None:
