@@ -116,12 +116,16 @@ def _worst(groups: _Groups, coef: Mapping[str, float], full: Layout) -> Residual
     return Residual(groups.shapes[at], groups.times[at], predicted[at], where)
 
 
-def _uncertainty(groups: _Groups, coef: Mapping[str, float], lower: Sequence[float], model: JointModel,
-                 spread: float) -> Uncertainty:
-    """The joint coefficients' bootstrap covariance carried to the full model's terms, the steps' spread
+def _covariance(groups: _Groups, coef: Mapping[str, float], lower: Sequence[float]) -> solve.Matrix:
+    """The joint coefficients' bootstrap covariance (a wild bootstrap of the groups' relative residuals)."""
+    return solve.bootstrap_covariance(groups.scaled(), [coef[t] for t in JOINT_TERMS], lower)
+
+
+def _uncertainty(groups: _Groups, coef: Mapping[str, float], lower: Sequence[float], cov: solve.Matrix,
+                 model: JointModel, spread: float) -> Uncertainty:
+    """The joint coefficients' covariance ``cov`` carried to the full model's terms, the steps' spread
     and the groups' misfit."""
     values = [coef[t] for t in JOINT_TERMS]
-    cov = solve.bootstrap_covariance(groups.scaled(), values, lower)
     names = tuple(model.full_terms(coef))
     units = [model.full_terms({t: float(t == j) for t in JOINT_TERMS}) for j in JOINT_TERMS]
     matrix = [[unit[n] for unit in units] for n in names]
@@ -139,7 +143,7 @@ RESOLVED_SD = 0.5
 RESOLVED_OUTSIDE = 0.01
 
 
-def _resolved(groups: _Groups, coef: Mapping[str, float], lower: Sequence[float], term: str) -> bool:
+def _resolved(groups: _Groups, coef: Mapping[str, float], cov: solve.Matrix, term: str) -> bool:
     """Whether the steps pin ``term`` down: the other terms cannot stand in for it, and its
     bootstrap spread is small beside its value.
 
@@ -148,12 +152,9 @@ def _resolved(groups: _Groups, coef: Mapping[str, float], lower: Sequence[float]
     it apart, and they carry little of any step's time.  Unresolved, it is tied to its full
     twin by attention work per key (the same kernel per key) rather than left to noise.
     """
-    rows = groups.scaled()
     i = JOINT_TERMS.index(term)
-    if _outside(rows, i) < RESOLVED_OUTSIDE:
-        return False
-    cov = solve.bootstrap_covariance(rows, [coef[t] for t in JOINT_TERMS], lower)
-    return math.sqrt(cov[i][i]) <= RESOLVED_SD * coef[term]
+    apart = _outside(groups.scaled(), i) >= RESOLVED_OUTSIDE
+    return apart and math.sqrt(cov[i][i]) <= RESOLVED_SD * coef[term]
 
 
 def _outside(rows: Sequence[Sequence[float]], i: int) -> float:
@@ -183,10 +184,12 @@ def fit_slices(slices: Sliced, full: Layout, config: Mapping[str, object], origi
     model = JointModel.of(config, full, both and not separable(pooled))
     groups = _groups(slices, model)
     coef, lower, rate = _with_floors(groups, model, floors)
-    if both and not model.tied and not _resolved(groups, coef, lower, "window_context"):
+    cov = _covariance(groups, coef, lower)
+    if both and not model.tied and not _resolved(groups, coef, cov, "window_context"):
         model = JointModel.of(config, full, True)
         groups = _groups(slices, model)
         coef, lower, rate = _with_floors(groups, model, floors)
+        cov = _covariance(groups, coef, lower)
     spread = step_spread(*(samples for _, samples in slices))
     fit = Fit(
         model.full_terms(coef),
@@ -197,6 +200,6 @@ def fit_slices(slices: Sliced, full: Layout, config: Mapping[str, object], origi
         origin=origin or f"forecast to {full.depth} layers from {len(slices)} slices",
         points=tuple((s, t) for s, t, lay in zip(groups.shapes, groups.times, groups.layouts, strict=True)
                      if lay == full),
-        uncertainty=_uncertainty(groups, coef, lower, model, spread),
+        uncertainty=_uncertainty(groups, coef, lower, cov, model, spread),
     )
     return Forecast(fit, coef, model, dict(zip(JOINT_TERMS, lower, strict=True)), rate)
