@@ -84,7 +84,8 @@ def run_probe_settings(args: argparse.Namespace) -> int:
     settings = (*probereplay.SETTINGS, *args.setting)
     runs = trials.run_trials(args.model, args.window, args.hang_s, progress)
     if args.json:
-        print(json.dumps(probereplay.to_json(runs, settings), indent=2))
+        conditions = trials.conditions(args.window, args.hang_s)
+        print(json.dumps(probereplay.to_json(runs, settings, conditions), indent=2))
     else:
         print(probereplay.table(runs, settings))
         for setting in settings:

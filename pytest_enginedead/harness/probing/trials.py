@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ...contract.control import Injection
 from ...contract.decisions import Verdict
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
-from ...logic.reporting.probereplay import PROBES, SAMPLE_S, SAMPLE_TIMEOUT_S, STATES, Run, Sample
+from ...logic.reporting.probereplay import PROBES, SAMPLE_S, SAMPLE_TIMEOUT_S, STATES, Conditions, Run, Sample
 from ..engines.reaper import Reaper
 from ..waiting import wait_until
 from . import probe
@@ -47,6 +47,12 @@ HUNG_DEADLINE_S = 30.0
 DEFAULT_HANG_S = 10.0
 
 DEFAULT_WINDOW_S = 60.0
+
+
+def conditions(window_s: float, hang_s: float) -> Conditions:
+    """What ``run_trials(model, window_s, hang_s)`` makes its states with."""
+    return Conditions(window_s, SAMPLE_S, SLOW_DEADLINE_S, SLOW_CLIENTS, SLOW_S_PER_SEQ, HUNG_DEADLINE_S,
+                      hang_s)
 
 
 def _http(port: int, method: str, path: str, body: dict[str, Any] | None) -> bool:

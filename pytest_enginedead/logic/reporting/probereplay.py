@@ -6,6 +6,7 @@ replay is pure and unit-tested, the samples come from real servers (``harness.pr
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -76,6 +77,40 @@ class Sample:
     ok: bool
 
 
+@dataclass(frozen=True)
+class Answers:
+    """How one probe kind answered while a state lasted: the samples sent from its start, how many
+    got an answer (a failing one included) within ``SAMPLE_TIMEOUT_S``, the median and the longest."""
+
+    sent: int
+    answered: int
+    median_s: float | None
+    max_s: float | None
+
+
+def answers(samples: Sequence[Sample], t0: float) -> Answers:
+    """What the samples sent from ``t0`` on took to answer."""
+    sent = [s for s in samples if s.t >= t0]
+    took = [s.latency_s for s in sent if s.latency_s is not None]
+    if not took:
+        return Answers(len(sent), 0, None, None)
+    return Answers(len(sent), len(took), round(statistics.median(took), 3), round(max(took), 3))
+
+
+@dataclass(frozen=True)
+class Conditions:
+    """What made the states: the SLOW engine's deadline, clients and step, the HUNG engine's
+    deadline, the guard's ``hang_s``, how long each state was probed and how often."""
+
+    window_s: float
+    sample_s: float
+    slow_deadline_s: float
+    slow_clients: int
+    slow_s_per_seq: float
+    hung_deadline_s: float
+    hang_s: float
+
+
 def replay(samples: Sequence[Sample], setting: Setting, t0: float, window_s: float) -> float | None:
     """Seconds after ``t0`` at which ``setting`` would have declared the server dead, or None.
 
@@ -117,6 +152,9 @@ class Run:
     def kill_after(self, kind: str, setting: Setting) -> float | None:
         return replay(self.samples.get(kind, []), setting, self.t0, self.window_s)
 
+    def answers(self, kind: str) -> Answers:
+        return answers(self.samples.get(kind, []), self.t0)
+
     def first_failure_s(self, kind: str) -> float | None:
         for s in sorted(self.samples.get(kind, []), key=lambda s: s.t):
             if s.t >= self.t0 and not s.ok:
@@ -152,8 +190,10 @@ def table(runs: Sequence[Run], settings: Sequence[Setting] = SETTINGS) -> str:
                      for row in rows)
 
 
-def to_json(runs: Sequence[Run], settings: Sequence[Setting] = SETTINGS) -> dict[str, Any]:
+def to_json(runs: Sequence[Run], settings: Sequence[Setting] = SETTINGS,
+            conditions: Conditions | None = None) -> dict[str, Any]:
     return {
+        "conditions": asdict(conditions) if conditions else None,
         "settings": [asdict(s) for s in settings],
         "runs": [{
             "state": r.state.name, "guard": r.guard, "window_s": r.window_s, "died_after_s": r.died_after_s,
@@ -161,7 +201,9 @@ def to_json(runs: Sequence[Run], settings: Sequence[Setting] = SETTINGS) -> dict
             "probes": {kind: {
                 "first_failure_s": r.first_failure_s(kind),
                 "samples": len(r.samples.get(kind, [])),
+                "answers": asdict(r.answers(kind)),
                 "kill_after_s": {s.name: r.kill_after(kind, s) for s in settings},
+                "says": {s.name: cell(r, kind, s) for s in settings},
             } for kind in PROBES},
         } for r in runs],
     }

@@ -64,6 +64,7 @@ def test_cells_say_false_kill_dead_anyway_and_found() -> None:
     data = probereplay.to_json([run, hung])
     assert data["runs"][1]["probes"]["GET /health"]["kill_after_s"]["kubernetes defaults"] == 31.0
     assert data["runs"][0]["probes"]["GET /health"]["first_failure_s"] == 5.0
+    assert data["runs"][0]["probes"]["GET /health"]["says"]["kubernetes defaults"] == "dead at 2.1s anyway"
 
 
 def test_a_setting_of_ones_own_is_replayed() -> None:
@@ -73,3 +74,19 @@ def test_a_setting_of_ones_own_is_replayed() -> None:
     # 15, 20, 25 failed; +2 s timeout
     assert probereplay.cell(run, "enginedead probe", mine) == "found at 27s"
     assert "mine (5s/2s/x3)" in probereplay.table([run], (*probereplay.SETTINGS, mine))
+
+
+def test_answers_count_what_was_sent_from_the_states_start() -> None:
+    """Samples before t0 are the load's ramp, not the state; a sample without an answer is sent,
+    not answered; a refused probe answered (failing)."""
+    sent = [probereplay.Sample(0.0, 9.0, True), probereplay.Sample(1.0, 0.1, True),
+            probereplay.Sample(1.5, 0.3, False), probereplay.Sample(2.0, None, False),
+            probereplay.Sample(2.5, 1.4, True)]
+    assert probereplay.answers(sent, 1.0) == probereplay.Answers(4, 3, 0.3, 1.4)
+    assert probereplay.answers(sent, 3.0) == probereplay.Answers(0, 0, None, None)
+    run = probereplay.Run(Verdict.SLOW, True, 60, samples={"enginedead probe": sent}, t0=1.0)
+    conditions = probereplay.Conditions(60, 0.5, 2, 64, 0.05, 30, 10)
+    data = probereplay.to_json([run], conditions=conditions)
+    assert data["runs"][0]["probes"]["enginedead probe"]["answers"] == {
+        "sent": 4, "answered": 3, "median_s": 0.3, "max_s": 1.4}
+    assert data["conditions"]["slow_clients"] == 64 and data["conditions"]["hang_s"] == 10
