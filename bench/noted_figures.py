@@ -1,5 +1,5 @@
 """``bench/noted-results.json`` as the benchmarks page shows it: the figures of commands that keep no
-results file of their own (``make test``, ``make matrix``, ``enginedead probe-settings``, research runs).
+results file of their own (``make test``, ``make matrix``, research runs).
 
 Each table either says once, above it, on what machine, day, vLLM release and command its rows were
 measured, or carries a machine and a date column in every row; a field the note lacks reads "not

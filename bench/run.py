@@ -1,7 +1,7 @@
 """Benchmarks: what the harness costs and how fast it answers, measured side by side.
 
     python bench/run.py [start] [step] [record] [guard] [verdict] [server] [check] [suite]
-                        [xdist] [preloads]                           (default: all)
+                        [xdist] [preloads] [steps] [ranks] [probes]  (default: all)
 
 Each benchmark runs its variants alternately in one run (this machine is shared
 and noisy) and prints ratios of medians.  Results go to bench/results.json.
@@ -33,6 +33,14 @@ xdist    the same downstream suite (2 configurations) with -n 0 and
 preloads decode steps with tcmalloc and iomp in LD_PRELOAD (as vLLM's CPU docs serve)
          vs without, two engines side by side, on the bundled model and the
          shrunk Gemma-4 MoE; each order of engine start; with / without
+steps    decode step times per batch size (1 to 128) of the tiny Llama, the heavy Llama
+         and the shrunk Gemma-4 MoE, as ``enginedead calibrate --batch-sizes`` prints
+         them (bench/step_times.py)
+ranks    the same decode steps at one rank and at two (--tensor-parallel-size 2):
+         the tiny Llama at batch 8 and 64, gemma-4-moe-mini at 32
+probes   ``enginedead probe-settings``: what common probe settings make of a SLOW and
+         a HUNG server, guard off and on, and how fast each probe answers
+         (four API servers, 90 s each; bench/probe_answers.py)
 metrics_engine  the metrics on a real engine: two guarded engines side by side,
          one keeping its figures for /metrics and one with ENGINEDEAD_METRICS=0,
          batch 1 on the tiny model; each order of engine start, plus an
@@ -55,6 +63,9 @@ import time
 import types
 from pathlib import Path
 from typing import Any
+
+from probe_answers import bench_probes
+from step_times import bench_ranks, bench_steps
 
 from pytest_enginedead.compat import llm_config
 from pytest_enginedead.contract.decisions import Verdict
@@ -677,7 +688,8 @@ BENCHES = {"start": bench_start, "step": bench_step, "record": bench_record, "gu
            "layers": bench_layers, "metrics": bench_metrics, "metrics_engine": bench_metrics_engine,
            "estimate": bench_estimate,
            "verdict": bench_verdict, "server": bench_server, "check": bench_check, "suite": bench_suite,
-           "xdist": bench_xdist, "preloads": bench_preloads}
+           "xdist": bench_xdist, "preloads": bench_preloads, "steps": bench_steps,
+           "ranks": bench_ranks, "probes": bench_probes}
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -56,9 +56,13 @@ each page is rendered.  The tables:
   ``bench/suite-results.json`` (``bench/suite_figures.py``; ``make test-budget`` records them): machine
   and vLLM release, date and commit, the tests' outcomes, the wall, the engine starts and their
   seconds, the command that runs it again.
+- ``step-times``, ``ranks``, ``probes``, ``probe-answers``: decode step times per model and batch size,
+  at one rank and at two, and what operators' probe settings make of a SLOW and a HUNG server and how
+  fast each probe answers, from ``bench/results.json`` (``python bench/run.py steps`` / ``ranks`` /
+  ``probes``; ``bench/engine_figures.py``).
 - ``noted-NAME``: the table NAME of ``bench/noted-results.json`` (``bench/noted_figures.py``): the
-  figures of commands that keep no results file (``make test``, ``make matrix``, ``enginedead
-  probe-settings``, research runs), with their machine and date or "not recorded".
+  figures of commands that keep no results file (``make test``, ``make matrix``, research runs),
+  with their machine and date or "not recorded".
 
 An unknown NAME fails the build.  The hook imports the package from this checkout (the
 repository root goes first on ``sys.path``); it needs pytest and psutil, never vLLM.
@@ -651,6 +655,30 @@ def suite() -> str:
     return text
 
 
+def step_times() -> str:
+    """Decode step times per model and batch size, from ``bench/results.json`` (``bench/run.py steps``)."""
+    text: str = _bench("engine_figures").step_times(_results()["steps"])
+    return text
+
+
+def ranks() -> str:
+    """Decode steps at one rank and at two, from ``bench/results.json`` (``python bench/run.py ranks``)."""
+    text: str = _bench("engine_figures").ranks(_results()["ranks"])
+    return text
+
+
+def probes() -> str:
+    """What probe settings make of a SLOW and a HUNG server, from ``bench/results.json`` (``probes``)."""
+    text: str = _bench("engine_figures").probes(_results()["probes"])
+    return text
+
+
+def probe_answers() -> str:
+    """How fast each probe answered in the same runs, from ``bench/results.json`` (``probes``)."""
+    text: str = _bench("engine_figures").probe_answers(_results()["probes"])
+    return text
+
+
 #: the figures of commands that keep no results file of their own, a table each (``noted-NAME``)
 NOTED_RESULTS = ROOT / "bench" / "noted-results.json"
 
@@ -678,6 +706,10 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "judging": judging,
     "preloads": preloads,
     "suite": suite,
+    "step-times": step_times,
+    "ranks": ranks,
+    "probes": probes,
+    "probe-answers": probe_answers,
     "options": options,
     "option-variables": option_variables,
     "markers": markers,
