@@ -66,6 +66,16 @@ class Uncertainty:
         own = (self.spread**2 + self.misfit**2) * predicted**2
         return math.sqrt(solve.quadratic(self.covariance, x) + own)
 
+    def widened(self, apart: Mapping[str, float]) -> Uncertainty:
+        """This uncertainty with a second reading of the terms beside the one kept: half their
+        difference ``apart`` (by term) added as a spread of its own, so that the interval holds
+        both readings where the steps could not choose between them."""
+        if not apart:
+            return self
+        d = [apart.get(t, 0.0) / 2 for t in self.terms]
+        cov = [[c + d[i] * d[j] for j, c in enumerate(row)] for i, row in enumerate(self.covariance)]
+        return replace(self, covariance=tuple(tuple(row) for row in cov))
+
     def term_sd(self) -> dict[str, float]:
         return {t: math.sqrt(max(0.0, self.covariance[i][i])) for i, t in enumerate(self.terms)}
 

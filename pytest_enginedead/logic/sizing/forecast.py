@@ -42,6 +42,9 @@ class Forecast:
     #: per joint term, the least it may be (the shape's floor at this machine's rates; 0 elsewhere)
     lower: Mapping[str, float] = field(default_factory=dict)
     rates: floors_.Rates | None = None
+    #: where the fit chose to tie the context terms: the full model's terms as the untied fit read
+    #: them (empty otherwise); half their difference from ``fit.terms`` is part of the interval
+    untied: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def tied(self) -> bool:
@@ -150,7 +153,8 @@ def _resolved(groups: _Groups, coef: Mapping[str, float], cov: solve.Matrix, ter
     Past a sliding window every query sees the window, so the window term moves with
     ``per_token`` (prefill chunks) and ``per_seq`` (decodes); only steps inside the window tell
     it apart, and they carry little of any step's time.  Unresolved, it is tied to its full
-    twin by attention work per key (the same kernel per key) rather than left to noise.
+    twin by attention work per key (the same kernel per key) rather than left to noise, and the
+    interval keeps half the distance to the untied reading (``Uncertainty.widened``).
     """
     i = JOINT_TERMS.index(term)
     apart = _outside(groups.scaled(), i) >= RESOLVED_OUTSIDE
@@ -185,11 +189,15 @@ def fit_slices(slices: Sliced, full: Layout, config: Mapping[str, object], origi
     groups = _groups(slices, model)
     coef, lower, rate = _with_floors(groups, model, floors)
     cov = _covariance(groups, coef, lower)
+    untied: dict[str, float] = {}
     if both and not model.tied and not _resolved(groups, coef, cov, "window_context"):
+        untied = model.full_terms(coef)
         model = JointModel.of(config, full, True)
         groups = _groups(slices, model)
         coef, lower, rate = _with_floors(groups, model, floors)
         cov = _covariance(groups, coef, lower)
+    kept = model.full_terms(coef)
+    apart = {t: untied.get(t, 0.0) - v for t, v in kept.items()} if untied else {}
     spread = step_spread(*(samples for _, samples in slices))
     fit = Fit(
         model.full_terms(coef),
@@ -200,6 +208,6 @@ def fit_slices(slices: Sliced, full: Layout, config: Mapping[str, object], origi
         origin=origin or f"forecast to {full.depth} layers from {len(slices)} slices",
         points=tuple((s, t) for s, t, lay in zip(groups.shapes, groups.times, groups.layouts, strict=True)
                      if lay == full),
-        uncertainty=_uncertainty(groups, coef, lower, cov, model, spread),
+        uncertainty=_uncertainty(groups, coef, lower, cov, model, spread).widened(apart),
     )
-    return Forecast(fit, coef, model, dict(zip(JOINT_TERMS, lower, strict=True)), rate)
+    return Forecast(fit, coef, model, dict(zip(JOINT_TERMS, lower, strict=True)), rate, untied)

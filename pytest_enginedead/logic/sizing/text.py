@@ -59,7 +59,7 @@ def forecast_lines(a: SizingAnswer) -> list[str]:
                      f"{t.per_context_token_s:.4g} s/key attended + {t.per_read_token_s:.4g} s/key read")
     if a.joint.tied:
         lines.append("  (the layer types' context terms are tied by their attention work per key: "
-                     "the measured steps could not tell them apart)")
+                     "the measured steps could not tell them apart; the interval holds both readings)")
     held = [f"{k} per key attended >= {ctx:.3g} s, read >= {read:.3g} s"
             for k, (ctx, read) in a.joint.floors_at().items() if ctx or read]
     if held:

@@ -116,6 +116,31 @@ def test_a_window_term_no_step_tells_apart_is_tied_to_its_twin() -> None:
     assert fc.fit.terms["per_window_context_token"] > 0
 
 
+def test_a_tie_keeps_the_untied_reading_in_its_interval() -> None:
+    """The fit ties the terms because the steps cannot choose between the two readings: they agree past
+    the window and part inside it, where the interval holds half their distance beside what the
+    bootstrap gives the reading it kept (nothing here: the steps are noiseless)."""
+    cfg = config_26b()
+    fc = forecast.fit_slices(own_steps(PAST_WINDOW, COEF, 0.0), slices.layout(cfg), cfg)
+    assert fc.tied and fc.untied and fc.untied != fc.fit.terms
+    for plan, parted in ((StepPlan(8, 16384), False), (StepPlan(128, 100), True)):
+        x = fc.fit.features(plan.step(1024))
+        readings = [sum(t[n] * v for n, v in zip(fc.fit.uncertainty.terms, x, strict=True))
+                    for t in (fc.fit.terms, fc.untied)]
+        assert (readings[0] != pytest.approx(readings[1], rel=0.01)) is parted
+        assert fc.fit.uncertainty.sd(x, readings[0]) >= abs(readings[1] - readings[0]) / 2 * 0.999
+
+
+def test_widening_adds_half_the_distance_to_the_other_reading_and_nothing_without_one() -> None:
+    from pytest_enginedead.logic.sizing.fit import Uncertainty
+
+    u = Uncertainty(("fixed", "per_seq"), ((0.0, 0.0), (0.0, 0.0)))
+    assert u.widened({}) is u
+    wide = u.widened({"per_seq": 0.2})
+    assert wide.sd([1.0, 8.0], 1.0) == pytest.approx(0.8)  # 8 sequences x 0.1 s per sequence
+    assert wide.sd([1.0, 0.0], 1.0) == 0.0  # a step without that term's work is as sure as before
+
+
 @pytest.mark.parametrize(("window_s", "tied"), [(2e-5, False), (2e-6, True)])
 def test_steps_inside_the_window_resolve_its_term_only_above_their_noise(window_s: float, tied: bool) -> None:
     """The same steps, 3 % slow or fast in turn: a window term that costs 2e-5 s per key stands out of
@@ -125,6 +150,7 @@ def test_steps_inside_the_window_resolve_its_term_only_above_their_noise(window_
     steps = own_steps(INSIDE_WINDOW + PAST_WINDOW, {**COEF, "window_context": window_s}, 0.03)
     fc = forecast.fit_slices(steps, slices.layout(cfg), cfg)
     assert fc.tied is tied
+    assert bool(fc.untied) is tied
     if not tied:
         assert fc.coefficients["window_context"] == pytest.approx(window_s, rel=0.2)
 
