@@ -1,10 +1,11 @@
-"""The step-time and probe results of ``bench/results.json`` as the benchmarks page shows them.
+"""The step-time, rank and probe results of ``bench/results.json`` as the benchmarks page shows them.
 
-``steps`` (``bench/step_times.py``): each model's median decode step per batch size and its start.
+``steps`` (``bench/step_times.py``): each model's median decode step per batch size and its start;
+``ranks`` (the same module): those steps and starts at one rank and at two.
 ``probes`` (``bench/probe_answers.py``): what each probe setting made of a SLOW and a HUNG server,
 guard off and on, and how fast each probe kind answered.  Each table says once, above it, on what
 machine, day, vLLM release and command it was measured; ``docs/hooks.py`` writes them between
-``<!-- generated: step-times -->``, ``probes`` and ``probe-answers`` markers.
+``<!-- generated: step-times -->``, ``ranks``, ``probes`` and ``probe-answers`` markers.
 """
 
 from __future__ import annotations
@@ -68,8 +69,7 @@ def _pair(runs: list[dict[str, Any]], state: str, kind: str, setting: str) -> st
     says = []
     for guard in (False, True):
         run = next((r for r in runs if r["state"] == state and r["guard"] is guard), None)
-        text = run["probes"][kind]["says"][setting] if run else "not measured"
-        text = _spaced(text)
+        text = _spaced(run["probes"][kind]["says"][setting]) if run else "not measured"
         says.append(f"**{text}**" if text.startswith("FALSE KILL") else text)
     return " / ".join(says)
 
@@ -96,16 +96,14 @@ def _conditions(result: dict[str, Any]) -> str:
 def probes(result: dict[str, Any]) -> str:
     """Each probe kind × setting: what it made of the SLOW and the HUNG server, guard off / on."""
     runs = result["runs"]
-    settings = [s["name"] for s in result["settings"]]
-    kinds = list(runs[0]["probes"])
     rows = []
-    for kind in kinds:
-        for s in settings:
-            setting = next(x for x in result["settings"] if x["name"] == s)
-            words = (f"{SETTING_WORDS.get(s, s)} ({setting['period_s']:g}s/{setting['timeout_s']:g}s/"
+    for kind in runs[0]["probes"]:
+        for setting in result["settings"]:
+            name = setting["name"]
+            words = (f"{SETTING_WORDS.get(name, name)} ({setting['period_s']:g}s/{setting['timeout_s']:g}s/"
                      f"×{setting['failure_threshold']})")
             rows.append([f"`{kind}`" if kind.startswith(("GET", "enginedead")) else kind, words,
-                         _pair(runs, "SLOW", kind, s), _pair(runs, "HUNG", kind, s)])
+                         _pair(runs, "SLOW", kind, name), _pair(runs, "HUNG", kind, name)])
     header = ["probe", "setting (period/timeout/×threshold)", "SLOW: guard off / on", "HUNG: guard off / on"]
     note = f"{measured_on(result)}; {_conditions(result)}:"
     return "\n".join([note, "", *_table(header, rows)])

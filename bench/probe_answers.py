@@ -3,7 +3,7 @@
 ``python bench/run.py probes`` runs ``enginedead probe-settings --json`` (four real API servers: SLOW
 and HUNG, the guard off and on) and keeps its answer: each probe setting's verdict per server, each
 probe kind's answer times, and when the first ``enginedead probe`` failed after the hang began.
-The benchmarks page's probe tables are made from this record (``bench/probe_figures.py``).
+The benchmarks page's probe tables are made from this record (``bench/engine_figures.py``).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Decode step times of the models the project runs, as ``enginedead calibrate`` measures them.
 
-``python bench/run.py ranks`` measures the same steps at one rank and at two, one model after the
-other and each rank count in turn on the same box, so that the two are read side by side.
-
 ``python bench/run.py steps`` runs ``enginedead calibrate --batch-sizes ... --json`` once per model
 (the decode-only calibration: one engine, every batch size in rounds) and keeps each batch size's
 median step and the engine's start.  The benchmarks page's step-time table is made from this
-record (``bench/run_figures.py``), so the page shows what a user's own ``calibrate`` would print on
-the same machine.
+record (``bench/engine_figures.py``), so the page shows what a user's own ``calibrate`` would print
+on the same machine.
+
+``python bench/run.py ranks`` measures the same steps at one rank and at two, one model after the
+other and each rank count in turn on the same box, so that the two are read side by side.
 """
 
 from __future__ import annotations
@@ -56,18 +56,22 @@ def calibrate(model: str, batches: tuple[int, ...] = BATCHES, ranks: int = 1) ->
     return found
 
 
+def medians(answer: dict[str, Any], label: str) -> dict[str, Any]:
+    """A calibration's median step per batch size and its engine's start, in seconds (printed)."""
+    rows = {str(r["batch_size"]): r["p50_s"] for r in answer["results"]}
+    print(f"  {label}: " + ", ".join(f"batch {b} {s:.3f} s" for b, s in rows.items()), flush=True)
+    return {"p50_s": rows, "start_s": max(r["start_s"] for r in answer["results"])}
+
+
 def bench_steps() -> dict[str, Any]:
-    """Each model's median decode step per batch size and its engine's start, in seconds."""
+    """Each model's median decode step per batch size, its steps measured and its engine's start."""
     models: dict[str, Any] = {}
     machine: dict[str, Any] | None = None
     for name, model in MODELS:
         answer = calibrate(model)
         machine = answer["machine"]
-        rows = {str(r["batch_size"]): r["p50_s"] for r in answer["results"]}
-        starts = {r["start_s"] for r in answer["results"]}
-        models[name] = {"p50_s": rows, "steps": {str(r["batch_size"]): r["steps"] for r in answer["results"]},
-                        "start_s": max(starts), "vllm": answer["vllm"]}
-        print(f"  {name}: " + ", ".join(f"batch {b} {s:.3f} s" for b, s in rows.items()), flush=True)
+        models[name] = {**medians(answer, name), "vllm": answer["vllm"],
+                        "steps": {str(r["batch_size"]): r["steps"] for r in answer["results"]}}
     return {"batches": list(BATCHES), "models": models, "machine": machine, "command": COMMAND}
 
 
@@ -80,9 +84,5 @@ def bench_ranks() -> dict[str, Any]:
         for ranks in (1, 2):
             answer = calibrate(name, batches, ranks)
             machine = answer["machine"]
-            rows = {str(r["batch_size"]): r["p50_s"] for r in answer["results"]}
-            start = max(r["start_s"] for r in answer["results"])
-            models[name][str(ranks)] = {"p50_s": rows, "start_s": start}
-            print(f"  {name}, {ranks} rank(s): " + ", ".join(f"batch {b} {s:.3f} s" for b, s in rows.items()),
-                  flush=True)
+            models[name][str(ranks)] = medians(answer, f"{name}, {ranks} rank(s)")
     return {"models": models, "machine": machine, "command": RANKS_COMMAND}

@@ -630,52 +630,22 @@ def _results() -> dict[str, Any]:
     return found
 
 
-def harness_cost() -> str:
-    """What the harness and the plugin cost, from ``bench/results.json`` (``bench/run_figures.py``)."""
-    text: str = _bench("run_figures").harness_cost(_results())
-    return text
+def from_results(module: str, render: str, key: str | None = None) -> Callable[[], str]:
+    """The generator of a table of ``bench/results.json``: ``bench/MODULE.py``'s ``render`` of the whole
+    file, or of its result ``key`` (what ``python bench/run.py KEY`` recorded)."""
 
+    def make() -> str:
+        results = _results()
+        text: str = getattr(_bench(module), render)(results if key is None else results[key])
+        return text
 
-def judging() -> str:
-    """What the guard costs and how fast the harness answers, from ``bench/results.json``."""
-    text: str = _bench("run_figures").judging(_results())
-    return text
-
-
-def preloads() -> str:
-    """The allocator and OpenMP preloads side by side, from ``bench/results.json``."""
-    text: str = _bench("run_figures").preloads(_results())
-    return text
+    return make
 
 
 def suite() -> str:
     """The suite's runs, from ``bench/suite-results.json`` (``bench/suite_figures.py``)."""
     results = json.loads((ROOT / "bench" / "suite-results.json").read_text())
     text: str = _bench("suite_figures").markdown(results)
-    return text
-
-
-def step_times() -> str:
-    """Decode step times per model and batch size, from ``bench/results.json`` (``bench/run.py steps``)."""
-    text: str = _bench("engine_figures").step_times(_results()["steps"])
-    return text
-
-
-def ranks() -> str:
-    """Decode steps at one rank and at two, from ``bench/results.json`` (``python bench/run.py ranks``)."""
-    text: str = _bench("engine_figures").ranks(_results()["ranks"])
-    return text
-
-
-def probes() -> str:
-    """What probe settings make of a SLOW and a HUNG server, from ``bench/results.json`` (``probes``)."""
-    text: str = _bench("engine_figures").probes(_results()["probes"])
-    return text
-
-
-def probe_answers() -> str:
-    """How fast each probe answered in the same runs, from ``bench/results.json`` (``probes``)."""
-    text: str = _bench("engine_figures").probe_answers(_results()["probes"])
     return text
 
 
@@ -702,14 +672,14 @@ def noted(name: str) -> Callable[[], str] | None:
 
 
 GENERATORS: dict[str, Callable[[], str]] = {
-    "harness-cost": harness_cost,
-    "judging": judging,
-    "preloads": preloads,
+    "harness-cost": from_results("run_figures", "harness_cost"),
+    "judging": from_results("run_figures", "judging"),
+    "preloads": from_results("run_figures", "preloads"),
     "suite": suite,
-    "step-times": step_times,
-    "ranks": ranks,
-    "probes": probes,
-    "probe-answers": probe_answers,
+    "step-times": from_results("engine_figures", "step_times", "steps"),
+    "ranks": from_results("engine_figures", "ranks", "ranks"),
+    "probes": from_results("engine_figures", "probes", "probes"),
+    "probe-answers": from_results("engine_figures", "probe_answers", "probes"),
     "options": options,
     "option-variables": option_variables,
     "markers": markers,

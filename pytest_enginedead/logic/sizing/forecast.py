@@ -200,7 +200,7 @@ def fit_slices(slices: Sliced, full: Layout, config: Mapping[str, object], origi
     apart = {t: untied.get(t, 0.0) - v for t, v in kept.items()} if untied else {}
     spread = step_spread(*(samples for _, samples in slices))
     fit = Fit(
-        model.full_terms(coef),
+        kept,
         model.routing(),
         _worst(groups, coef, full),
         groups=len(groups.times),
