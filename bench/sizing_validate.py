@@ -116,21 +116,33 @@ def _when(part: dict[str, Any]) -> dict[str, Any]:
 # --- the figures, from what was recorded ------------------------------------------------------------
 
 
-def _samples(rows: Sequence[Sequence[Any]]) -> list[tuple[Step, float]]:
-    return [(Step(*row[:6]), float(row[6])) for row in rows]
+def _samples(rows: Sequence[Sequence[Any]], ranks: int) -> list[tuple[Step, float]]:
+    """A run's recorded steps, one sample per step.  Records made before ``result.samples_of`` took
+    each step once kept every rank's view of it, one after the other with the same shape: up to
+    ``ranks`` such rows are one step, as long as the slowest."""
+    out: list[tuple[Step, float]] = []
+    views = 0
+    for row in rows:
+        step, seconds = Step(*row[:6]), float(row[6])
+        if out and out[-1][0] == step and views < ranks:
+            out[-1], views = (step, max(out[-1][1], seconds)), views + 1
+        else:
+            out.append((step, seconds))
+            views = 1
+    return out
 
 
-def _fitted(engine: dict[str, Any]) -> list[tuple[Step, float]]:
+def _fitted(engine: dict[str, Any], ranks: int) -> list[tuple[Step, float]]:
     from pytest_enginedead.logic.sizing.result import fitted_name
 
-    return [x for name, rows in engine["runs"].items() if fitted_name(name) for x in _samples(rows)]
+    return [x for name, rows in engine["runs"].items() if fitted_name(name) for x in _samples(rows, ranks)]
 
 
-def _held(engine: dict[str, Any]) -> list[list[tuple[Step, float]]]:
+def _held(engine: dict[str, Any], ranks: int) -> list[list[tuple[Step, float]]]:
     """The held-out steps, run by run."""
     from pytest_enginedead.logic.sizing.result import HELD_OUT
 
-    return [_samples(rows) for name, rows in engine["runs"].items() if name.startswith(HELD_OUT)]
+    return [_samples(rows, ranks) for name, rows in engine["runs"].items() if name.startswith(HELD_OUT)]
 
 
 def fits(record: dict[str, Any]) -> dict[str, Fit]:
@@ -139,8 +151,9 @@ def fits(record: dict[str, Any]) -> dict[str, Fit]:
         config = json.loads(Path(long_model(record["model"], Path(scratch)), "config.json").read_text())
     full = slices.layout(config)
     model = next(e for e in record["engines"] if e["depth"] is None)
-    out = {"own fit": fit_slices([(full, _fitted(model))], full, config, "measured").fit}
-    parts = [(slices.layout(slices.slice_config(config, e["depth"])), _fitted(e))
+    ranks = record["tensor_parallel"]
+    out = {"own fit": fit_slices([(full, _fitted(model, ranks))], full, config, "measured").fit}
+    parts = [(slices.layout(slices.slice_config(config, e["depth"])), _fitted(e, ranks))
              for e in record["engines"] if e["depth"] is not None]
     if parts:
         out["from slices"] = fit_slices(parts, full, config).fit
@@ -161,7 +174,7 @@ def table(records: dict[str, dict[str, Any]]) -> dict[str, Any]:
         model = [e for e in record["engines"] if e["depth"] is None]
         if not model:  # its slices measured, the model not yet: nothing to check them against
             continue
-        held = _held(model[0])
+        held = _held(model[0], record["tensor_parallel"])
         for source, fit in fits(record).items():
             found = validation.checks(fit, held)
             base = {"run": key, "model": record["model"], "tensor_parallel": record["tensor_parallel"],

@@ -8,7 +8,7 @@ from pathlib import Path
 from pytest_enginedead.contract.steps import StepTime
 from pytest_enginedead.logic.sizing.jsonout import answer_json
 from pytest_enginedead.logic.sizing.plan import plan_sizing
-from pytest_enginedead.logic.sizing.result import HELD_OUT, Measured, fitted_runs, sizing_answer
+from pytest_enginedead.logic.sizing.result import HELD_OUT, Measured, fitted_runs, samples_of, sizing_answer
 from pytest_enginedead.logic.sizing.shapes import Limits
 from pytest_enginedead.logic.sizing.terms import Step
 from pytest_enginedead.logic.sizing.text import format_sizing
@@ -55,3 +55,15 @@ def test_held_out_runs_are_never_fitted() -> None:
     m = Measured(plan.engines[0], {"decode batch 8": fitted, f"{HELD_OUT}decode batch 64": kept,
                                    "worst step": kept})
     assert len(fitted_runs(m)) == len(fitted)
+
+
+def test_each_rank_s_record_of_a_step_is_one_step_as_long_as_the_slowest() -> None:
+    """Two ranks record every step (their own pids, the same step numbers and shapes): one sample per
+    step, at the slower rank's time; a step the other rank did not record, and a later step of one
+    process that reuses a number, stay steps of their own."""
+    a, b = Step(8, 8, 100), Step(8, 8, 108)
+    records = [StepTime(5, 8, 1.0, 0.50, 11, 8, 100), StepTime(5, 8, 1.0, 0.52, 12, 8, 100),
+               StepTime(6, 8, 2.0, 0.61, 12, 8, 108), StepTime(6, 8, 2.0, 0.60, 11, 8, 108),
+               StepTime(7, 8, 3.0, 0.70, 11, 8, 116),
+               StepTime(5, 8, 4.0, 0.40, 11, 8, 100)]
+    assert samples_of(records) == [(a, 0.52), (b, 0.61), (Step(8, 8, 116), 0.70), (a, 0.40)]
