@@ -159,6 +159,36 @@ def parse_steps(lines: Iterable[str], pid: int) -> list[StepTime]:
     return steps
 
 
+def one_per_step(steps: Iterable[StepTime]) -> list[StepTime]:
+    """Each finished step once, as long as its slowest rank took, in the order recorded; a step
+    still running is kept as it is.
+
+    Every rank of a tensor-parallel engine records every step: its own process, the same step
+    number and shape.  The step took as long as its slowest rank, which the others wait for in
+    each all-reduce; counted once per rank, a step weighs as two and two near-equal times halve
+    the spread of like steps.  A record is another rank's view of a step when its process
+    differs and its step number and shape are the same.
+    """
+    out: list[StepTime] = []
+    seen: dict[tuple[int | None, ...], tuple[int, set[int]]] = {}  # -> its place in out, the pids seen
+    for s in steps:
+        if s.seconds is None:
+            out.append(s)
+            continue
+        key = (s.step, s.batch_size, s.tokens, s.context_tokens, s.window_context_tokens, s.read_tokens,
+               s.window_read_tokens)
+        at, pids = seen.get(key, (len(out), set()))
+        before = out[at].seconds if at < len(out) and s.pid not in pids else None
+        if before is not None:
+            out[at] = replace(out[at], seconds=max(before, s.seconds))
+        else:
+            at, pids = len(out), set()
+            out.append(s)
+        pids.add(s.pid)
+        seen[key] = (at, pids)
+    return out
+
+
 def _count(rec: Mapping[str, Any], key: str) -> int | None:
     """A count the record may lack (older writers) or mark unknown (-1)."""
     value = rec.get(key)

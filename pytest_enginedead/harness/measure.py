@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..compat import llm_api, versions
-from ..contract.steps import StepTime
+from ..contract.steps import StepTime, one_per_step
 from ..logic.planning.engines import DeadlineAndFaults as Instructions
 from ..logic.planning.engines import EngineSpec
 from ..logic.sizing import runs as runs_
@@ -77,7 +77,7 @@ def measure(
                         break
                     seen = len(engine.evidence.steps())
                     engine.generate(n, max_tokens=missing + 2, prompt_len=1)
-                    measured[n] += [s.seconds for s in engine.evidence.steps()[seen:]
+                    measured[n] += [s.seconds for s in one_per_step(engine.evidence.steps()[seen:])
                                     if s.seconds is not None and s.batch_size == n]
         start_s = engine.start_s
     finally:

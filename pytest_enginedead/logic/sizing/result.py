@@ -11,7 +11,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ...contract.steps import StepTime
+from ...contract.steps import StepTime, one_per_step
 from ..machine import this_machine
 from ..timeouts.policies import STOCK_DEADLINE_S
 from . import advice, shapes
@@ -78,28 +78,13 @@ def to_step(s: StepTime) -> Step | None:
 
 
 def samples_of(steps: Iterable[StepTime]) -> list[tuple[Step, float]]:
-    """One sample per finished step, in the order recorded.
-
-    Every rank of a tensor-parallel engine records every step (its own process, the same step
-    number and shape): the step took as long as its slowest rank, which the others wait for in
-    each all-reduce.  Counted once per rank, a step would weigh as two in a fit and its two
-    near-equal times would halve the spread of like steps.  A record is another rank's view of
-    a step when its process differs and its step number and shape are the same.
-    """
-    out: list[tuple[Step, float]] = []
-    seen: dict[tuple[int, Step], tuple[int, set[int]]] = {}  # -> its place in out, the pids seen
-    for s in steps:
+    """Each finished step once (``one_per_step``: a tensor-parallel engine's ranks each record it),
+    as its shape and seconds."""
+    out = []
+    for s in one_per_step(steps):
         step = to_step(s)
-        if step is None or s.seconds is None:
-            continue
-        at, pids = seen.get((s.step, step), (len(out), set()))
-        if at < len(out) and s.pid not in pids:
-            out[at] = (step, max(out[at][1], s.seconds))
-        else:
-            at, pids = len(out), set()
+        if step is not None and s.seconds is not None:
             out.append((step, s.seconds))
-        pids.add(s.pid)
-        seen[(s.step, step)] = (at, pids)
     return out
 
 

@@ -17,6 +17,7 @@ from pytest_enginedead.contract.steps import (
     StepStats,
     StepTime,
     attended_keys,
+    one_per_step,
     parse_steps,
     read_steps,
     steps_path,
@@ -153,3 +154,23 @@ def test_whole_lines_after_leaves_a_line_being_written_for_the_next_look(tmp_pat
     assert whole_lines_after(str(path), len(first)) == b""  # "B 2" is not whole yet
     path.write_bytes(b"B 1\nE 1\nB 2\n")
     assert whole_lines_after(str(path), len(first)) == b"B 2\n"
+
+
+def test_each_rank_s_record_of_a_step_is_one_step_as_long_as_the_slowest() -> None:
+    """Two ranks record every step (their own pids, the same step numbers and shapes): one record per
+    step, at the slower rank's time.  A step the other rank did not record, a later step of one
+    process that reuses a number, and a step still running stay records of their own."""
+    records = [StepTime(5, 8, 1.0, 0.50, 11, 8, 100), StepTime(5, 8, 1.0, 0.52, 12, 8, 100),
+               StepTime(6, 8, 2.0, 0.61, 12, 8, 108), StepTime(6, 8, 2.0, 0.60, 11, 8, 108),
+               StepTime(7, 8, 3.0, 0.70, 11, 8, 116),
+               StepTime(5, 8, 4.0, 0.40, 11, 8, 100),
+               StepTime(8, 8, 5.0, None, 11, 8, 124), StepTime(8, 8, 5.0, None, 12, 8, 124)]
+    found = one_per_step(records)
+    assert [(s.step, s.seconds) for s in found] == [(5, 0.52), (6, 0.61), (7, 0.70), (5, 0.40), (8, None),
+                                                    (8, None)]
+
+
+def test_ranks_that_recorded_different_steps_under_one_number_are_two_steps() -> None:
+    """The same number with another shape is another step, not another rank's view of it."""
+    records = [StepTime(5, 8, 1.0, 0.50, 11, 8, 100), StepTime(5, 1, 1.0, 0.02, 12, 1, 3)]
+    assert len(one_per_step(records)) == 2

