@@ -70,6 +70,20 @@ def test_a_twin_warms_each_run_up_at_short_context() -> None:
     assert runs_.heaviest(by_name["decode batch 32"], 2048) == Step(32, 32, 0)
 
 
+def test_the_ladder_s_prompts_find_the_long_prompt_in_whole_blocks() -> None:
+    """At vLLM's defaults on a model of 512 tokens the long prompt is 498 tokens: its rungs of half a
+    block and more are whole blocks (the prefix cache finds a prompt in whole blocks, and each of the 8
+    prompts prefills what it does not find), so the ladder prefills each prompt's own tokens and the
+    rung under half a block, no more."""
+    assert runs_.ladder(498) == [15, 128, 384]
+    assert runs_.ladder(8064) == [256, 2048, 8064]
+    assert runs_.ladder(100) == [3, 25, 100]  # no whole block to find
+    runs = runs_.fit_runs(Limits(128, 2048, 512), 128, (1, 8, 32), 4)
+    rungs = [r for r in runs if r.name.startswith("8 decodes at")]
+    assert [r.waves[0].shared for r in rungs] == [15, 128, 384]
+    assert sum(r.prefill_tokens for r in rungs) == 8 * (15 + runs_.LADDER_TAIL) + 2 * 8 * runs_.LADDER_TAIL
+
+
 def test_a_short_model_measures_what_its_length_allows() -> None:
     runs = runs_.fit_runs(Limits(8, 256, 256), None, (1, 8), 4)
     assert all(r.longest <= 256 for r in runs)
