@@ -177,10 +177,10 @@ def one_per_step(steps: Iterable[StepTime]) -> list[StepTime]:
             continue
         key = (s.step, s.batch_size, s.tokens, s.context_tokens, s.window_context_tokens, s.read_tokens,
                s.window_read_tokens)
-        at, pids = seen.get(key, (len(out), set()))
-        before = out[at].seconds if at < len(out) and s.pid not in pids else None
-        if before is not None:
-            out[at] = replace(out[at], seconds=max(before, s.seconds))
+        found = seen.get(key)
+        if found is not None and s.pid not in found[1]:  # another rank's view of a step kept
+            at, pids = found
+            out[at] = replace(out[at], seconds=max(out[at].seconds or 0.0, s.seconds))
         else:
             at, pids = len(out), set()
             out.append(s)

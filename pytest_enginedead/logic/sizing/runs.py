@@ -107,17 +107,16 @@ def ladder(longest: int) -> list[int]:
     """The decode contexts of the ladder: 1/32, 1/4 and all of the longest, each of half a KV block
     or more taken to the nearest whole block within the longest.
 
-    A rung's prompts find the long prompt in the prefix cache in whole blocks only: the part of a
-    block they do not find, each of the 8 prefills (at ``max_model_len`` 512 the rungs at 124 and
-    498 keys prefilled 1,056 and 976 tokens, 3 of the 11 minutes of ``calibrate`` at vLLM's defaults
-    on ``gemma-4-moe-mini`` on 2 AVX2 cores).  A rung under half a block prefills less than the one
-    block rounding would take it to."""
+    A rung's prompts find the long prompt in the prefix cache in whole blocks only, and each of
+    the 8 prefills the part of a block it does not find (and its warm-up twin again): a rung
+    between whole blocks costs up to 8 blocks of prefill.  A rung under half a block prefills
+    less than the one block rounding would take it to."""
     whole = longest // BLOCK_TOKENS * BLOCK_TOKENS
     out = []
     for part in LADDER:
         c = longest // part
-        if 2 * c >= BLOCK_TOKENS and whole:
-            c = min(whole, max(BLOCK_TOKENS, (c + BLOCK_TOKENS // 2) // BLOCK_TOKENS * BLOCK_TOKENS))
+        if 2 * c >= BLOCK_TOKENS and whole:  # rounds to one block or more
+            c = min(whole, (c + BLOCK_TOKENS // 2) // BLOCK_TOKENS * BLOCK_TOKENS)
         out.append(max(1, c))
     return sorted(set(out))
 
