@@ -6,7 +6,7 @@
     python bench/sizing.py validate                            # the figures, from what was recorded
 
 Each ``validate:MODEL[:slices][:tp2]`` part is one run (one engine at a time on a shared machine):
-the model at a 32K context measured with the runs ``calibrate`` fits (decodes at 1, 8 and 32, a
+the model at a 32K context measured with the runs ``calibrate`` fits (decodes at 1, 2, 8 and 32, a
 short prefill, an 8K prompt beside 8 decodes, 8 decodes at 256, 2K and 8K keys) and then with the
 held-out runs of ``logic.sizing.validation.held_out_runs``, never fitted (one engine: the 8K prompt
 taken on to 16K, the held-out steps at long context sharing it from the prefix cache); or, with
@@ -35,6 +35,7 @@ from pytest_enginedead.logic.machine import this_machine
 from pytest_enginedead.logic.sizing import slices, validation
 from pytest_enginedead.logic.sizing.fit import Fit
 from pytest_enginedead.logic.sizing.forecast import fit_slices
+from pytest_enginedead.logic.sizing.runs import DECODE_BATCHES
 from pytest_enginedead.logic.sizing.shapes import Limits
 from pytest_enginedead.logic.sizing.terms import Step
 
@@ -47,8 +48,8 @@ MODELS: dict[str, tuple[str, tuple[int, int] | None]] = {
 CONTEXT, MAX_MODEL_LEN, LONGEST = 32768, 16640, 16384
 #: the limits every engine of the set starts with (vLLM's CPU server's sequences and tokens)
 LIMITS = Limits(128, 2048, MAX_MODEL_LEN)
-#: decode batches the fit measures (the held-out ones are the others up to 128)
-FIT_BATCHES = (1, 8, 32)
+#: decode batches the fit measures, calibrate's (the held-out ones are the others up to 128)
+FIT_BATCHES = DECODE_BATCHES
 STEPS = 4
 
 
@@ -132,17 +133,25 @@ def _samples(rows: Sequence[Sequence[Any]], ranks: int) -> list[tuple[Step, floa
     return out
 
 
-def _fitted(engine: dict[str, Any], ranks: int) -> list[tuple[Step, float]]:
-    from pytest_enginedead.logic.sizing.result import fitted_name
+def _fits(name: str) -> bool:
+    """Whether the fit takes a run of this name.  A record made while batch 2 was held out (before it
+    was one of ``FIT_BATCHES``) measured it on the same engine as the fit's runs, with the fit's steps:
+    its ``held out: decode batch 2`` is the run the fit now measures."""
+    from pytest_enginedead.logic.sizing.result import HELD_OUT, fitted_name
 
-    return [x for name, rows in engine["runs"].items() if fitted_name(name) for x in _samples(rows, ranks)]
+    return fitted_name(name) or name.removeprefix(HELD_OUT) in {f"decode batch {n}" for n in FIT_BATCHES}
+
+
+def _fitted(engine: dict[str, Any], ranks: int) -> list[tuple[Step, float]]:
+    return [x for name, rows in engine["runs"].items() if _fits(name) for x in _samples(rows, ranks)]
 
 
 def _held(engine: dict[str, Any], ranks: int) -> list[list[tuple[Step, float]]]:
     """The held-out steps, run by run."""
     from pytest_enginedead.logic.sizing.result import HELD_OUT
 
-    return [_samples(rows, ranks) for name, rows in engine["runs"].items() if name.startswith(HELD_OUT)]
+    return [_samples(rows, ranks) for name, rows in engine["runs"].items()
+            if name.startswith(HELD_OUT) and not _fits(name)]
 
 
 def fits(record: dict[str, Any]) -> dict[str, Fit]:

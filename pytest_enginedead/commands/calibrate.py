@@ -77,7 +77,7 @@ def add_parser(sub: Any, verbose: bool) -> None:
                          "--batch-sizes and no serving flag: decode steps per batch size only.",
                          epilog=EPILOG)
     cal.verbose = verbose
-    add_engine_flags(cal, None, "decode batch sizes to measure (default 1,8,32 and --max-num-seqs); alone, "
+    add_engine_flags(cal, None, "decode batch sizes to measure (default 1,2,8,32 and --max-num-seqs); alone, "
                      "without a serving flag: the decode-only calibration at these sizes")
     cal.add_argument("--headroom", type=headroom, default=3.0, metavar="X",
                      help="deadline = headroom x predicted step time (default 3)")

@@ -80,6 +80,10 @@ PREFILL_SEQS, PREFILL_LEN = 8, 16
 #: key at 8K as at 256K, and 8K is what a slice of the 26B prefills in ~5 minutes on 2 AVX2 cores
 #: (16K took 11: most of the run); ``bench/sizing.py validate`` checks the forecast at 16K keys
 LONG_CONTEXT = 8192
+#: the decode batches measured by default.  A decode's cost bends between 1 and 8 sequences (the
+#: experts a batch reaches: 8, 14, 22, 29 of 32 at 1, 2, 4, 8 with 8 of 32 picked) and a line through
+#: 1, 8 and 32 can be straight where the steps are not: 2 puts one point on the bend
+DECODE_BATCHES = (1, 2, 8, 32)
 #: the decode batches every slice measures (larger ones: the shallowest only)
 DEPTH_BATCH = 8
 #: the ladder of decode contexts, as fractions of the longest: a factor 32 between its ends (16 and
@@ -122,8 +126,8 @@ def ladder(longest: int) -> list[int]:
 
 
 def default_batch_sizes(limits: Limits, forecast: bool) -> tuple[int, ...]:
-    """Decode batches at short context: 1, 8, 32 and (on the model itself) ``max_num_seqs``."""
-    sizes = [1, 8, 32] + ([] if forecast else [limits.max_num_seqs])
+    """Decode batches at short context: ``DECODE_BATCHES`` and (on the model itself) ``max_num_seqs``."""
+    sizes = [*DECODE_BATCHES] + ([] if forecast else [limits.max_num_seqs])
     return tuple(sorted({n for n in sizes if n <= limits.max_num_seqs}))
 
 

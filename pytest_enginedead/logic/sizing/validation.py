@@ -25,8 +25,8 @@ from .fit import LEVEL, Fit, mean_shape
 from .runs import Run, Wave
 from .terms import Step
 
-#: decode batches held out at short context (the fit measures 1, 8 and 32)
-HELD_OUT_BATCHES = (2, 4, 16, 64, 128)
+#: decode batches held out at short context (the fit measures ``runs.DECODE_BATCHES``: 1, 2, 8, 32)
+HELD_OUT_BATCHES = (4, 16, 64, 128)
 #: the kinds of step a check is of
 KINDS = ("decode", "prefill", "long decode", "long prefill", "worst")
 

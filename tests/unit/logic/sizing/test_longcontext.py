@@ -40,14 +40,15 @@ def test_the_runs_measure_contexts_a_factor_32_apart() -> None:
 
 
 def test_a_forecast_measures_what_a_term_per_layer_needs_once() -> None:
-    """The runs at long context and the decodes past 8 on the shallowest slice; the decodes of 1 and 8
-    and the short prefill, which tell the depth terms apart, on every slice."""
+    """The runs at long context and the decodes past 8 on the shallowest slice; the decodes of 1, 2
+    and 8 and the short prefill, which tell the depth terms apart, on every slice."""
     plan = plan_sizing(str(GEMMA_26B), Limits(128, 2048, 262144), forecast_depths=(2, 1),
                        available_bytes=1 << 40)
     shallow, deep = plan.engines
     assert (shallow.depth, deep.depth) == (1, 2)
     assert [r.name for r in shallow.runs] == [r.name for r in plan.runs]
-    assert [r.name for r in deep.runs] == ["decode batch 1", "decode batch 8", "prefill 8 x 16 tokens"]
+    assert [r.name for r in deep.runs] == ["decode batch 1", "decode batch 2", "decode batch 8",
+                                           "prefill 8 x 16 tokens"]
     assert deep.limits.max_model_len < shallow.limits.max_model_len  # no long prompt: a smaller cache
 
 

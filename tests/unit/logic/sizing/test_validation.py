@@ -6,7 +6,7 @@ import pytest
 
 from pytest_enginedead.logic.sizing import validation
 from pytest_enginedead.logic.sizing.fit import Fit, Uncertainty
-from pytest_enginedead.logic.sizing.runs import fit_runs
+from pytest_enginedead.logic.sizing.runs import DECODE_BATCHES, fit_runs
 from pytest_enginedead.logic.sizing.shapes import Chunk, Limits, StepPlan
 from pytest_enginedead.logic.sizing.terms import Step
 
@@ -15,7 +15,7 @@ def test_the_held_out_runs_are_steps_the_fit_never_measures() -> None:
     """No held-out decode batch is one the fit measures; the set reaches batch 128, a full chunk, 16K keys
     and the worst step's shape at short and long context."""
     held = validation.held_out_runs(128, 2048, 16384, 4)
-    fitted = {r.name for r in fit_runs(Limits(128, 2048, 16640), None, (1, 8, 32), 4)}
+    fitted = {r.name for r in fit_runs(Limits(128, 2048, 16640), None, DECODE_BATCHES, 4)}
     assert not fitted & {r.name for r in held}
     decodes = [len(r.waves[0].prompts) for r in held if r.name.startswith("decode batch")]
     assert decodes == list(validation.HELD_OUT_BATCHES) and max(decodes) == 128
