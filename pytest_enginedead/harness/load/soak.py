@@ -22,7 +22,7 @@ from typing import Any
 from ...contract.guardfiles import GuardEvent
 from ...contract.steps import END_LINE, StepTime, steps_path, whole_lines_after
 from ...logic.planning.engines import DeadlineAndFaults, EngineSpec, GuardSpec
-from ...logic.soak.judge import Exit, Judgement, Limits, Outcome, Window, judge
+from ...logic.soak.judge import Exit, Judgement, Limits, Outcome, Window, action_counts, judge
 from ...logic.soak.schedule import SLOW_FAULT
 from ..engines.leaks import Leaks
 from ..engines.reaper import Reaper
@@ -214,7 +214,7 @@ def record(run: Soak, leaked: dict[str, Any], now: float) -> dict[str, Any]:
         "requests": requests_record(requests, j),
         "lost_to_false_death": j.lost_to_false_death, "lost_to_genuine_death": j.lost_to_genuine_death,
         "false_ends": j.false_ends if run.plan.guard else None, "missed_hangs": j.missed_hangs,
-        "decisions": dict(j.decisions), "windows": [w.to_dict(run.t0) for w in j.windows],
+        "decisions": action_counts(j.decisions), "windows": [w.to_dict(run.t0) for w in j.windows],
         "steps": sum(_engine_steps(_steps(inc.server)) for inc in sup.incarnations),
         "step_p50_ms": step_p50_ms(steps),
         "restarts": sup.restarts, "deaths": [d.to_dict() for d in j.deaths],

@@ -108,7 +108,7 @@ class WindowResult:
     window: Window
     ok: bool
     why: str
-    decisions: Counter[str]
+    decisions: Counter[GuardAction]
     steps_past_deadline: int = 0
     ended_after_s: float | None = None  # a hang: from the hung step's start to the guard's END
     events: tuple[GuardEvent, ...] = ()  # the guard's decisions in the window
@@ -117,7 +117,7 @@ class WindowResult:
         out: dict[str, Any] = {
             "fault": self.window.label, "kind": self.window.kind, "at_s": round(self.window.start - t0, 1),
             "lasted_s": round(self.window.end - self.window.start, 1), "ok": self.ok, "why": self.why,
-            "decisions": dict(self.decisions),
+            "decisions": action_counts(self.decisions),
         }
         if self.window.kind == SLOW_FAULT:
             out["steps_past_deadline"] = self.steps_past_deadline
@@ -154,8 +154,13 @@ def _in(events: Iterable[GuardEvent], w: Window) -> list[GuardEvent]:
     return [e for e in events if w.start <= e.t <= w.end]
 
 
-def _tally(events: Iterable[GuardEvent]) -> Counter[str]:
-    return Counter(e.action.value for e in events)
+def _tally(events: Iterable[GuardEvent]) -> Counter[GuardAction]:
+    return Counter(e.action for e in events)
+
+
+def action_counts(decisions: Counter[GuardAction]) -> dict[str, int]:
+    """The tally as the soak's JSON writes it: each action by its value."""
+    return {a.value: n for a, n in decisions.items()}
 
 
 def past_deadline(steps: Iterable[StepTime], w: Window, limits: Limits, now: float) -> int:
@@ -262,7 +267,7 @@ def _false_end(r: WindowResult, limits: Limits) -> bool:
     if not limits.guarded or r.window.kind in STUCK:
         return False
     if r.window.kind == KILL_FAULT:
-        return any(GuardAction.parse(a).ends for a in r.decisions)
+        return any(a.ends for a in r.decisions)
     return not r.ok
 
 
@@ -306,7 +311,7 @@ class Judgement:
     lost_to_genuine_death: int
     failures: Counter[str]  # each failure's cause
     deaths: list[Death]
-    decisions: Counter[str]
+    decisions: Counter[GuardAction]
     stray_ends: int  # END/CAP outside every window
 
 

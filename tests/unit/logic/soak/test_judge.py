@@ -41,6 +41,14 @@ def test_a_slow_window_waited_on_is_no_false_end_and_the_warning_words_are_not_r
     assert j.windows[0].ok and j.windows[0].steps_past_deadline == 3
 
 
+def test_the_decisions_are_tallied_by_action_and_written_by_its_value() -> None:
+    steps = [step(101.0, 3.0, 1), step(104.0, 3.0, 2)]
+    events = [event(103.0, GuardAction.WAIT, Verdict.SLOW), event(106.0, GuardAction.WAIT, Verdict.SLOW)]
+    j = judge([slow_window()], events, steps, [], [], GUARDED, 0.0, 200.0)
+    assert j.decisions == {GuardAction.WAIT: 2} and j.windows[0].decisions == {GuardAction.WAIT: 2}
+    assert j.windows[0].to_dict(0.0)["decisions"] == {"wait": 2}
+
+
 def test_a_slow_window_the_guard_ended_is_a_false_end() -> None:
     steps = [step(101.0, None)]
     events = [event(103.0, GuardAction.WAIT, Verdict.SLOW), event(108.0, GuardAction.END, Verdict.HUNG)]
