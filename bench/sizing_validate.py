@@ -35,7 +35,7 @@ from pytest_enginedead.logic.machine import this_machine
 from pytest_enginedead.logic.sizing import slices, validation
 from pytest_enginedead.logic.sizing.fit import Fit
 from pytest_enginedead.logic.sizing.forecast import fit_slices
-from pytest_enginedead.logic.sizing.runs import DECODE_BATCHES
+from pytest_enginedead.logic.sizing.runs import DECODE_BATCHES, decode_name
 from pytest_enginedead.logic.sizing.shapes import Limits
 from pytest_enginedead.logic.sizing.terms import Step
 
@@ -50,6 +50,8 @@ CONTEXT, MAX_MODEL_LEN, LONGEST = 32768, 16640, 16384
 LIMITS = Limits(128, 2048, MAX_MODEL_LEN)
 #: decode batches the fit measures, calibrate's (the held-out ones are the others up to 128)
 FIT_BATCHES = DECODE_BATCHES
+#: the runs of those batches, as the fit names them
+FIT_DECODES = frozenset(decode_name(n) for n in FIT_BATCHES)
 STEPS = 4
 
 
@@ -139,7 +141,7 @@ def _fits(name: str) -> bool:
     its ``held out: decode batch 2`` is the run the fit now measures."""
     from pytest_enginedead.logic.sizing.result import HELD_OUT, fitted_name
 
-    return fitted_name(name) or name.removeprefix(HELD_OUT) in {f"decode batch {n}" for n in FIT_BATCHES}
+    return fitted_name(name) or name.removeprefix(HELD_OUT) in FIT_DECODES
 
 
 def _fitted(engine: dict[str, Any], ranks: int) -> list[tuple[Step, float]]:

@@ -125,6 +125,11 @@ def ladder(longest: int) -> list[int]:
     return sorted(set(out))
 
 
+def decode_name(n: int) -> str:
+    """The name of the run that decodes ``n`` one-token prompts at short context, fitted or held out."""
+    return f"decode batch {n}"
+
+
 def default_batch_sizes(limits: Limits, forecast: bool) -> tuple[int, ...]:
     """Decode batches at short context: ``DECODE_BATCHES`` and (on the model itself) ``max_num_seqs``."""
     sizes = [*DECODE_BATCHES] + ([] if forecast else [limits.max_num_seqs])
@@ -145,7 +150,7 @@ def fit_runs(limits: Limits, window: int | None, batch_sizes: Sequence[int], ste
       prompts going on past the long prompt (found in the prefix cache): the keys read,
       a factor 16 apart, for a few tokens of prefill each.
     """
-    runs = [Run(f"decode batch {n}", (Wave((1,) * n, steps + 1),), every_slice=n <= DEPTH_BATCH)
+    runs = [Run(decode_name(n), (Wave((1,) * n, steps + 1),), every_slice=n <= DEPTH_BATCH)
             for n in batch_sizes]
     if limits.max_num_seqs >= PREFILL_SEQS and limits.max_model_len > PREFILL_LEN + 2:
         runs.append(

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .fit import LEVEL, Fit, mean_shape
-from .runs import Run, Wave
+from .runs import Run, Wave, decode_name
 from .terms import Step
 
 #: decode batches held out at short context (the fit measures ``runs.DECODE_BATCHES``: 1, 2, 8, 32)
@@ -34,7 +34,7 @@ KINDS = ("decode", "prefill", "long decode", "long prefill", "worst")
 def held_out_runs(max_num_seqs: int, budget: int, longest: int, steps: int) -> list[Run]:
     """The runs of the validation set, for an engine whose long prompt (shared by the runs at long
     context, found in its prefix cache) is ``longest`` tokens."""
-    out = [Run(f"decode batch {n}", (Wave((1,) * n, steps + 1),)) for n in HELD_OUT_BATCHES
+    out = [Run(decode_name(n), (Wave((1,) * n, steps + 1),)) for n in HELD_OUT_BATCHES
            if n <= max_num_seqs]
     out += [Run("4 prompts of 256 tokens", (Wave((256,) * 4, 1),)),
             Run(f"a prompt of {budget} tokens", (Wave((budget,), 1),))]
